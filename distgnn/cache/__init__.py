@@ -1,0 +1,1 @@
+"""distgnn.cache (see DESIGN.md)."""

@@ -1,0 +1,3 @@
+from distgnn.data.graph import Graph
+
+__all__ = ["Graph"]

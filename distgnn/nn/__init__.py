@@ -1,0 +1,1 @@
+"""distgnn.nn (see DESIGN.md)."""

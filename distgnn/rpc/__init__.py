@@ -1,0 +1,1 @@
+"""distgnn.rpc (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""distgnn.server (see DESIGN.md)."""
