@@ -1,0 +1,92 @@
+"""Message aggregation over a Block's CSC: the sparse kernels the layers share.
+
+Everything here is plain torch and runs on any device. Sums and means go
+through a CSR sparse-dense product (no ``(num_edges, F)`` message tensor is
+materialised); the attention softmax is a segment softmax over each
+destination's in-edges.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from distgnn.sampling.block import Block
+
+
+def in_degrees(block: Block) -> torch.Tensor:
+    """``(num_dst,)`` int64 number of in-edges of each destination node."""
+    return block.indptr[1:] - block.indptr[:-1]
+
+
+def _csr(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # torch flags CSR support as beta; we only rely on the CSR x dense product.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(indptr, indices, values, size=shape, check_invariants=False)
+
+
+def _spmm(sparse: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse.mm(sparse, dense)
+
+
+class _WeightedSum(torch.autograd.Function):
+    """CSR product with our own backward: torch's gradient for the values of a
+    CSR operand assumes sorted column indices, which Block rows do not have."""
+
+    @staticmethod
+    def forward(ctx, indptr, indices, dst, weight, x):
+        ctx.save_for_backward(indptr, indices, dst, weight, x)
+        return _spmm(_csr(indptr, indices, weight, (indptr.shape[0] - 1, x.shape[0])), x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        indptr, indices, dst, weight, x = ctx.saved_tensors
+        grad_weight = grad_x = None
+        if ctx.needs_input_grad[3]:
+            grad_weight = (grad_out[dst] * x[indices]).sum(1)
+        if ctx.needs_input_grad[4]:
+            # The transposed operator in CSR: edges sorted by source.
+            order = torch.argsort(indices, stable=True)
+            counts = torch.bincount(indices, minlength=x.shape[0])
+            t_indptr = torch.zeros(x.shape[0] + 1, dtype=torch.int64, device=indptr.device)
+            torch.cumsum(counts, 0, out=t_indptr[1:])
+            transposed = _csr(t_indptr, dst[order], weight[order], (x.shape[0], grad_out.shape[0]))
+            grad_x = _spmm(transposed, grad_out)
+        return None, None, None, grad_weight, grad_x
+
+
+def weighted_sum(block: Block, x: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
+    """``out[d] = sum over in-edges e=(s, d) of edge_weight[e] * x[s]``.
+
+    Args:
+        x: ``(num_src, F)`` float source features.
+        edge_weight: ``(num_edges,)`` float, same dtype as ``x``.
+    Returns:
+        ``(num_dst, F)``.
+    """
+    if block.num_edges == 0:
+        return x.new_zeros((block.num_dst, x.shape[1]))
+    return _WeightedSum.apply(block.indptr, block.indices, block.dst_index(), edge_weight, x)
+
+
+def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """Mean of the in-neighbours' rows of ``x`` (``(num_src, F)``) per destination; 0 where none."""
+    deg = in_degrees(block)
+    inv = 1.0 / deg.clamp(min=1).to(x.dtype)
+    return weighted_sum(block, x, torch.repeat_interleave(inv, deg, output_size=block.num_edges))
+
+
+def edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
+    """Softmax of ``scores`` (``(num_edges, H)``) over each destination's in-edges."""
+    dst = block.dst_index()
+    heads = scores.shape[1]
+    index = dst[:, None].expand(-1, heads)
+    peak = scores.new_full((block.num_dst, heads), float("-inf"))
+    peak = peak.scatter_reduce(0, index, scores.detach(), reduce="amax", include_self=True)
+    exp = torch.exp(scores - peak[dst])
+    total = scores.new_zeros((block.num_dst, heads)).index_add(0, dst, exp)
+    return exp / total[dst]
