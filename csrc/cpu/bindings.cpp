@@ -1,0 +1,114 @@
+// Python bindings of the CPU sampling kernels: pybind11 on numpy buffers.
+//
+// Arrays are checked (1-D, C-contiguous, exact dtype) and never converted,
+// so large memory-mapped or shared-memory graphs are read in place. The GIL
+// is released while the kernels run; outputs are handed to numpy without a
+// copy.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "relabel.h"
+#include "sample.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// array_t::check_ compares dtypes with PyArray_EquivTypes (byte order included).
+template <typename T>
+bool has_dtype(const py::array& a) {
+  return py::isinstance<py::array_t<T>>(a);
+}
+
+std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+void check_vector(const py::array& a, const char* name) {
+  if (a.ndim() != 1)
+    throw std::invalid_argument(std::string(name) + " must be 1-D, got " + std::to_string(a.ndim()) + " dimensions");
+  if (a.shape(0) > 1 && a.strides(0) != a.itemsize())
+    throw std::invalid_argument(std::string(name) + " must be C-contiguous; pass np.ascontiguousarray(" + name + ")");
+}
+
+template <typename T>
+const T* vector_data(const py::array& a, const char* name, const char* expected) {
+  check_vector(a, name);
+  if (!has_dtype<T>(a))
+    throw std::invalid_argument(std::string(name) + " must have dtype " + expected + ", got " + dtype_name(a));
+  return static_cast<const T*>(a.data());
+}
+
+template <typename T>
+py::array_t<T> to_numpy(std::vector<T>&& values) {
+  auto* owner = new std::vector<T>(std::move(values));
+  py::capsule free_owner(owner, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(static_cast<py::ssize_t>(owner->size()), owner->data(), free_owner);
+}
+
+py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, const py::array& seeds, int64_t fanout,
+                           bool replace, const py::object& prob, uint64_t rng_seed, int num_threads) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  check_vector(indices, "indices");
+  if (!has_dtype<int32_t>(indices) && !has_dtype<int64_t>(indices))
+    throw std::invalid_argument("indices must have dtype int32 or int64, got " + dtype_name(indices));
+  const int64_t* seeds_data = vector_data<int64_t>(seeds, "seeds", "int64");
+
+  const int64_t num_edges = indices.shape(0);
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have num_nodes + 1 >= 1 entries, got 0");
+  const int64_t num_nodes = indptr.shape(0) - 1;
+  if (indptr_data[0] != 0 || indptr_data[num_nodes] != num_edges)
+    throw std::invalid_argument("indptr must start at 0 and end at len(indices) = " + std::to_string(num_edges) +
+                                ", got indptr[0] = " + std::to_string(indptr_data[0]) + ", indptr[-1] = " +
+                                std::to_string(indptr_data[num_nodes]));
+
+  const float* prob_data = nullptr;
+  py::array prob_array;
+  if (!prob.is_none()) {
+    prob_array = py::cast<py::array>(prob);
+    prob_data = vector_data<float>(prob_array, "prob", "float32");
+    if (prob_array.shape(0) != num_edges)
+      throw std::invalid_argument("prob must have one weight per edge (" + std::to_string(num_edges) + "), got " +
+                                  std::to_string(prob_array.shape(0)));
+  }
+
+  const int64_t num_seeds = seeds.shape(0);
+  py::array_t<int64_t> counts(num_seeds);
+  int64_t* counts_data = counts.mutable_data();
+  std::vector<int64_t> positions;
+  {
+    py::gil_scoped_release release;
+    const distgnn::CscView graph{indptr_data, num_nodes, num_edges};
+    positions = distgnn::sample_neighbors(graph, seeds_data, num_seeds, fanout, replace, prob_data, rng_seed,
+                                          num_threads, counts_data);
+  }
+  return py::make_tuple(counts, to_numpy(std::move(positions)));
+}
+
+py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge) {
+  const int64_t* dst = vector_data<int64_t>(dst_nids, "dst_nids", "int64");
+  const int64_t* src = vector_data<int64_t>(src_nids_per_edge, "src_nids_per_edge", "int64");
+  const int64_t num_dst = dst_nids.shape(0), num_edges = src_nids_per_edge.shape(0);
+  py::array_t<int64_t> indices(num_edges);
+  int64_t* indices_data = indices.mutable_data();
+  std::vector<int64_t> nids;
+  {
+    py::gil_scoped_release release;
+    nids = distgnn::relabel(dst, num_dst, src, num_edges, indices_data);
+  }
+  return py::make_tuple(to_numpy(std::move(nids)), indices);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_sampling_cpu, m) {
+  m.doc() = "distgnn CPU sampling kernels (OpenMP); use distgnn.sampling.kernels, not this module.";
+  m.def("sample_neighbors", &sample_neighbors, py::arg("indptr"), py::arg("indices"), py::arg("seeds"),
+        py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"),
+        "Returns (counts int64, positions int64); see distgnn.sampling.kernels.sample_neighbors.");
+  m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
+        "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
+}

@@ -1,0 +1,138 @@
+"""Dispatch point of the sampling kernels: neighbour sampling and block relabelling.
+
+The work runs in the C++/OpenMP extension ``distgnn._sampling_cpu`` (built at
+install time, or once on first use, see :mod:`distgnn.sampling._build`);
+:mod:`distgnn.sampling.reference` holds plain numpy versions with the same
+semantics. Inputs are numpy arrays on a CSC graph (the in-edges of each node),
+such as a partition's ``indptr``/``indices`` in shared memory; they are read in
+place, never copied.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import numpy as np
+import torch
+
+from distgnn.sampling import _build
+from distgnn.sampling.block import Block
+
+
+@functools.cache
+def extension() -> ModuleType:
+    """The loaded C++ extension (raises ExtensionBuildError if it cannot be had)."""
+    return _build.load_extension()
+
+
+def sample_neighbors(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    seeds: np.ndarray,
+    fanout: int,
+    replace: bool = False,
+    prob: np.ndarray | None = None,
+    rng_seed: int = 0,
+    num_threads: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pick up to ``fanout`` in-neighbours of each seed from a CSC graph.
+
+    Without replacement a seed gets ``min(fanout, degree)`` distinct edges;
+    with replacement ``fanout`` edges (none when its degree is 0); ``fanout=-1``
+    takes every edge. With ``prob``, zero-weight edges are never picked and
+    "degree" counts the non-zero-weight edges only; picks without replacement
+    are successive weighted draws (as in DGL), with replacement independent
+    draws proportional to weight.
+
+    Args:
+        indptr: ``(num_nodes + 1,)`` int64 CSC row pointer, ``indptr[-1] == len(indices)``.
+        indices: ``(num_edges,)`` int32 or int64 source node of each edge position.
+        seeds: ``(num_seeds,)`` integer node ids (``0 <= seed < num_nodes``), repeats allowed.
+        fanout: picks per seed, ``-1`` for all.
+        replace: draw with replacement.
+        prob: optional ``(num_edges,)`` float32 finite non-negative weight per edge position.
+        rng_seed: seed of the random streams. Seed ``i`` draws from a stream
+            keyed by ``(rng_seed, i)`` alone, so the result does not depend on
+            ``num_threads``; pass a fresh ``rng_seed`` per call for fresh samples.
+        num_threads: OpenMP threads; ``None`` uses the OpenMP default (``OMP_NUM_THREADS``).
+
+    Returns:
+        ``counts``: ``(num_seeds,)`` int64 picks per seed, and ``positions``:
+        ``(counts.sum(),)`` int64 positions into ``indices`` grouped by seed in
+        seed order, so ``indices[positions]`` are the neighbours and
+        ``eids[positions]`` the edge ids.
+
+    Raises:
+        ValueError: a dtype or shape is wrong, a seed is out of range, the
+            ``indptr`` range of a seed is corrupt, or a weight is negative or not finite.
+    """
+    seeds = _as_int64_ids(seeds, "seeds")
+    if not isinstance(fanout, (int, np.integer)) or fanout < -1:
+        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
+    return extension().sample_neighbors(
+        indptr,
+        indices,
+        seeds,
+        int(fanout),
+        bool(replace),
+        prob,
+        int(rng_seed) % 2**64,
+        0 if num_threads is None else int(num_threads),
+    )
+
+
+def to_block(
+    dst_nids: np.ndarray,
+    counts: np.ndarray,
+    src_nids_per_edge: np.ndarray,
+    eids: np.ndarray,
+) -> Block:
+    """Relabel one layer's sampled edges into a :class:`Block`.
+
+    Args:
+        dst_nids: ``(num_dst,)`` int64 unique global ids of the destination nodes (the layer's seeds).
+        counts: ``(num_dst,)`` int64 sampled in-edges per destination node.
+        src_nids_per_edge: ``(num_edges,)`` int64 global source id of each
+            edge, grouped by destination in ``dst_nids`` order.
+        eids: ``(num_edges,)`` int64 global edge ids.
+
+    Returns:
+        A block whose ``src_nids`` are ``dst_nids`` followed by the other
+        sources in order of first appearance, with ``indices`` into ``src_nids``.
+
+    Raises:
+        ValueError: shapes or dtypes disagree, or ``dst_nids`` has repeats.
+    """
+    dst_nids = _as_int64_ids(dst_nids, "dst_nids")
+    src_nids_per_edge = _as_int64_ids(src_nids_per_edge, "src_nids_per_edge")
+    counts = _as_int64_ids(counts, "counts")
+    eids = _as_int64_ids(eids, "eids")
+    if len(counts) != len(dst_nids):
+        raise ValueError(f"counts must have one entry per dst node ({len(dst_nids)}), got {len(counts)}")
+    if len(eids) != len(src_nids_per_edge):
+        raise ValueError(f"eids ({len(eids)}) and src_nids_per_edge ({len(src_nids_per_edge)}) must have equal length")
+    indptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    if (len(counts) and counts.min() < 0) or indptr[-1] != len(src_nids_per_edge):
+        raise ValueError(
+            f"counts must be non-negative and sum to the number of edges ({len(src_nids_per_edge)}), got sum {indptr[-1]}"
+        )
+    src_nids, indices = extension().relabel(dst_nids, src_nids_per_edge)
+    return Block(
+        src_nids=torch.from_numpy(src_nids),
+        num_dst=len(dst_nids),
+        indptr=torch.from_numpy(indptr),
+        indices=torch.from_numpy(indices),
+        eids=torch.from_numpy(eids),
+    )
+
+
+def _as_int64_ids(ids: np.ndarray, name: str) -> np.ndarray:
+    """A 1-D contiguous int64 view (or copy) of an integer array; ValueError otherwise."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.numpy()
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+        raise ValueError(f"{name} must be a 1-D integer array, got dtype {ids.dtype} and shape {ids.shape}")
+    return np.ascontiguousarray(ids, dtype=np.int64)
