@@ -1,0 +1,266 @@
+"""Distributed multi-layer neighbour sampling: seeds in, one Block per GNN layer out.
+
+Per layer the frontier is split by owner (partition book). Seeds owned by
+other machines go to their owner's servers as ``sample`` requests first; the
+seeds this machine owns are sampled in-process from the shared-memory CSC
+while those requests are in flight; the replies are then merged back into seed
+order and relabelled into a Block. The next layer's frontier is the Block's
+source nodes.
+
+The sampler reads a graph through a small interface (:class:`GraphSource`):
+a :class:`distgnn.DistGraph` in a job, or :class:`InProcessGraph` for
+single-process training and tests, so both run the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from distgnn.data.graph import Graph
+from distgnn.errors import ConfigError, InputError
+from distgnn.partition_book import RangePartitionBook
+from distgnn.sampling import kernels
+from distgnn.sampling.block import Block
+
+
+@dataclass(frozen=True)
+class LocalCSC:
+    """The partition this process can read directly.
+
+    Attributes:
+        part_id: its partition id (= machine id).
+        node_start: global id of local node 0 (owned nodes are a contiguous range).
+        indptr, indices: CSC of the in-edges of the owned nodes (local ids).
+        eids: global edge id of each CSC position.
+        local2global: global id of each local node.
+        edge_weights: optional edge arrays by name, one value per CSC position.
+    """
+
+    part_id: int
+    node_start: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    eids: np.ndarray
+    local2global: np.ndarray
+    edge_weights: dict[str, np.ndarray]
+
+
+class RemoteSampling(Protocol):
+    """Sends ``sample`` requests to the servers of other machines and collects the replies."""
+
+    def send_sample(
+        self, machine_id: int, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
+    ) -> object: ...
+
+    def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(counts, neighbour global ids, global edge ids)`` per handle, in order."""
+        ...
+
+
+class GraphSource(Protocol):
+    """What the sampler needs from a graph."""
+
+    def get_partition_book(self) -> RangePartitionBook: ...
+
+    def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]: ...
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit random-stream seed from integers (base seed, epoch, batch, layer, ...)."""
+    digest = hashlib.blake2b(np.asarray(parts, dtype=np.int64).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+class NeighborSampler:
+    """Uniform (or edge-weighted) neighbour sampling, one fanout per layer.
+
+    Args:
+        fanouts: neighbours per node for each layer, input layer first (as in
+            DGL: ``[15, 10, 5]`` samples 5 neighbours of the output nodes, then
+            10, then 15); ``-1`` takes all neighbours.
+        replace: sample with replacement.
+        prob: name of an edge array holding non-negative sampling weights;
+            zero-weight edges are never picked.
+    """
+
+    def __init__(self, fanouts: Sequence[int], replace: bool = False, prob: str | None = None):
+        fanouts = [int(f) for f in fanouts]
+        if not fanouts or any(f < -1 or f == 0 for f in fanouts):
+            raise ConfigError(f"fanouts must be a non-empty list of positive ints (or -1 for all), got {fanouts}")
+        self.fanouts = fanouts
+        self.replace = bool(replace)
+        self.prob = prob
+
+    def spec(self) -> dict:
+        """A small picklable description that :meth:`from_spec` turns back into a sampler."""
+        return {"fanouts": list(self.fanouts), "replace": self.replace, "prob": self.prob}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> NeighborSampler:
+        return cls(spec["fanouts"], spec["replace"], spec["prob"])
+
+    def __repr__(self) -> str:
+        return f"NeighborSampler(fanouts={self.fanouts}, replace={self.replace}, prob={self.prob!r})"
+
+    def sample_blocks(
+        self, g: GraphSource, seeds: torch.Tensor | np.ndarray, rng_seed: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, list[Block]]:
+        """Sample the message-flow graphs of ``seeds``.
+
+        Args:
+            g: a DistGraph or InProcessGraph.
+            seeds: ``(B,)`` unique global ids of the output nodes.
+            rng_seed: seed of this mini-batch's random streams (layers derive their own).
+
+        Returns:
+            ``(input_nodes, output_nodes, blocks)``: global ids of the first
+            block's source nodes, the seeds, and one Block per layer, input
+            layer first.
+        """
+        book = g.get_partition_book()
+        local, remote = g.sampling_view()
+        frontier = _as_ids(seeds)
+        output_nodes = frontier
+        blocks: list[Block] = []
+        for layer in reversed(range(len(self.fanouts))):
+            layer_seed = derive_seed(rng_seed, layer)
+            counts, src, eids = sample_layer(
+                book, local, remote, frontier, self.fanouts[layer], self.replace, self.prob, layer_seed
+            )
+            block = kernels.to_block(frontier, counts, src, eids)
+            blocks.insert(0, block)
+            frontier = block.src_nids.numpy()
+        return torch.from_numpy(frontier), torch.from_numpy(output_nodes), blocks
+
+
+def sample_layer(
+    book: RangePartitionBook,
+    local: LocalCSC,
+    remote: RemoteSampling | None,
+    seeds: np.ndarray,
+    fanout: int,
+    replace: bool,
+    prob: str | None,
+    rng_seed: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One layer over the whole cluster: ``(counts, src global ids, edge ids)`` in seed order."""
+    owners = book.nid2partid(seeds)
+    groups: list[tuple[np.ndarray, int]] = []  # (positions of the group's seeds in `seeds`, owner)
+    handles = []
+    remote_groups = []
+    for part in np.unique(owners).tolist():
+        where = np.flatnonzero(owners == part)
+        if part == local.part_id:
+            groups.insert(0, (where, part))
+            continue
+        if remote is None:
+            raise InputError(f"seed owned by partition {part} but this graph has no remote access")
+        # Each machine's stream is seeded apart so that results do not depend on the batching.
+        handles.append(remote.send_sample(part, seeds[where], fanout, replace, prob, derive_seed(rng_seed, part)))
+        remote_groups.append((where, part))
+    results = []
+    if groups:
+        where, _ = groups[0]
+        results.append(_sample_local(local, seeds[where], fanout, replace, prob, derive_seed(rng_seed, local.part_id)))
+    if handles:
+        results.extend(remote.wait_sample(handles))
+    groups.extend(remote_groups)
+    return _merge(len(seeds), groups, results)
+
+
+def _sample_local(
+    local: LocalCSC, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    weights = None
+    if prob is not None:
+        if prob not in local.edge_weights:
+            raise InputError(f"no edge array {prob!r} to sample by (have {sorted(local.edge_weights)})")
+        weights = local.edge_weights[prob]
+    counts, positions = kernels.sample_neighbors(
+        local.indptr, local.indices, seeds - local.node_start, fanout, replace, weights, rng_seed
+    )
+    src = local.local2global[local.indices[positions]]
+    return counts, src, np.asarray(local.eids[positions], dtype=np.int64)
+
+
+def _merge(
+    num_seeds: int,
+    groups: list[tuple[np.ndarray, int]],
+    results: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scatter per-owner results (each grouped by seed in group order) into global seed order."""
+    if len(groups) == 1:
+        return results[0]
+    counts = np.zeros(num_seeds, dtype=np.int64)
+    for (where, _), (group_counts, _, _) in zip(groups, results, strict=True):
+        counts[where] = group_counts
+    offsets = np.zeros(num_seeds + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    src = np.empty(total, dtype=np.int64)
+    eids = np.empty(total, dtype=np.int64)
+    for (where, _), (group_counts, group_src, group_eids) in zip(groups, results, strict=True):
+        # Edge k of the group, the j-th pick of seed where[i], lands at offsets[where[i]] + j.
+        starts = np.zeros(len(group_counts), dtype=np.int64)
+        np.cumsum(group_counts[:-1], out=starts[1:])
+        target = np.repeat(offsets[where] - starts, group_counts) + np.arange(len(group_src), dtype=np.int64)
+        src[target] = group_src
+        eids[target] = group_eids
+    return counts, src, eids
+
+
+def _as_ids(ids: torch.Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if ids.ndim != 1:
+        raise InputError(f"seeds must be a 1-D array of node ids, got shape {ids.shape}")
+    return ids
+
+
+class InProcessGraph:
+    """A whole :class:`~distgnn.data.graph.Graph` held in this process, one partition.
+
+    Behaves like a DistGraph for the sampler, the loader and the training
+    script (``ndata`` maps names to torch tensors indexed by global id), so a
+    single-process run goes through exactly the distributed code path. Node
+    and edge ids are the Graph's own.
+    """
+
+    def __init__(self, graph: Graph):
+        graph.validate()
+        order = np.argsort(graph.dst, kind="stable")
+        indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(graph.dst, minlength=graph.num_nodes), out=indptr[1:])
+        self.graph_name = graph.name
+        self.num_nodes = graph.num_nodes
+        self.num_edges = graph.num_edges
+        self.num_classes = graph.num_classes
+        self.ndata = {name: torch.from_numpy(np.ascontiguousarray(arr)) for name, arr in graph.ndata.items()}
+        self.edata = {name: torch.from_numpy(np.ascontiguousarray(arr)) for name, arr in graph.edata.items()}
+        self._book = RangePartitionBook([[0, graph.num_nodes]], [[0, graph.num_edges]])
+        self._local = LocalCSC(
+            part_id=0,
+            node_start=0,
+            indptr=indptr,
+            indices=np.ascontiguousarray(graph.src[order], dtype=np.int64),
+            eids=order.astype(np.int64),
+            local2global=np.arange(graph.num_nodes, dtype=np.int64),
+            edge_weights={
+                name: np.ascontiguousarray(arr[order], dtype=np.float32)
+                for name, arr in graph.edata.items()
+                if arr.ndim == 1 and arr.dtype.kind == "f"
+            },
+        )
+
+    def get_partition_book(self) -> RangePartitionBook:
+        return self._book
+
+    def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]:
+        return self._local, None
