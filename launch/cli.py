@@ -1,0 +1,140 @@
+"""``distgnn-launch``: start a distgnn job on every machine of an ip_config, over ssh or locally.
+
+    distgnn-launch --ip-config ip_config.txt --part-config data/g.json \\
+                   --num-trainers 2 --num-servers 1 -- python train.py --epochs 3
+
+Everything is checked before anything starts; then each machine runs its
+servers and a torchrun agent with its trainers; output streams back prefixed
+with ``[machine/role/rank]``; any failure or Ctrl-C stops the whole job on
+every machine. See docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shlex
+import sys
+
+from distgnn.launch.plan import (
+    LaunchError,
+    LaunchOptions,
+    build_plan,
+    check_command,
+    parse_extra_env,
+    python_of,
+    resolve_path,
+)
+from distgnn.launch.preflight import check_machines, check_workspace, read_machines
+from distgnn.launch.supervisor import Job
+from distgnn.launch.transport import LocalTransport, SshTransport
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distgnn-launch",
+        usage="distgnn-launch --ip-config FILE --part-config JSON --num-trainers T [options] -- COMMAND...",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("--ip-config", required=True, help="one machine per line: IP [PORT]; line i holds partition i")
+    parser.add_argument("--part-config", required=True, help="the partition JSON written by distgnn-partition")
+    parser.add_argument("--num-trainers", type=int, required=True, help="trainer processes per machine")
+    parser.add_argument("--num-servers", type=int, default=1, help="server processes per machine (default 1)")
+    parser.add_argument("--num-samplers", type=int, default=0, help="sampler workers per trainer (default 0)")
+    parser.add_argument(
+        "--workspace",
+        default=os.getcwd(),
+        help="directory every process starts in, on every machine; relative paths are resolved against it "
+        "(default: the current directory)",
+    )
+    parser.add_argument("--ssh-port", type=int, default=22)
+    parser.add_argument("--ssh-user", help="remote user (default: ssh's default)")
+    parser.add_argument("--ssh-key", help="private key file for ssh (-i)")
+    parser.add_argument(
+        "--ssh-option",
+        action="append",
+        default=[],
+        metavar="OPT",
+        help="extra ssh -o option, e.g. UserKnownHostsFile=/path (repeatable)",
+    )
+    parser.add_argument(
+        "--extra-env",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="K=V",
+        help="environment variables for every process (repeatable)",
+    )
+    parser.add_argument(
+        "--server-command",
+        help="command that runs one server (default: PYTHON -m distgnn.server, PYTHON from the training command)",
+    )
+    parser.add_argument(
+        "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping (default 5)"
+    )
+    parser.add_argument("--local", action="store_true", help="run every machine on this host, without ssh")
+    return parser
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Split at the first ``--``: launcher flags before it, the training command after it."""
+    if "--" in argv:
+        cut = argv.index("--")
+        flags, command = argv[:cut], argv[cut + 1 :]
+    else:
+        flags, command = argv, []
+    return build_parser().parse_args(flags), command
+
+
+def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOptions:
+    check_command(tuple(command))
+    if args.num_trainers < 1 or args.num_servers < 1 or args.num_samplers < 0:
+        raise LaunchError(
+            f"need --num-trainers >= 1, --num-servers >= 1, --num-samplers >= 0; got "
+            f"{args.num_trainers}, {args.num_servers}, {args.num_samplers}"
+        )
+    workspace = os.path.abspath(os.path.expanduser(args.workspace))
+    return LaunchOptions(
+        ip_config=resolve_path(args.ip_config, workspace),
+        part_config=resolve_path(args.part_config, workspace),
+        command=tuple(command),
+        num_trainers=args.num_trainers,
+        num_servers=args.num_servers,
+        num_samplers=args.num_samplers,
+        workspace=workspace,
+        extra_env=parse_extra_env(args.extra_env),
+        server_command=tuple(shlex.split(args.server_command)) if args.server_command else None,
+        local=args.local,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, command = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        opts = options_from_args(args, command)
+        check_workspace(opts.workspace, opts.local)
+        machines = read_machines(opts)
+        if opts.local:
+            transport = LocalTransport(opts.workspace)
+        else:
+            transport = SshTransport(opts.workspace, args.ssh_port, args.ssh_user, args.ssh_key, tuple(args.ssh_option))
+        python = python_of(opts.command)
+        master_port = check_machines(machines, transport, python, opts.num_servers)
+    except LaunchError as exc:
+        print(f"distgnn-launch: error: {exc}", file=sys.stderr)
+        return 2
+    job_id = f"j{secrets.token_hex(4)}"
+    plan = build_plan(machines, opts, job_id, master_port)
+    print(
+        f"distgnn-launch: job {job_id}: {len(machines)} machines x ({opts.num_servers} servers + "
+        f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{master_port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    job = Job(plan, transport, python, secrets.token_hex(16), opts.num_trainers, grace_s=args.grace)
+    return job.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

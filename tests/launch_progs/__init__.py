@@ -1,0 +1,1 @@
+"""Stand-in server and trainer programs for the launcher tests, and the harness that drives them."""
