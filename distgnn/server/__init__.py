@@ -1,1 +1,5 @@
-"""distgnn.server (see DESIGN.md)."""
+"""The graph server: holds one partition in shared memory and answers RPC (see DESIGN.md).
+
+Entry point ``python -m distgnn.server``; ``server.GraphServer`` is the loop,
+``handlers`` the ops, ``store`` the loading into shared memory.
+"""

@@ -1,0 +1,218 @@
+"""The trainer side of RPC: one DEALER per server, pipelined requests, deadlines.
+
+``send`` queues a request and returns its request id at once; ``wait`` collects
+the replies of several ids (in any arrival order) under one deadline. A step
+sends one request per destination machine first and then waits for all of
+them, so the machines work in parallel.
+
+Sockets are not thread-safe, so every thread gets its own DEALERs (and request
+ids) on first use, and a forked child (a sampler worker) gets a fresh ZeroMQ
+context instead of the parent's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+
+from distgnn.config import JobConfig
+from distgnn.errors import ProtocolError, RpcError, RpcTimeoutError
+from distgnn.rpc import wire
+from distgnn.rpc.auth import secure_client
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reply:
+    """A successful reply: its header (``ok``, ``rid``, op-specific fields) and arrays."""
+
+    header: dict[str, Any]
+    arrays: list[np.ndarray]
+
+
+@dataclass
+class _Pending:
+    key: tuple[int, int]  # (machine_id, server_id)
+    op: str
+
+
+class _ThreadState:
+    def __init__(self) -> None:
+        self.sockets: dict[tuple[int, int], zmq.Socket] = {}
+        self.pending: dict[int, _Pending] = {}
+        self.done: dict[int, Reply | RpcError] = {}
+        self.rids = itertools.count(1)
+
+
+class RpcClient:
+    """Talks to every server of a job described by ``config``.
+
+    Args:
+        config: the job (addresses, token, curve flag, default deadline).
+        timeout_s: default deadline of a ``wait``; ``config.rpc_timeout_s`` if None.
+    """
+
+    def __init__(self, config: JobConfig, timeout_s: float | None = None):
+        self.config = config
+        self.timeout_s = config.rpc_timeout_s if timeout_s is None else timeout_s
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._ctx = zmq.Context()
+        self._local = threading.local()
+        self._all_sockets: list[zmq.Socket] = []
+        self._lock = threading.Lock()
+
+    def _state(self) -> _ThreadState:
+        if os.getpid() != self._pid:
+            # A forked child must not touch the parent's context; start over.
+            self._reset()
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = _ThreadState()
+        return state
+
+    def _socket(self, state: _ThreadState, key: tuple[int, int]) -> zmq.Socket:
+        sock = state.sockets.get(key)
+        if sock is None:
+            machine_id, server_id = key
+            if not 0 <= machine_id < self.config.num_machines or not 0 <= server_id < self.config.num_servers:
+                raise RpcError(
+                    f"no server {server_id} on machine {machine_id}: the job has {self.config.num_machines} "
+                    f"machines with {self.config.num_servers} servers each"
+                )
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.linger = 0
+            sock.sndhwm = 0
+            sock.rcvhwm = 0
+            sock.sndtimeo = int(self.timeout_s * 1000)
+            secure_client(sock, self.config.token, self.config.curve)
+            host, port = self.config.server_address(machine_id, server_id)
+            sock.connect(f"tcp://{host}:{port}")
+            state.sockets[key] = sock
+            with self._lock:
+                self._all_sockets.append(sock)
+        return sock
+
+    def describe(self, machine_id: int, server_id: int) -> str:
+        host, port = self.config.server_address(machine_id, server_id)
+        return f"server {server_id} of machine {machine_id} (partition {machine_id}) at {host}:{port}"
+
+    def send(
+        self,
+        machine_id: int,
+        op: str,
+        fields: dict[str, Any] | None = None,
+        arrays: Sequence[np.ndarray] = (),
+        server_id: int = 0,
+    ) -> int:
+        """Queue request ``op`` for one server; returns its request id for ``wait``."""
+        state = self._state()
+        key = (machine_id, server_id)
+        sock = self._socket(state, key)
+        rid = next(state.rids)
+        frames = wire.encode({**(fields or {}), "op": op, "rid": rid}, arrays)
+        try:
+            sock.send_multipart(frames, copy=False)
+        except zmq.Again:
+            raise RpcTimeoutError(
+                f"could not queue '{op}' for {self.describe(*key)} within {self.timeout_s}s; is the server alive?"
+            ) from None
+        state.pending[rid] = _Pending(key, op)
+        return rid
+
+    def wait(self, rids: Sequence[int], timeout_s: float | None = None) -> list[Reply]:
+        """Replies of ``rids`` in the same order; raises the first server error or a timeout."""
+        state = self._state()
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        for rid in rids:
+            if rid not in state.pending and rid not in state.done:
+                raise RpcError(f"request id {rid} was not sent by this thread or was already collected")
+        missing = [rid for rid in rids if rid not in state.done]
+        while missing:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._give_up(state, rids, missing, timeout_s)
+            poller = zmq.Poller()
+            for key in {state.pending[rid].key for rid in missing}:
+                poller.register(state.sockets[key], zmq.POLLIN)
+            for sock, _ in poller.poll(max(1, int(remaining * 1000))):
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._accept(state, frames)
+            missing = [rid for rid in missing if rid not in state.done]
+        results = [state.done.pop(rid) for rid in rids]
+        for result in results:
+            if isinstance(result, RpcError):
+                raise result
+        return results
+
+    def _accept(self, state: _ThreadState, frames: list) -> None:
+        try:
+            header, arrays = wire.decode(frames)
+        except ProtocolError as exc:
+            log.warning("dropping a malformed reply: %s", exc)
+            return
+        pending = state.pending.pop(header["rid"], None)
+        if pending is None:
+            log.debug("dropping a late reply to request %s", header["rid"])
+            return
+        if header.get("ok") is True:
+            state.done[header["rid"]] = Reply(header, arrays)
+        else:
+            error = header.get("error", "no error message")
+            state.done[header["rid"]] = RpcError(f"'{pending.op}' on {self.describe(*pending.key)} failed: {error}")
+
+    def _give_up(self, state: _ThreadState, rids: Sequence[int], missing: list[int], timeout_s: float) -> None:
+        first = state.pending[missing[0]]
+        for rid in rids:
+            state.pending.pop(rid, None)
+            state.done.pop(rid, None)
+        raise RpcTimeoutError(
+            f"no reply to '{first.op}' from {self.describe(*first.key)} within {timeout_s}s "
+            f"({len(missing)} of {len(rids)} requests unanswered); is the server alive? check its log"
+        )
+
+    def call(
+        self,
+        machine_id: int,
+        op: str,
+        fields: dict[str, Any] | None = None,
+        arrays: Sequence[np.ndarray] = (),
+        server_id: int = 0,
+        timeout_s: float | None = None,
+    ) -> Reply:
+        """``send`` then ``wait`` for one request."""
+        return self.wait([self.send(machine_id, op, fields, arrays, server_id)], timeout_s)[0]
+
+    def close(self) -> None:
+        """Close every socket this process opened (from any thread) and the context."""
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            for sock in self._all_sockets:
+                sock.close(linger=0)
+            self._all_sockets.clear()
+        self._ctx.term()
+        self._local = threading.local()
+
+    def __enter__(self) -> RpcClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,215 @@
+"""The server's ops: validate one decoded request, act on the shared partition, build the reply.
+
+Every handler takes ``(state, header, arrays)`` and returns ``(fields, arrays)``
+for the reply, or raises ``InputError``/``ProtocolError`` naming what was
+wrong; the server loop turns that into ``{ok: false, error}``. Ids are global
+and must be owned by this partition; nothing a client sends can index outside
+a tensor. ``barrier`` is not here: its reply is deferred, so the loop owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distgnn import shm
+from distgnn.config import JobConfig
+from distgnn.errors import InputError, ProtocolError
+from distgnn.rpc import wire
+from distgnn.server.sampling import sample_neighbors
+from distgnn.server.store import create_tensor
+
+MAX_FANOUT = 100_000
+MAX_SAMPLED_EDGES = 200_000_000
+
+_MISSING = object()
+
+
+@dataclass
+class ServerState:
+    """What the handlers work on: the job, this server's partition, and the stop flag."""
+
+    config: JobConfig
+    partition: shm.SharedPartition
+    stopping: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.config.server_id == 0
+
+
+Reply = tuple[dict[str, Any], list[np.ndarray]]
+
+
+def _field(header: dict, key: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+    value = header.get(key, default)
+    if value is _MISSING:
+        raise ProtocolError(f"request field {key!r} is missing")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is an int subclass in Python; a flag must not pass as a count or the other way round.
+    if value is not default and type(value) not in kinds and not (float in kinds and type(value) is int):
+        names = "/".join(k.__name__ for k in kinds)
+        raise ProtocolError(f"request field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _arrays(arrays: list[np.ndarray], count: int, op: str) -> None:
+    if len(arrays) != count:
+        raise ProtocolError(f"'{op}' takes {count} arrays, got {len(arrays)}")
+
+
+def _local_ids(ids: np.ndarray, owned: tuple[int, int], what: str) -> np.ndarray:
+    if ids.ndim != 1 or ids.dtype != np.int64:
+        raise ProtocolError(f"{what} must be a 1-d int64 array, got {ids.dtype}{list(ids.shape)}")
+    start, end = owned
+    if ids.size and (ids.min() < start or ids.max() >= end):
+        bad = ids[(ids < start) | (ids >= end)][0]
+        raise InputError(f"{what}: id {int(bad)} is not owned by this partition (owns [{start}, {end}))")
+    return ids - start
+
+
+def _tensor(state: ServerState, header: dict) -> tuple[str, str, np.ndarray]:
+    policy = _field(header, "policy", str)
+    name = shm.check_name(_field(header, "name", str))
+    state.partition.owned_range(policy)
+    table = state.partition.tensor(policy, name)
+    if table is None:
+        raise InputError(f"no {policy} tensor named {name!r} on partition {state.partition.part_id}")
+    return policy, name, table
+
+
+def _require_main(state: ServerState, op: str) -> None:
+    if not state.is_main:
+        raise InputError(
+            f"'{op}' must go to the main server (server 0) of machine {state.config.machine_id}, "
+            f"this is server {state.config.server_id}: one writer per partition"
+        )
+
+
+def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 0, "meta")
+    part = state.partition
+    return {
+        "machine_id": state.config.machine_id,
+        "server_id": state.config.server_id,
+        "num_nodes": part.num_nodes,
+        "num_edges": part.num_edges,
+        "node_range": list(part.node_range),
+        "edge_range": list(part.edge_range),
+    }, []
+
+
+def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 1, "pull")
+    policy, _, table = _tensor(state, header)
+    local = _local_ids(arrays[0], state.partition.owned_range(policy), "pull ids")
+    return {}, [np.take(table, local, axis=0)]
+
+
+def handle_push(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _require_main(state, "push")
+    _arrays(arrays, 2, "push")
+    mode = _field(header, "mode", str)
+    if mode not in ("assign", "add"):
+        raise ProtocolError(f"push mode must be 'assign' or 'add', got {mode!r}")
+    policy, name, table = _tensor(state, header)
+    local = _local_ids(arrays[0], state.partition.owned_range(policy), "push ids")
+    rows = arrays[1]
+    if rows.dtype != table.dtype or rows.shape != (len(local), *table.shape[1:]):
+        raise ProtocolError(
+            f"push rows for {policy} tensor {name!r} must be {table.dtype}{[len(local), *table.shape[1:]]}, "
+            f"got {rows.dtype}{list(rows.shape)}"
+        )
+    if mode == "assign":
+        table[local] = rows
+    elif len(np.unique(local)) == len(local):
+        table[local] += rows
+    else:
+        np.add.at(table, local, rows)
+    return {}, []
+
+
+def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _require_main(state, "init_data")
+    _arrays(arrays, 0, "init_data")
+    policy = _field(header, "policy", str)
+    name = shm.check_name(_field(header, "name", str))
+    dtype = _field(header, "dtype", str)
+    if dtype not in wire.DTYPES:
+        raise ProtocolError(f"dtype {dtype!r} not allowed (allowed: {sorted(wire.DTYPES)})")
+    shape = _field(header, "shape", list)
+    if not 1 <= len(shape) <= wire.MAX_NDIM or not all(type(d) is int and 0 <= d < 2**40 for d in shape):
+        raise ProtocolError(f"shape must be 1 to {wire.MAX_NDIM} non-negative ints, got {shape!r}")
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    start, end = state.partition.owned_range(policy)
+    if row_bytes * (end - start) > 2**40 or row_bytes > wire.MAX_MESSAGE_BYTES:
+        raise InputError(f"tensor {name!r} of shape {shape} {dtype} is too large for this server")
+    create_tensor(
+        state.partition,
+        policy,
+        name,
+        dtype,
+        tuple(shape),
+        _field(header, "init", str, "zeros"),
+        float(_field(header, "low", float, 0.0)),
+        float(_field(header, "high", float, 1.0)),
+        _field(header, "seed", int, 0),
+    )
+    return {}, []
+
+
+def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 1, "sample")
+    fanout = _field(header, "fanout", int)
+    replace = _field(header, "replace", bool, False)
+    seed = _field(header, "seed", int, 0)
+    edge_dir = _field(header, "edge_dir", str, "in")
+    prob_name = _field(header, "prob", (str, type(None)), None)
+    if edge_dir != "in":
+        raise InputError(f"only edge_dir='in' is supported (partitions store in-edges), got {edge_dir!r}")
+    if not -1 <= fanout <= MAX_FANOUT:
+        raise InputError(f"fanout must be -1 (all) or in [0, {MAX_FANOUT}], got {fanout}")
+    if not 0 <= seed < 2**63:
+        raise InputError(f"seed must be in [0, 2**63), got {seed}")
+    part = state.partition
+    seeds = _local_ids(arrays[0], part.node_range, "sample seeds")
+    if replace and len(seeds) * max(fanout, 0) > MAX_SAMPLED_EDGES:
+        raise InputError(f"{len(seeds)} seeds x fanout {fanout} exceeds {MAX_SAMPLED_EDGES} sampled edges")
+    prob = None
+    if prob_name is not None:
+        prob = part.tensor("edge", shm.check_name(prob_name))
+        if prob is None:
+            raise InputError(f"no edge tensor named {prob_name!r} to use as sampling probability")
+        if prob.dtype.kind != "f" or prob.ndim != 1:
+            raise InputError(f"prob tensor {prob_name!r} must be 1-d float, got {prob.dtype}{list(prob.shape)}")
+    graph = part.graph
+    counts, positions = sample_neighbors(graph["indptr"], graph["indices"], seeds, fanout, replace, prob, seed)
+    neighbours = graph["local2global"][graph["indices"][positions]]
+    return {}, [np.asarray(counts, np.int64), neighbours.astype(np.int64, copy=False), graph["eids"][positions]]
+
+
+def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 1, "degrees")
+    local = _local_ids(arrays[0], state.partition.node_range, "degree ids")
+    indptr = state.partition.graph["indptr"]
+    return {}, [(indptr[local + 1] - indptr[local]).astype(np.int64)]
+
+
+def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 0, "shutdown")
+    state.stopping = True
+    return {}, []
+
+
+HANDLERS: dict[str, Callable[[ServerState, dict, list[np.ndarray]], Reply]] = {
+    "meta": handle_meta,
+    "pull": handle_pull,
+    "push": handle_push,
+    "init_data": handle_init_data,
+    "sample": handle_sample,
+    "degrees": handle_degrees,
+    "shutdown": handle_shutdown,
+}

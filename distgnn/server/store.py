@@ -1,0 +1,107 @@
+"""Filling shared memory: the main server copies its partition from disk, and creates tensors.
+
+Loading is one sequential copy per array (``np.load`` memory-maps the file,
+``np.copyto`` writes the segment), so it runs at disk read speed with no
+per-row Python work. Backups and trainers only map what the main server wrote
+(``distgnn.shm.SharedPartition.attach``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from distgnn import shm
+from distgnn.errors import InputError, PartitionFormatError
+from distgnn.partition.format import PartitionMeta, load_edge_feature, load_node_feature, load_part_array
+
+log = logging.getLogger(__name__)
+
+INIT_KINDS = ("zeros", "ones", "uniform", "normal")
+
+
+def _copy_segment(job_id: str, part_id: int, name: str, src: np.ndarray) -> None:
+    shm.create_array(job_id, part_id, name, src.dtype, src.shape, lambda dst: np.copyto(dst, src))
+
+
+def load_partition(job_id: str, part_id: int, meta: PartitionMeta) -> shm.SharedPartition:
+    """Copy partition ``part_id`` into shared memory (removing stale segments of this job first)."""
+    start = time.monotonic()
+    stale = shm.remove_segments(job_id, part_id)
+    if stale:
+        log.warning("removed %d stale shared-memory segments of job %s partition %d", stale, job_id, part_id)
+    part = meta.parts[part_id]
+    for name in shm.GRAPH_ARRAYS:
+        _copy_segment(job_id, part_id, f"graph.{name}", load_part_array(meta, part_id, name))
+    for policy, names, loader, rows in (
+        ("node", part.node_feats, load_node_feature, part.num_owned_nodes),
+        ("edge", part.edge_feats, load_edge_feature, part.num_edges),
+    ):
+        for name in names:
+            arr = loader(meta, part_id, name)
+            if arr.ndim == 0 or arr.shape[0] != rows:
+                raise PartitionFormatError(
+                    f"partition {part_id}: {policy} feature {name!r} has shape {arr.shape}, expected {rows} rows"
+                )
+            _copy_segment(job_id, part_id, f"{policy}.{shm.check_name(name, 'feature name')}", arr)
+    shm.write_manifest(
+        job_id,
+        part_id,
+        {
+            "graph_name": meta.graph_name,
+            "num_nodes": meta.num_nodes,
+            "num_edges": meta.num_edges,
+            "node_range": meta.node_map[part_id],
+            "edge_range": meta.edge_map[part_id],
+        },
+    )
+    log.info(
+        "loaded partition %d of %s into shared memory in %.2fs", part_id, meta.graph_name, time.monotonic() - start
+    )
+    return shm.SharedPartition.attach(job_id, part_id, writable=True)
+
+
+def create_tensor(
+    partition: shm.SharedPartition,
+    policy: str,
+    name: str,
+    dtype: str,
+    shape: tuple[int, ...],
+    init: str,
+    low: float,
+    high: float,
+    seed: int,
+) -> np.ndarray:
+    """Create this partition's rows of tensor ``(policy, name)`` with global ``shape``, or map it
+    if it exists with the same dtype and row shape (several trainers create the same tensor)."""
+    start, end = partition.owned_range(policy)
+    total = partition.num_nodes if policy == "node" else partition.num_edges
+    if init not in INIT_KINDS:
+        raise InputError(f"init must be one of {INIT_KINDS}, got {init!r}")
+    if not shape or shape[0] != total:
+        raise InputError(f"a {policy} tensor needs {total} rows (one per {policy} of the graph), got shape {shape}")
+    rows_shape = (end - start, *shape[1:])
+    existing = partition.tensor(policy, name)
+    if existing is not None:
+        if existing.dtype != np.dtype(dtype) or existing.shape != rows_shape:
+            raise InputError(
+                f"{policy} tensor {name!r} exists with dtype {existing.dtype} and local shape {existing.shape}; "
+                f"requested {dtype} {rows_shape}"
+            )
+        return existing
+    rng = np.random.default_rng([seed, partition.part_id])
+
+    def fill(arr: np.ndarray) -> None:
+        if init == "zeros":
+            arr.fill(0)
+        elif init == "ones":
+            arr.fill(1)
+        elif init == "uniform":
+            arr[...] = rng.uniform(low, high, size=arr.shape)
+        else:
+            arr[...] = rng.normal(low, high, size=arr.shape)
+
+    shm.create_array(partition.job_id, partition.part_id, f"{policy}.{shm.check_name(name)}", dtype, rows_shape, fill)
+    return partition.tensor(policy, name)

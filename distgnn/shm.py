@@ -1,0 +1,182 @@
+"""Shared memory of a job: plain ``.npy`` files in ``/dev/shm``, mapped with numpy.
+
+Every segment is named ``distgnn-<job_id>-p<part_id>-<name>``, so several
+simulated machines (and jobs) share one host without clashing, and everything a
+job created can be found and removed by its prefix. Segments are written under
+a temporary name and renamed into place, so a reader that sees a name sees the
+complete array. The ``.npy`` header carries dtype and shape, so mapping needs
+nothing else. (``multiprocessing.shared_memory`` is not used: its resource
+tracker unlinks segments when the creating process exits.)
+
+Names: ``graph.<array>`` (the partition's CSC and id map), ``node.<tensor>`` /
+``edge.<tensor>`` (node- or edge-partitioned tensors: owned rows only), and
+``manifest`` (JSON, written last by the main server: the partition is loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from distgnn.errors import DistGNNError, InputError
+
+SHM_DIR = Path("/dev/shm")
+POLICIES = ("node", "edge")
+GRAPH_ARRAYS = ("indptr", "indices", "eids", "local2global")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+
+
+def check_name(name: object, what: str = "tensor name") -> str:
+    """A name safe inside a file name: letters, digits, ``_ . : -``, at most 128 chars."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InputError(f"{what} must match {_NAME.pattern} (letters, digits, '_.:-'), got {name!r}")
+    return name
+
+
+def job_prefix(job_id: str) -> str:
+    if not _JOB_ID.match(job_id):
+        raise InputError(f"job id must match {_JOB_ID.pattern}, got {job_id!r}")
+    return f"distgnn-{job_id}-"
+
+
+def segment_path(job_id: str, part_id: int, name: str) -> Path:
+    return SHM_DIR / f"{job_prefix(job_id)}p{part_id}-{name}"
+
+
+def job_segments(job_id: str, part_id: int | None = None) -> list[Path]:
+    """Every segment of a job (or of one of its partitions) that exists now."""
+    prefix = job_prefix(job_id) + (f"p{part_id}-" if part_id is not None else "")
+    return sorted(p for p in SHM_DIR.iterdir() if p.name.startswith(prefix))
+
+
+def remove_segments(job_id: str, part_id: int | None = None) -> int:
+    """Unlink a job's segments (processes that mapped them keep their pages); returns the count."""
+    removed = 0
+    for path in job_segments(job_id, part_id):
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def create_array(
+    job_id: str,
+    part_id: int,
+    name: str,
+    dtype: np.dtype | str,
+    shape: tuple[int, ...],
+    fill: Callable[[np.ndarray], None],
+) -> np.ndarray:
+    """Create segment ``name``, let ``fill`` write it, publish it; returns a writable map."""
+    final = segment_path(job_id, part_id, name)
+    tmp = final.with_name(f"{final.name}.tmp{os.getpid()}")
+    try:
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.dtype(dtype), shape=tuple(shape))
+        fill(arr)
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return arr
+
+
+def attach_array(job_id: str, part_id: int, name: str, writable: bool) -> np.ndarray | None:
+    """Map segment ``name`` (read-only unless ``writable``); None if it does not exist."""
+    path = segment_path(job_id, part_id, name)
+    try:
+        arr = np.load(path, mmap_mode="r+" if writable else "r", allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    return arr
+
+
+def write_manifest(job_id: str, part_id: int, content: dict) -> None:
+    data = json.dumps(content).encode()
+    create_array(
+        job_id, part_id, "manifest", np.uint8, (len(data),), lambda a: np.copyto(a, np.frombuffer(data, np.uint8))
+    )
+
+
+def read_manifest(job_id: str, part_id: int, wait_s: float = 0.0) -> dict:
+    """The partition's manifest, waiting up to ``wait_s`` for the main server to publish it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        arr = attach_array(job_id, part_id, "manifest", writable=False)
+        if arr is not None:
+            return json.loads(bytes(arr))
+        if time.monotonic() >= deadline:
+            raise DistGNNError(
+                f"partition {part_id} of job {job_id} is not in shared memory "
+                f"({segment_path(job_id, part_id, 'manifest')} missing after {wait_s}s); is its main server running?"
+            )
+        time.sleep(0.02)
+
+
+@dataclass
+class SharedPartition:
+    """One machine's partition as mapped by a server or trainer.
+
+    Attributes:
+        job_id, part_id: which segments.
+        writable: servers map read-write, trainers read-only.
+        num_nodes, num_edges: of the whole graph.
+        node_range, edge_range: the global ``[start, end)`` ids this partition owns.
+        graph: ``indptr``/``indices``/``eids``/``local2global`` (see the format module).
+        tensors: mapped tensors by ``(policy, name)``; others are mapped on first ``tensor`` call.
+    """
+
+    job_id: str
+    part_id: int
+    writable: bool
+    num_nodes: int
+    num_edges: int
+    node_range: tuple[int, int]
+    edge_range: tuple[int, int]
+    graph: dict[str, np.ndarray]
+    tensors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def attach(cls, job_id: str, part_id: int, writable: bool, wait_s: float = 0.0) -> SharedPartition:
+        manifest = read_manifest(job_id, part_id, wait_s)
+        graph = {}
+        for name in GRAPH_ARRAYS:
+            arr = attach_array(job_id, part_id, f"graph.{name}", writable=False)
+            if arr is None:
+                raise DistGNNError(f"partition {part_id} of job {job_id} lost its segment graph.{name}")
+            graph[name] = arr
+        return cls(
+            job_id,
+            part_id,
+            writable,
+            int(manifest["num_nodes"]),
+            int(manifest["num_edges"]),
+            tuple(manifest["node_range"]),
+            tuple(manifest["edge_range"]),
+            graph,
+        )
+
+    def owned_range(self, policy: str) -> tuple[int, int]:
+        if policy not in POLICIES:
+            raise InputError(f"partition policy must be one of {POLICIES}, got {policy!r}")
+        return self.node_range if policy == "node" else self.edge_range
+
+    def tensor(self, policy: str, name: str) -> np.ndarray | None:
+        """The owned rows of tensor ``(policy, name)``, mapping it on first use; None if absent."""
+        key = (policy, name)
+        arr = self.tensors.get(key)
+        if arr is None:
+            self.owned_range(policy)
+            arr = attach_array(self.job_id, self.part_id, f"{policy}.{check_name(name)}", self.writable)
+            if arr is not None:
+                self.tensors[key] = arr
+        return arr
