@@ -1,1 +1,24 @@
-"""distgnn.cache (see DESIGN.md)."""
+"""distgnn.cache: the GPU feature path — hot-set choice, the tiered FeatureCache and the one-launch gather.
+
+Importing this package needs torch only (no zmq, no pymetis); the CUDA extension builds on first use.
+"""
+
+from distgnn.cache.extension import extension_available
+from distgnn.cache.feature_cache import CacheStats, FeatureCache
+from distgnn.cache.gather import gather, remote_misses
+from distgnn.cache.host_memory import HostRegistration
+from distgnn.cache.hot_set import access_frequency, choose_hot_set
+from distgnn.cache.tiers import HostTier, StagingTier
+
+__all__ = [
+    "CacheStats",
+    "FeatureCache",
+    "HostRegistration",
+    "HostTier",
+    "StagingTier",
+    "access_frequency",
+    "choose_hot_set",
+    "extension_available",
+    "gather",
+    "remote_misses",
+]

@@ -1,0 +1,257 @@
+"""Tiered feature gather on a GPU: GB/s per tier, mixed cache/host path vs CPU gather + copy, hot-set hit rates.
+
+Builds a power-law (Chung-Lu, symmetric) graph and a feature table of ``num_nodes x dim`` in host memory that is
+page-locked with cudaHostRegister (as the partition's /dev/shm segment would be), samples GraphSAGE-style
+mini-batches on the GPU (uniform neighbours with replacement), and times ``distgnn.cache.gather`` on the
+batches' input nodes. Throughput counts gathered feature bytes (rows x row bytes) per second of the whole call
+(planning included). Without CUDA it runs the same steps on the CPU reference path (a smoke test; the
+figures mean nothing).
+
+    PYTHONPATH=. python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json gather.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-nodes", type=int, default=24_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
+    parser.add_argument("--avg-degree", type=int, default=10)
+    parser.add_argument(
+        "--alpha", type=float, default=0.5, help="node weight ~ rank^-alpha (degree exponent 1+1/alpha)"
+    )
+    parser.add_argument("--train-frac", type=float, default=0.1)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--fanouts", default="15,10,5")
+    parser.add_argument("--presample", type=int, default=200, help="batches sampled to count access frequency")
+    parser.add_argument("--eval-batches", type=int, default=40, help="fresh batches for hit rates")
+    parser.add_argument("--timed", type=int, default=10, help="batches timed per configuration")
+    parser.add_argument("--cache-fracs", default="0,0.05,0.1,0.2,0.4")
+    parser.add_argument("--cpu-threads", type=int, default=0, help="threads of the CPU baseline (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the figures here as JSON")
+    return parser.parse_args()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def power_law_graph(num_nodes: int, avg_degree: int, alpha: float, device: torch.device):
+    """Symmetric Chung-Lu graph in CSC: each edge end picks node i with probability ~ w_i, w = rank^-alpha."""
+    rank = torch.randperm(num_nodes, device=device).double() + 1
+    cdf = torch.cumsum(rank.pow(-alpha), 0)
+    cdf /= cdf[-1].clone()
+    half = num_nodes * avg_degree // 2
+    ends = [
+        torch.searchsorted(cdf, torch.rand(half, device=device, dtype=torch.float64)).clamp_(max=num_nodes - 1)
+        for _ in range(2)
+    ]
+    del cdf, rank
+    src, dst = torch.cat([ends[0], ends[1]]), torch.cat([ends[1], ends[0]])
+    del ends
+    order = torch.argsort(dst)
+    indices = src[order]
+    degree = torch.bincount(dst, minlength=num_nodes)
+    del src, dst, order
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=device)
+    torch.cumsum(degree, 0, out=indptr[1:])
+    return indptr, indices, degree
+
+
+def sample_input_nodes(indptr, indices, seeds, fanouts):
+    """Unique input nodes of a multi-hop uniform neighbour sample (with replacement), in random order."""
+    layers, frontier = [seeds], seeds
+    for fanout in fanouts:
+        start = indptr[frontier]
+        degree = indptr[frontier + 1] - start
+        keep = degree > 0
+        start = start[keep].repeat_interleave(fanout)
+        degree = degree[keep].repeat_interleave(fanout)
+        picks = start + (torch.rand(start.shape[0], device=start.device) * degree).long()
+        frontier = torch.unique(indices[picks])
+        layers.append(frontier)
+    nodes = torch.unique(torch.cat(layers))
+    return nodes[torch.randperm(nodes.shape[0], device=nodes.device)]
+
+
+def batches_of(train_ids, batch_size, count, indptr, indices, fanouts):
+    order = train_ids[torch.randperm(train_ids.shape[0], device=train_ids.device)]
+    num = min(count, order.shape[0] // batch_size)
+    return [
+        sample_input_nodes(indptr, indices, order[i * batch_size : (i + 1) * batch_size], fanouts) for i in range(num)
+    ]
+
+
+def timed_gather(batches, out, device, **tiers):
+    """GB/s of gathered bytes and ms per batch over ``batches`` (after one warm-up batch)."""
+    gather(out[: batches[0].shape[0]], batches[0], **tiers)
+    sync(device)
+    start = time.perf_counter()
+    rows = 0
+    for ids in batches:
+        gather(out[: ids.shape[0]], ids, **tiers)
+        rows += ids.shape[0]
+    sync(device)
+    seconds = time.perf_counter() - start
+    row_bytes = out.shape[1] * out.element_size()
+    return rows * row_bytes / seconds / 1e9, seconds / len(batches) * 1e3
+
+
+def cpu_gather_copy(batches, table, out, device, threads):
+    """CPU index_select into a pinned buffer, then one host->GPU copy per batch."""
+    if threads:
+        torch.set_num_threads(threads)
+    ids_cpu = [ids.cpu() for ids in batches]
+    pin = device.type == "cuda"
+    staging = torch.empty((max(i.shape[0] for i in ids_cpu), table.shape[1]), dtype=table.dtype, pin_memory=pin)
+    torch.index_select(table, 0, ids_cpu[0], out=staging[: ids_cpu[0].shape[0]])
+    sync(device)
+    start = time.perf_counter()
+    rows = 0
+    for ids in ids_cpu:
+        buf = staging[: ids.shape[0]]
+        torch.index_select(table, 0, ids, out=buf)
+        out[: ids.shape[0]].copy_(buf, non_blocking=True)
+        sync(device)
+        rows += ids.shape[0]
+    seconds = time.perf_counter() - start
+    return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
+
+
+def copy_ceiling(table, device):
+    """Host->GPU copy bandwidth of a contiguous 2 GiB slice of the registered table (median of 10)."""
+    if device.type != "cuda":
+        return float("nan")
+    rows = min(table.shape[0], (2 << 30) // (table.shape[1] * table.element_size()))
+    src = table[:rows]
+    dst = torch.empty_like(src, device=device)
+    times = []
+    for _ in range(11):
+        sync(device)
+        start = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return src.numel() * src.element_size() / sorted(times[1:])[5] / 1e9
+
+
+def hit_rate(hot, batches, num_nodes):
+    cached = torch.zeros(num_nodes, dtype=torch.bool, device=batches[0].device)
+    cached[hot.to(cached.device)] = True
+    hits = sum(int(cached[ids].sum()) for ids in batches)
+    return hits / sum(ids.shape[0] for ids in batches)
+
+
+def main() -> None:
+    args = parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    fracs = [float(f) for f in args.cache_fracs.split(",")]
+    torch.manual_seed(args.seed)
+    n, dim = args.num_nodes, args.dim
+    row_bytes = dim * torch.empty(0, dtype=dtype).element_size()
+    report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "args": vars(args)}
+    print(f"device {report['device']}; table {n} x {dim} {args.dtype} = {n * row_bytes / 1e9:.1f} GB", flush=True)
+
+    t0 = time.perf_counter()
+    indptr, indices, degree = power_law_graph(n, args.avg_degree, args.alpha, device)
+    train_ids = torch.randperm(n, device=device)[: int(args.train_frac * n)]
+    presampled = batches_of(train_ids, args.batch_size, args.presample, indptr, indices, fanouts)
+    evaluation = batches_of(train_ids, args.batch_size, args.eval_batches, indptr, indices, fanouts)
+    del indptr, indices
+    mean_rows = sum(b.shape[0] for b in evaluation) / len(evaluation)
+    print(
+        f"graph + {len(presampled) + len(evaluation)} sampled batches in {time.perf_counter() - t0:.1f} s; "
+        f"{mean_rows:.0f} input rows/batch ({mean_rows * row_bytes / 1e6:.0f} MB)",
+        flush=True,
+    )
+
+    t0 = time.perf_counter()
+    table = torch.empty((n, dim), dtype=dtype)
+    registration = HostRegistration(table) if device.type == "cuda" else None
+    chunk = max(1, (256 << 20) // row_bytes)
+    for lo in range(0, n, chunk):
+        table[lo : lo + chunk].copy_(torch.randn(min(chunk, n - lo), dim, device=device).to(dtype))
+    print(f"table allocated, registered and filled in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    try:
+        run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report)
+    finally:
+        if registration is not None:
+            registration.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report) -> None:
+    n, dim = table.shape
+    host = HostTier(table, 0)
+    timed = evaluation[: args.timed]
+    out = torch.empty((max(b.shape[0] for b in evaluation), dim), dtype=dtype, device=device)
+
+    check = evaluation[0]
+    assert torch.equal(gather(out[: check.shape[0]], check, host=host).cpu(), table[check.cpu()]), "wrong rows"
+
+    ceiling = copy_ceiling(table, device)
+    tiers = {}
+    tiers["host zero-copy, sorted misses"] = timed_gather(timed, out, device, host=host)
+    tiers["host zero-copy, unsorted"] = timed_gather(timed, out, device, host=host, sort_misses=False)
+    staged = [StagingTier(torch.sort(ids.cpu()).values, table[torch.sort(ids.cpu()).values]) for ids in timed[:4]]
+    if device.type == "cuda":
+        staged = [StagingTier(s.ids, s.rows.pin_memory()) for s in staged]
+    gbps = []
+    for ids, staging in zip(timed[:4], staged, strict=True):
+        gbps.append(timed_gather([ids], out, device, staging=staging)[0])
+    tiers["staging (pinned remote rows)"] = (sorted(gbps)[len(gbps) // 2], float("nan"))
+    del staged
+    resident = FeatureCache.replicate(torch.arange(n), table, n, device)
+    tiers["GPU-resident (all hits)"] = timed_gather(timed, out, device, cache=resident)
+    cpu = cpu_gather_copy(timed, table, out, device, args.cpu_threads)
+    tiers["CPU gather + copy"] = cpu
+
+    print(f"\nhost->GPU copy ceiling: {ceiling:.1f} GB/s\n")
+    print(f"{'tier alone':34} {'GB/s':>8} {'ms/batch':>9}")
+    for name, (rate, ms) in tiers.items():
+        print(f"{name:34} {rate:8.1f} {ms:9.2f}")
+    report["copy_ceiling_gbps"] = ceiling
+    report["tiers"] = {name: {"gbps": rate, "ms_per_batch": ms} for name, (rate, ms) in tiers.items()}
+
+    report["mixed"] = []
+    print(f"\n{'cached':>7} {'hit freq':>9} {'hit deg':>8} {'GB/s':>8} {'ms/batch':>9} {'vs CPU':>7}")
+    for frac in fracs:
+        budget = int(frac * n) * row_bytes
+        hot = choose_hot_set(budget, row_bytes, n, samples=presampled)
+        by_degree = choose_hot_set(budget, row_bytes, n, in_degree=degree)
+        freq_rate = hit_rate(hot, evaluation, n) if hot.numel() else 0.0
+        degree_rate = hit_rate(by_degree, evaluation, n) if by_degree.numel() else 0.0
+        cache = FeatureCache.replicate(hot, resident.shards[0][hot.to(device)], n, device) if hot.numel() else None
+        rate, ms = timed_gather(timed, out, device, cache=cache, host=host)
+        if cache is not None:
+            check = evaluation[1]
+            got = gather(out[: check.shape[0]], check, cache=cache, host=host).cpu()
+            assert torch.equal(got, table[check.cpu()]), "wrong rows"
+        row = {"frac": frac, "hit_freq": freq_rate, "hit_degree": degree_rate, "gbps": rate, "ms_per_batch": ms}
+        row["speedup_vs_cpu"] = rate / cpu[0]
+        report["mixed"].append(row)
+        print(
+            f"{frac:7.0%} {freq_rate:9.1%} {degree_rate:8.1%} {rate:8.1f} {ms:9.2f} {rate / cpu[0]:6.1f}x", flush=True
+        )
+        del cache
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one script for the lent GPU machine, run from the repo root there:
+#   bash benchmarks/gpu_run.sh [all|tests|bench] [benchmarks/gather.py arguments...]
+# Installs carried wheels (.whl/, if any), builds the CUDA gather extension (timed), runs the gather/cache
+# tests (kernel and reference) and the gather benchmark, and writes logs and figures under $OUT.
+set -uo pipefail
+mode=${1:-all}
+shift || true
+OUT=${OUT:-/tmp/distgnn-gpu}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+# The repo copy is not installed there: import distgnn from the working tree.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+status=0
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' \
+  | tee -a "$OUT/device.txt"
+python3 - <<'PY' 2>&1 | tee "$OUT/build.log" || status=1
+import logging, time
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+start = time.perf_counter()
+from distgnn.cache.extension import build_directory, load_extension
+load_extension()
+print(f"extension ready in {time.perf_counter() - start:.1f} s ({build_directory()})")
+PY
+
+if [[ $mode == all || $mode == tests ]]; then
+  python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_reference.py tests/test_gather_cuda.py \
+    tests/test_cache_hot_set.py tests/test_cache_feature_cache.py 2>&1 | tee "$OUT/pytest.log" || status=1
+fi
+if [[ $mode == all || $mode == bench ]]; then
+  python3 benchmarks/gather.py --json "$OUT/gather.json" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
+fi
+exit $status

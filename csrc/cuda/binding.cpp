@@ -1,0 +1,159 @@
+// Python binding of the tiered gather (gather.cu) and the host-memory registration it reads through.
+//
+// The Python side (distgnn/cache/gather.py) validates dtypes, shapes and ids and builds the miss/hit plan;
+// this file checks what it hands over, resolves device-readable addresses and launches on the current stream.
+
+#include <unistd.h>
+
+#include <vector>
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <torch/extension.h>
+
+#include "gather.h"
+
+namespace {
+
+void check_index(const torch::Tensor& t, const char* name, const torch::Device& device) {
+  TORCH_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
+  TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.dim() == 1 && t.is_contiguous(), name,
+              " must be a contiguous 1-D int64 tensor");
+}
+
+void check_rows(const torch::Tensor& rows, const torch::Tensor& out, const char* name) {
+  TORCH_CHECK(rows.dim() == 2 && rows.size(1) == out.size(1) && rows.scalar_type() == out.scalar_type(), name,
+              " must be (rows, ", out.size(1), ") of ", out.scalar_type(), ", got ", rows.sizes(), " of ",
+              rows.scalar_type());
+  TORCH_CHECK(rows.size(0) == 0 || rows.size(1) == 0 || rows.is_contiguous(), name, " must be contiguous");
+}
+
+// An address the kernel on `device` may dereference for `rows`, enabling peer access where rows live on
+// another GPU of this process.
+const char* device_readable(const torch::Tensor& rows, const torch::Device& device, const char* name) {
+  if (rows.numel() == 0) return nullptr;
+  cudaPointerAttributes attr{};
+  const cudaError_t err = cudaPointerGetAttributes(&attr, rows.data_ptr());
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TORCH_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
+  }
+  if (attr.type == cudaMemoryTypeHost) {
+    TORCH_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
+    return static_cast<const char*>(attr.devicePointer);
+  }
+  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
+    if (attr.type == cudaMemoryTypeDevice && attr.device != device.index()) {
+      int can_access = 0;
+      C10_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device.index(), attr.device));
+      TORCH_CHECK(can_access, name, " lives on cuda:", attr.device, ", which cuda:", device.index(),
+                  " cannot read (no peer access between them)");
+      const cudaError_t peer = cudaDeviceEnablePeerAccess(attr.device, 0);
+      if (peer == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+      } else {
+        C10_CUDA_CHECK(peer);
+      }
+    }
+    return static_cast<const char*>(rows.data_ptr());
+  }
+  TORCH_CHECK(false, name,
+              " is in pageable host memory: pin it (tensor.pin_memory()) or register it "
+              "(distgnn.cache.HostRegistration)");
+  return nullptr;
+}
+
+// Whether memory at `ptr` is pinned/registered host memory or device memory (not pageable host memory).
+bool device_accessible(int64_t ptr) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, reinterpret_cast<void*>(ptr)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.type != cudaMemoryTypeUnregistered;
+}
+
+void gather_rows(torch::Tensor out, torch::Tensor miss_rows, torch::Tensor miss_offsets, torch::Tensor miss_dst,
+                 c10::optional<torch::Tensor> host, c10::optional<torch::Tensor> staging, torch::Tensor hit_dst,
+                 torch::Tensor hit_slots, std::vector<torch::Tensor> shards) {
+  TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
+  const torch::Device device = out.device();
+  const c10::cuda::CUDAGuard guard(device);
+  check_index(miss_rows, "miss_rows", device);
+  check_index(miss_offsets, "miss_offsets", device);
+  check_index(miss_dst, "miss_dst", device);
+  check_index(hit_dst, "hit_dst", device);
+  check_index(hit_slots, "hit_slots", device);
+  TORCH_CHECK(miss_offsets.numel() == miss_rows.numel() + 1, "miss_offsets must have one entry more than miss_rows");
+  TORCH_CHECK(hit_dst.numel() == hit_slots.numel(), "hit_dst and hit_slots must have the same length");
+  TORCH_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
+  TORCH_CHECK(hit_dst.numel() == 0 || !shards.empty(), "cache hits need at least one shard");
+
+  distgnn::GatherParams p{};
+  p.out = static_cast<char*>(out.data_ptr());
+  p.row_bytes = out.size(1) * int64_t(out.element_size());
+  p.num_misses = miss_rows.numel();
+  p.miss_rows = miss_rows.data_ptr<int64_t>();
+  p.miss_offsets = miss_offsets.data_ptr<int64_t>();
+  p.miss_dst = miss_dst.data_ptr<int64_t>();
+  if (host.has_value()) {
+    check_rows(*host, out, "host rows");
+    p.host = device_readable(*host, device, "host rows");
+    p.host_rows = host->size(0);
+  }
+  if (staging.has_value()) {
+    check_rows(*staging, out, "staging rows");
+    p.staging = device_readable(*staging, device, "staging rows");
+  }
+  p.num_hits = hit_dst.numel();
+  p.hit_dst = hit_dst.data_ptr<int64_t>();
+  p.hit_slots = hit_slots.data_ptr<int64_t>();
+  p.num_shards = int(shards.size());
+  for (size_t s = 0; s < shards.size(); ++s) {
+    check_rows(shards[s], out, "cache shard");
+    p.shards[s] = device_readable(shards[s], device, "cache shard");
+  }
+  int num_sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device.index()));
+  C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms, c10::cuda::getCurrentCUDAStream(device.index())));
+}
+
+// Page-locks [ptr, ptr + nbytes) (widened to whole pages) and maps it for the device; returns the base to pass
+// to host_unregister. Read-only mappings are registered read-only.
+int64_t host_register(int64_t ptr, int64_t nbytes) {
+  TORCH_CHECK(nbytes > 0, "nothing to register");
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = uintptr_t(ptr) & ~(page - 1);
+  const uintptr_t end = (uintptr_t(ptr) + uintptr_t(nbytes) + page - 1) & ~(page - 1);
+  const unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+  cudaError_t err = cudaHostRegister(reinterpret_cast<void*>(begin), end - begin, flags);
+  if (err == cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();
+    TORCH_CHECK(false, "host memory at ", ptr, " is already registered (or shares a page with registered memory)");
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    err = cudaHostRegister(reinterpret_cast<void*>(begin), end - begin, flags | cudaHostRegisterReadOnly);
+  }
+  C10_CUDA_CHECK(err);
+  return int64_t(begin);
+}
+
+void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpret_cast<void*>(base))); }
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "distgnn CUDA tiered feature gather";
+  m.def("gather_rows", &gather_rows, "Fill out's rows from cache shards, host rows and staging rows in one launch",
+        py::arg("out"), py::arg("miss_rows"), py::arg("miss_offsets"), py::arg("miss_dst"), py::arg("host"),
+        py::arg("staging"), py::arg("hit_dst"), py::arg("hit_slots"), py::arg("shards"));
+  m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",
+        py::arg("ptr"));
+  m.def("host_register", &host_register, "cudaHostRegister whole pages around [ptr, ptr + nbytes); returns base",
+        py::arg("ptr"), py::arg("nbytes"));
+  m.def("host_unregister", &host_unregister, "cudaHostUnregister a base returned by host_register",
+        py::arg("base"));
+}

@@ -1,0 +1,152 @@
+"""The CUDA gather kernel against the torch reference and a full-table oracle (skips without a GPU)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, gather, remote_misses
+from distgnn.errors import InputError
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def pinned_rows(rows: torch.Tensor, offset_elems: int = 0) -> torch.Tensor:
+    """A pinned copy of ``rows``, optionally starting ``offset_elems`` elements into its buffer (misaligned)."""
+    buf = torch.empty(rows.numel() + offset_elems, dtype=rows.dtype, pin_memory=True)
+    view = buf[offset_elems:].view(rows.shape)
+    view.copy_(rows)
+    return view
+
+
+def cuda_setup(seed, *, num_nodes=5000, width=7, dtype=torch.float32, cached=0.2, shards=1, batch=3000, offset=0):
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randn(num_nodes, width, generator=gen).to(dtype)
+    hot = torch.randperm(num_nodes, generator=gen)[: int(cached * num_nodes)]
+    devices = [f"cuda:{g % torch.cuda.device_count()}" for g in range(shards)]
+    cache = FeatureCache.clique(hot, table[hot], num_nodes, devices)[0] if hot.numel() else None
+    start = int(torch.randint(0, num_nodes // 2, (1,), generator=gen))
+    end = start + int(torch.randint(1, num_nodes // 2, (1,), generator=gen))
+    host = HostTier(pinned_rows(table[start:end], offset), start)
+    ids = torch.randint(0, num_nodes, (batch,), generator=gen)
+    ids = torch.cat([ids, ids[: batch // 3]])[torch.randperm(batch + batch // 3, generator=gen)].cuda()
+    staged = remote_misses(ids, cache=cache, host=host).cpu()
+    staging = StagingTier(staged, pinned_rows(table[staged]))
+    return table, ids, cache, host, staging
+
+
+def poisoned(rows: int, width: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.full((rows, width), float("nan"), dtype=dtype, device="cuda")
+
+
+def check_kernel(table, ids, cache, host, staging, **kwargs):
+    expected = table[ids.cpu()].cuda()
+    out = gather(
+        poisoned(len(ids), table.shape[1], table.dtype),
+        ids,
+        cache=cache,
+        host=host,
+        staging=staging,
+        impl="cuda",
+        **kwargs,
+    )
+    torch.cuda.synchronize()
+    ref = gather(
+        poisoned(len(ids), table.shape[1], table.dtype), ids, cache=cache, host=host, staging=staging, impl="torch"
+    )
+    assert torch.equal(out, expected)
+    assert torch.equal(ref, expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", [1, 3, 4, 8, 17, 64, 100, 129, 256])
+def test_kernel_matches_reference_over_all_tiers(dtype, width):
+    for seed in range(2):
+        check_kernel(*cuda_setup(seed, width=width, dtype=dtype))
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3])
+@pytest.mark.parametrize("width", [8, 64])
+def test_misaligned_host_rows_fall_back_to_narrow_loads(offset, width):
+    check_kernel(*cuda_setup(7, width=width, dtype=torch.float16, offset=offset))
+
+
+@pytest.mark.parametrize("shards", [2, 3])
+def test_clique_shards_read_as_peers(shards):
+    table, ids, cache, host, staging = cuda_setup(3, width=32, shards=shards)
+    check_kernel(table, ids, cache, host, staging)
+    slots = cache.slot_table[ids].cpu()
+    assert cache.stats.peer_hits == 2 * int(((slots >= 0) & (slots % shards != 0)).sum())
+
+
+def test_unsorted_miss_path_matches():
+    check_kernel(*cuda_setup(4, width=24), sort_misses=False)
+
+
+def test_many_repeats_and_large_batch():
+    table, _, cache, host, staging = cuda_setup(5, num_nodes=20000, width=128, batch=10)
+    ids = torch.randint(0, 200, (300_000,), device="cuda") * 97 % 20000
+    staged = remote_misses(ids, cache=cache, host=host).cpu()
+    check_kernel(table, ids, cache, host, StagingTier(staged, pinned_rows(table[staged])))
+
+
+def test_empty_batch_launches_nothing():
+    table, _, cache, host, staging = cuda_setup(6)
+    out = gather(
+        poisoned(0, 7, torch.float32),
+        torch.empty(0, dtype=torch.int64, device="cuda"),
+        cache=cache,
+        host=host,
+        staging=staging,
+        impl="cuda",
+    )
+    assert out.shape == (0, 7)
+
+
+def test_rows_on_the_gpu_serve_as_host_tier():
+    table = torch.randn(100, 16, device="cuda")
+    ids = torch.randint(0, 100, (500,), device="cuda")
+    out = gather(poisoned(500, 16, torch.float32), ids, host=HostTier(table, 0), impl="cuda")
+    assert torch.equal(out, table[ids])
+
+
+def test_pageable_host_rows_are_refused():
+    with pytest.raises(InputError, match="pageable"):
+        gather(
+            poisoned(2, 4, torch.float32),
+            torch.tensor([0, 1], device="cuda"),
+            host=HostTier(torch.randn(4, 4), 0),
+            impl="cuda",
+        )
+
+
+def test_registered_shm_npy_mapping_is_read_zero_copy():
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm")
+    path = shm / f"distgnn-test{os.getpid()}{uuid.uuid4().hex[:6]}-p0-feat"
+    try:
+        table = torch.randn(4096, 100, dtype=torch.float16)
+        mapped = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=tuple(table.shape))
+        mapped[:] = table.numpy()
+        rows = torch.from_numpy(mapped)
+        ids = torch.randint(0, 4096, (9000,), device="cuda")
+        with HostRegistration(rows) as registration:
+            assert registration.registered and rows.is_pinned()
+            out = gather(poisoned(9000, 100, torch.float16), ids, host=HostTier(rows, 0), impl="cuda")
+            torch.cuda.synchronize()
+        assert not registration.registered
+        assert torch.equal(out.cpu(), table[ids.cpu()])
+        del rows, mapped
+    finally:
+        path.unlink(missing_ok=True)
