@@ -94,7 +94,7 @@ class SshTransport:
         """A clear sentence when ssh itself failed (exit 255), else None."""
         if returncode != SSH_FAILED:
             return None
-        said = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:]) or "no message"
+        said = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:]).rstrip(".") or "no message"
         hint = ""
         if "REMOTE HOST IDENTIFICATION HAS CHANGED" in stderr or "Host key verification failed" in stderr:
             hint = " The host key differs from the one in known_hosts: check the machine, then fix known_hosts."

@@ -19,6 +19,7 @@ namespaces of dead test runs are removed when the next one starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -82,10 +83,8 @@ def _kill_namespace_processes(name: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.05)
 
 
@@ -194,13 +193,13 @@ class NetnsCluster:
 
     # -- using ------------------------------------------------------------------------------
 
-    def ssh_flags(self) -> list[str]:
+    def ssh_flags(self, known_hosts: Path | None = None) -> list[str]:
         """distgnn-launch flags that log in with the cluster's key and check its host keys."""
         return [
             "--ssh-key",
             str(self.client_key),
             "--ssh-option",
-            f"UserKnownHostsFile={self.known_hosts}",
+            f"UserKnownHostsFile={known_hosts or self.known_hosts}",
             "--ssh-option",
             "GlobalKnownHostsFile=/dev/null",
         ]

@@ -1,0 +1,97 @@
+"""``distgnn-launch --local`` on stand-in programs: the plan runs, output is labelled, failures stop everything."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+from launch_progs.harness import FakeJob, assert_nothing_left
+from netns_cluster import free_port
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's wrapper needs Linux /proc")
+
+
+def local_job(tmp_path) -> FakeJob:
+    base = free_port()
+    return FakeJob(tmp_path, ["127.0.0.1", "127.0.0.1"], ports=[base, base + 10])
+
+
+def test_local_job_runs_the_plan(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", "--num-servers", "2"))
+    assert proc.wait(timeout=120) == 0, job.stderr()
+    reports = job.trainer_reports()
+    assert sorted(reports) == [0, 1, 2, 3]
+    for rank, r in reports.items():
+        assert r["label"] == f"[{rank // 2}/trainer/{rank}]"
+        assert (r["machine_id"], r["local_rank"], r["world_size"]) == (rank // 2, rank % 2, 4)
+        assert r["role"] == "trainer" and r["num_trainers"] == 2 and r["num_servers"] == 2
+        assert r["ip_config"] == str(tmp_path / "ip.txt") and r["part_config"] == str(tmp_path / "g.json")
+        assert r["cwd"] == str(tmp_path) and r["args"] == ["--epochs", "1"]
+        assert r["token_sha"] and not r["token_in_argv"]
+    assert len({r["token_sha"] for r in reports.values()}) == 1
+    for machine in (0, 1):
+        for server in (0, 1):
+            assert (
+                f"[{machine}/server/{server}] fake server ready machine={machine} server={server} role=server token=yes"
+                in job.stdout()
+            )
+    assert_nothing_left(job, job.job_id())
+
+
+def test_local_trainer_raising_stops_the_job(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", mode="raise", env=("FAKE_RAISE_RANK=3", "FAKE_DELAY=1")))
+    assert proc.wait(timeout=120) == 1
+    err = job.stderr()
+    assert "FAILED: trainer rank 3 on machine 1 (127.0.0.1) failed" in err
+    assert "last" in err and "RuntimeError: fake trainer 3 fails on cue" in err.split("lines of [1/trainer/3]")[1]
+    assert_nothing_left(job, job.job_id())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_local_signal_stops_everything(tmp_path, sig):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", mode="sleep"))
+    job.wait_running(num_servers=2, num_trainers=4, proc=proc)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == 128 + sig
+    assert f"received {signal.Signals(sig).name}" in job.stderr()
+    assert_nothing_left(job, job.job_id())
+
+
+def test_local_server_killed(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", mode="sleep"))
+    job.wait_running(num_servers=2, num_trainers=4, proc=proc)
+    os.kill(job.pids()["server-m1-s0"], signal.SIGKILL)
+    started = time.monotonic()
+    assert proc.wait(timeout=60) == 1
+    assert time.monotonic() - started < 60
+    assert "FAILED: server 0 on machine 1 (127.0.0.1) [1/server/0] was killed by signal SIGKILL" in job.stderr()
+    assert_nothing_left(job, job.job_id())
+
+
+@pytest.mark.parametrize(
+    "ip_config, num_parts, message",
+    [
+        ("127.0.0.1 {p}\n127.0.0.1 {p} extra\n", 2, r"ip.txt:2: expected 'IP \[PORT\]'"),
+        ("127.0.0.1 {p}\n127.0.0.1 {q}\n", 3, "lists 2 machines but .* has 3 partitions"),
+        ("127.0.0.1 {p}\n127.0.0.1 {p}\n", 2, "machines 0 and 1 are both 127.0.0.1"),
+    ],
+)
+def test_bad_configuration_fails_before_anything_starts(tmp_path, ip_config, num_parts, message):
+    import re
+
+    job = local_job(tmp_path)
+    port = free_port()
+    job.write_ip_config(ip_config.format(p=port, q=port + 10))
+    (tmp_path / "g.json").write_text(f'{{"num_parts": {num_parts}}}')
+    proc = job.start(job.argv("--local"))
+    assert proc.wait(timeout=60) == 2
+    assert re.search(message, job.stderr()), job.stderr()
+    assert "distgnn-launch: error:" in job.stderr()
+    assert job.pids() == {} and "job j" not in job.stderr()

@@ -1,0 +1,131 @@
+"""distgnn-launch across real hosts: network namespaces with sshd (see netns_cluster.py).
+
+The launcher runs inside host 0, as on a real cluster's first machine, and reaches
+both hosts over ssh with checked host keys.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import pytest
+from launch_progs.harness import FakeJob, assert_nothing_left
+from netns_cluster import UNUSED_ADDRESS, netns_cluster_fixture
+
+pytestmark = [pytest.mark.netns, pytest.mark.skipif(sys.platform != "linux", reason="needs Linux")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from netns_cluster_fixture(num_hosts=2)
+
+
+def ssh_job(tmp_path, cluster, addresses=None) -> FakeJob:
+    return FakeJob(tmp_path, addresses or cluster.addresses)
+
+
+def start(job: FakeJob, cluster, *flags: str, known_hosts=None, **kw):
+    ssh_flags = cluster.ssh_flags(known_hosts)
+    return cluster.popen_in(0, job.argv(*ssh_flags, *flags, **kw), cwd=job.workspace,
+                            stdout=open(job.stdout_path, "wb"), stderr=open(job.stderr_path, "wb"))  # fmt: skip
+
+
+def assert_hosts_idle(cluster, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while (busy := cluster.job_processes()) and any(busy.values()):
+        assert time.monotonic() < deadline, f"processes left in the namespaces: {busy}"
+        time.sleep(0.1)
+
+
+def test_job_across_two_hosts(tmp_path, cluster):
+    job = ssh_job(tmp_path, cluster)
+    proc = start(job, cluster, "--num-servers", "2")
+    assert proc.wait(timeout=120) == 0, job.stderr()
+    reports = job.trainer_reports()
+    assert sorted(reports) == [0, 1, 2, 3]
+    for rank, r in reports.items():
+        machine = rank // 2
+        assert r["label"] == f"[{machine}/trainer/{rank}]" and r["machine_id"] == machine
+        assert cluster.addresses[machine] in r["host_addresses"]  # really ran on that host
+        assert r["master_addr"] == cluster.addresses[0] and r["world_size"] == 4
+        assert r["token_sha"] and not r["token_in_argv"]
+    assert len({r["token_sha"] for r in reports.values()}) == 1
+    assert '"killed": [' not in job.stderr().replace('"killed": []', "")  # the wrappers stopped everything
+    assert_nothing_left(job, job.job_id())
+    assert_hosts_idle(cluster)
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("unreachable", f"machine 1 \\({UNUSED_ADDRESS}\\): ssh to {UNUSED_ADDRESS} port 22 failed"),
+        ("wrong port", "Is sshd listening on port 2222"),
+        ("changed host key", "host key differs from the one in known_hosts"),
+    ],
+)
+def test_ssh_problems_fail_before_anything_starts(tmp_path, cluster, case, message):
+    import re
+
+    flags = []
+    addresses = known = None
+    if case == "unreachable":
+        addresses = [cluster.addresses[0], UNUSED_ADDRESS]
+    elif case == "wrong port":
+        flags = ["--ssh-port", "2222"]
+    else:
+        known = tmp_path / "known_hosts"
+        lines = cluster.known_hosts.read_text().splitlines()
+        other_key = lines[0].split()[1:]
+        known.write_text(f"{lines[0]}\n{cluster.addresses[1]} {' '.join(other_key)}\n")  # host 1 claims host 0's key
+    job = ssh_job(tmp_path, cluster, addresses)
+    started = time.monotonic()
+    proc = start(job, cluster, *flags, known_hosts=known)
+    assert proc.wait(timeout=60) == 2
+    assert time.monotonic() - started < 30
+    err = job.stderr()
+    assert "preflight failed, nothing was started" in err and re.search(message, err), err
+    assert job.pids() == {} and "job j" not in err
+    assert_hosts_idle(cluster)
+
+
+def test_server_killed_mid_run(tmp_path, cluster):
+    import os
+
+    job = ssh_job(tmp_path, cluster)
+    proc = start(job, cluster, mode="sleep")
+    job.wait_running(num_servers=2, num_trainers=4, proc=proc)
+    os.kill(job.pids()["server-m1-s0"], signal.SIGKILL)
+    started = time.monotonic()
+    assert proc.wait(timeout=60) == 1
+    assert time.monotonic() - started < 60
+    err = job.stderr()
+    assert f"FAILED: server 0 on machine 1 ({cluster.addresses[1]}) [1/server/0] was killed by signal SIGKILL" in err
+    assert "lines of [1/server/0]" in err and "fake server ready machine=1" in err.split("lines of [1/server/0]")[1]
+    assert_nothing_left(job, job.job_id())
+    assert_hosts_idle(cluster)
+
+
+def test_trainer_raising(tmp_path, cluster):
+    job = ssh_job(tmp_path, cluster)
+    proc = start(job, cluster, mode="raise", env=("FAKE_RAISE_RANK=2", "FAKE_DELAY=1"))
+    started = time.monotonic()
+    assert proc.wait(timeout=60) == 1
+    assert time.monotonic() - started < 60
+    err = job.stderr()
+    assert f"FAILED: trainer rank 2 on machine 1 ({cluster.addresses[1]}) failed" in err
+    assert "RuntimeError: fake trainer 2 fails on cue" in err.split("lines of [1/trainer/2]")[1]
+    assert_nothing_left(job, job.job_id())
+    assert_hosts_idle(cluster)
+
+
+def test_ctrl_c_stops_every_host(tmp_path, cluster):
+    job = ssh_job(tmp_path, cluster)
+    proc = start(job, cluster, mode="sleep")
+    job.wait_running(num_servers=2, num_trainers=4, proc=proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    assert "received SIGINT" in job.stderr()
+    assert_nothing_left(job, job.job_id())
+    assert_hosts_idle(cluster)
