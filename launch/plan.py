@@ -19,6 +19,11 @@ from distgnn.launch import env as E
 from distgnn.launch.ip_config import Machine
 
 _PYTHON_NAME = re.compile(r"python[0-9.]*")
+# Job variables only the launcher may set; the optional ones (E.CURVE, E.RPC_TIMEOUT) may come from --extra-env.
+_SET_BY_LAUNCHER = frozenset(
+    [E.ROLE, E.IP_CONFIG, E.PART_CONFIG, E.NUM_SERVERS, E.NUM_TRAINERS, E.NUM_SAMPLERS, E.MACHINE_ID]
+    + [E.SERVER_ID, E.JOB_ID, E.TOKEN]
+)
 
 
 class LaunchError(Exception):
@@ -94,8 +99,8 @@ def parse_extra_env(items: list[str]) -> tuple[tuple[str, str], ...]:
         name, sep, value = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise LaunchError(f"--extra-env expects NAME=VALUE with a shell variable name, got {item!r}")
-        if name.startswith("DISTGNN_"):
-            raise LaunchError(f"--extra-env cannot set {name}: the launcher sets every DISTGNN_* variable itself")
+        if name in _SET_BY_LAUNCHER:
+            raise LaunchError(f"--extra-env cannot set {name}: the launcher sets it (use the matching flag)")
         pairs.append((name, value))
     return tuple(pairs)
 

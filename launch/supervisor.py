@@ -31,7 +31,7 @@ from distgnn.launch.transport import SSH_FAILED, run_short
 
 TAIL_LINES = 200
 REPORT_LINES = 25
-SERVER_EXIT_GRACE_S = 15.0
+SERVER_EXIT_GRACE_S = 2.0
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 
@@ -188,7 +188,7 @@ class Job:
         return 0
 
     def _let_servers_finish(self) -> Running | None:
-        """Trainers are done; servers normally exit on their shutdown request. Returns a failed server."""
+        """Trainers are done: servers that exit on their own get a moment, the rest are stopped. Returns a failed server."""
         deadline = time.monotonic() + SERVER_EXIT_GRACE_S
         while time.monotonic() < deadline and self.signal_received is None:
             if all(p.returncode is not None for p in self.running):
@@ -199,9 +199,8 @@ class Job:
                 continue
             if proc.returncode != 0:
                 return proc
-        left = [p.spec.label for p in self.running if p.returncode is None]
-        if left and self.signal_received is None:
-            self.say(f"trainers finished; stopping servers that did not exit within {SERVER_EXIT_GRACE_S:g} s: {left}")
+        if any(p.returncode is None for p in self.running) and self.signal_received is None:
+            self.say("trainers finished; stopping the servers")
         return None
 
     # -- teardown -------------------------------------------------------------------------------

@@ -110,11 +110,20 @@ def test_wrapper_and_remote_shell_line_quote_everything():
 
 @pytest.mark.parametrize(
     "items, message",
-    [(["NOEQUALS"], "NAME=VALUE"), (["1X=2"], "NAME=VALUE"), (["DISTGNN_TOKEN=x"], "cannot set DISTGNN_TOKEN")],
+    [
+        (["NOEQUALS"], "NAME=VALUE"),
+        (["1X=2"], "NAME=VALUE"),
+        (["DISTGNN_TOKEN=x"], "cannot set DISTGNN_TOKEN"),
+        (["DISTGNN_MACHINE_ID=1"], "cannot set DISTGNN_MACHINE_ID"),
+    ],
 )
 def test_extra_env_rejects(items, message):
     with pytest.raises(LaunchError, match=message):
         parse_extra_env(items)
+
+
+def test_extra_env_passes_optional_job_settings():
+    assert parse_extra_env(["DISTGNN_CURVE=1", "A=b=c"]) == (("DISTGNN_CURVE", "1"), ("A", "b=c"))
 
 
 @pytest.mark.parametrize(
