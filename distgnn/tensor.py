@@ -1,0 +1,179 @@
+"""``DistTensor``: a tensor whose rows are spread over the machines by the partition book.
+
+Machine ``i`` holds the rows of the node (or edge) ids it owns. ``t[ids]``
+copies local rows straight from shared memory and pulls the others, one
+request per remote machine, all sent before the first wait. ``t[ids] = rows``
+and ``t.push(ids, rows, "add")`` send the rows to each owner's main server,
+the one writer of its partition.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn import shm
+from distgnn.context import DistContext, get_context
+from distgnn.errors import InputError
+from distgnn.rpc import wire
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype that can live in a DistTensor."""
+    try:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:
+        raise InputError(f"dtype {dtype} has no numpy equivalent and cannot be a DistTensor") from None
+    if np_dtype.name not in wire.DTYPES:
+        raise InputError(f"dtype {dtype} cannot be a DistTensor (allowed: {sorted(wire.DTYPES)})")
+    return np_dtype
+
+
+def as_ids(ids: Any, bound: int, what: str) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        raise InputError(f"{what} ids must be a 1-d integer tensor, got {ids.dtype}{list(ids.shape)}")
+    ids = ids.astype(np.int64, copy=False)
+    if ids.size and (ids.min() < 0 or ids.max() >= bound):
+        bad = ids[(ids < 0) | (ids >= bound)][0]
+        raise InputError(f"{what} id {int(bad)} out of range [0, {bound})")
+    return ids
+
+
+class DistTensor:
+    """A distributed tensor of shape ``(num_nodes or num_edges, ...)``.
+
+    Args:
+        shape: global shape; ``shape[0]`` must be the graph's node count (``part_policy="node"``)
+            or edge count (``"edge"``).
+        dtype: torch dtype.
+        name: shared by every trainer that means the same tensor; a fresh name if None.
+        init: ``"zeros"``, ``"ones"``, ``"uniform"`` (in ``[low, high)``) or ``"normal"``
+            (mean ``low``, std ``high``), applied once by each main server; a tensor that
+            already exists (a graph feature, or one another trainer created) is mapped as is.
+        persistent: accepted for DistDGL compatibility; tensors live until the job ends.
+        part_policy: ``"node"`` or ``"edge"``.
+        seed: seeds ``uniform``/``normal`` (combined with the partition id).
+        context: defaults to ``distgnn.initialize``'s.
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        name: str | None = None,
+        init: str = "zeros",
+        persistent: bool = False,
+        part_policy: str = "node",
+        low: float = 0.0,
+        high: float = 1.0,
+        seed: int = 0,
+        context: DistContext | None = None,
+    ):
+        ctx = context or get_context()
+        name = shm.check_name(name if name is not None else f"anon-{secrets.token_hex(6)}")
+        np_dtype = numpy_dtype(dtype)
+        fields = {
+            "policy": part_policy,
+            "name": name,
+            "dtype": np_dtype.name,
+            "shape": [int(d) for d in shape],
+            "init": init,
+            "low": float(low),
+            "high": float(high),
+            "seed": int(seed),
+        }
+        client = ctx.client
+        client.wait([client.send(m, "init_data", fields) for m in range(ctx.config.num_machines)])
+        self._setup(ctx, tuple(int(d) for d in shape), dtype, name, part_policy, persistent)
+
+    @classmethod
+    def attach(
+        cls, shape: tuple[int, ...], dtype: torch.dtype, name: str, part_policy: str, context: DistContext
+    ) -> DistTensor:
+        """A tensor the servers already hold (a graph feature), without any RPC."""
+        self = cls.__new__(cls)
+        self._setup(context, tuple(shape), dtype, name, part_policy, True)
+        return self
+
+    def _setup(
+        self, ctx: DistContext, shape: tuple[int, ...], dtype: torch.dtype, name: str, policy: str, persistent: bool
+    ) -> None:
+        self.context = ctx
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        self.part_policy = policy
+        self.persistent = persistent
+        self._np_dtype = numpy_dtype(dtype)
+        part = ctx.local_partition()
+        total = part.num_nodes if policy == "node" else part.num_edges
+        if not shape or shape[0] != total:
+            raise InputError(f"a {policy} tensor needs {total} rows, got shape {shape}")
+        local = part.tensor(policy, name)
+        if local is None:
+            raise InputError(f"machine {ctx.machine_id} holds no {policy} tensor named {name!r}")
+        if local.dtype != self._np_dtype or local.shape[1:] != shape[1:]:
+            raise InputError(
+                f"{policy} tensor {name!r} is {local.dtype}{list(local.shape)} locally, expected {self._np_dtype} rows of {list(shape[1:])}"
+            )
+        self._local = local
+        self._local_start = part.owned_range(policy)[0]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"DistTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, part_policy={self.part_policy!r})"
+        )
+
+    def _by_owner(self, ids: np.ndarray) -> dict[int, np.ndarray]:
+        """Positions into ``ids`` per owning machine (only machines with ids)."""
+        owners = np.searchsorted(self.context.range_ends(self.part_policy), ids, side="right")
+        return {int(m): np.flatnonzero(owners == m) for m in np.unique(owners)}
+
+    def __getitem__(self, ids: Any) -> torch.Tensor:
+        """Rows ``ids`` (1-d int ids, any order, repeats allowed) as a new ``(len(ids), ...)`` tensor."""
+        ids = as_ids(ids, self.shape[0], f"{self.name}")
+        local_start, local_end = self._local_start, self._local_start + len(self._local)
+        if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
+            return torch.from_numpy(np.take(self._local, ids - local_start, axis=0))
+        ctx, client = self.context, self.context.client
+        fields = {"policy": self.part_policy, "name": self.name}
+        groups = self._by_owner(ids)
+        pending = [
+            (positions, client.send(m, "pull", fields, [ids[positions]], server_id=ctx.read_server(m)))
+            for m, positions in groups.items()
+            if m != ctx.machine_id
+        ]
+        out = np.empty((len(ids), *self.shape[1:]), dtype=self._np_dtype)
+        local = groups.get(ctx.machine_id)
+        if local is not None:
+            out[local] = np.take(self._local, ids[local] - local_start, axis=0)
+        replies = client.wait([rid for _, rid in pending])
+        for (positions, _), reply in zip(pending, replies, strict=True):
+            out[positions] = reply.arrays[0]
+        return torch.from_numpy(out)
+
+    def __setitem__(self, ids: Any, rows: Any) -> None:
+        self.push(ids, rows, mode="assign")
+
+    def push(self, ids: Any, rows: Any, mode: str = "assign") -> None:
+        """Write (``"assign"``) or accumulate (``"add"``) ``rows`` into rows ``ids`` on their owners.
+
+        With repeated ids, ``"add"`` adds every row; ``"assign"`` keeps one of them.
+        """
+        if mode not in ("assign", "add"):
+            raise InputError(f"push mode must be 'assign' or 'add', got {mode!r}")
+        ids = as_ids(ids, self.shape[0], f"{self.name}")
+        rows = torch.as_tensor(rows).detach().cpu().to(self.dtype).expand(len(ids), *self.shape[1:])
+        rows = np.ascontiguousarray(rows.numpy())
+        client = self.context.client
+        fields = {"policy": self.part_policy, "name": self.name, "mode": mode}
+        client.wait([client.send(m, "push", fields, [ids[pos], rows[pos]]) for m, pos in self._by_owner(ids).items()])
