@@ -64,11 +64,53 @@ class RemoteSampling(Protocol):
 
 
 class GraphSource(Protocol):
-    """What the sampler needs from a graph."""
+    """What the sampler needs from a graph (a DistGraph is adapted by :func:`sampling_view`)."""
 
     def get_partition_book(self) -> RangePartitionBook: ...
 
     def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]: ...
+
+
+class _RpcSampling:
+    """``sample`` requests to other machines' servers through a DistGraph's RPC client."""
+
+    def __init__(self, g):
+        self.client = g.rpc
+        self.context = g.context
+
+    def send_sample(
+        self, machine_id: int, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
+    ) -> int:
+        fields = {"fanout": int(fanout), "replace": bool(replace), "seed": int(rng_seed), "prob": prob}
+        return self.client.send(machine_id, "sample", fields, [seeds], server_id=self.context.read_server(machine_id))
+
+    def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return [tuple(reply.arrays) for reply in self.client.wait(list(handles))]
+
+
+def sampling_view(g) -> tuple[LocalCSC, RemoteSampling | None]:
+    """The local CSC and remote access of ``g``: its own ``sampling_view`` or, for a DistGraph,
+    this machine's shared-memory partition and the RPC client."""
+    own = getattr(g, "sampling_view", None)
+    if own is not None:
+        return own()
+    part = g.local_partition
+    shared = g.context.local_partition()
+    weights = {}
+    for name in g.edata:
+        arr = shared.tensor("edge", name)
+        if arr is not None and arr.ndim == 1 and arr.dtype == np.float32:
+            weights[name] = arr
+    local = LocalCSC(
+        part_id=part.part_id,
+        node_start=part.node_range[0],
+        indptr=part.indptr,
+        indices=part.indices,
+        eids=part.eids,
+        local2global=part.local2global,
+        edge_weights=weights,
+    )
+    return local, _RpcSampling(g)
 
 
 def derive_seed(*parts: int) -> int:
@@ -124,7 +166,7 @@ class NeighborSampler:
             layer first.
         """
         book = g.get_partition_book()
-        local, remote = g.sampling_view()
+        local, remote = sampling_view(g)
         frontier = _as_ids(seeds)
         output_nodes = frontier
         blocks: list[Block] = []
@@ -239,8 +281,8 @@ class InProcessGraph:
         indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
         np.cumsum(np.bincount(graph.dst, minlength=graph.num_nodes), out=indptr[1:])
         self.graph_name = graph.name
-        self.num_nodes = graph.num_nodes
-        self.num_edges = graph.num_edges
+        self._num_nodes = graph.num_nodes
+        self._num_edges = graph.num_edges
         self.num_classes = graph.num_classes
         self.ndata = {name: torch.from_numpy(np.ascontiguousarray(arr)) for name, arr in graph.ndata.items()}
         self.edata = {name: torch.from_numpy(np.ascontiguousarray(arr)) for name, arr in graph.edata.items()}
@@ -258,6 +300,12 @@ class InProcessGraph:
                 if arr.ndim == 1 and arr.dtype.kind == "f"
             },
         )
+
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    def num_edges(self) -> int:
+        return self._num_edges
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book

@@ -1,0 +1,417 @@
+"""GraphSAGE training epoch time: distgnn vs DistDGL 1.1.3, on the same synthetic graph, same run.
+
+Both sides: 2 simulated machines x 1 trainer on this host, METIS partitions,
+fanouts 15,10,5, hidden 256, batch 1024, Adam, the same number of batches per
+epoch (``--max-batches`` caps it on slow boxes), then layer-wise inference for
+validation/test accuracy (as DistDGL's own example does).
+
+distgnn runs ``examples/graphsage/train_dist.py --local``. DistDGL runs its
+own ``partition_graph``, ``DistGraphServer`` and ``DistNodeDataLoader`` with its
+own ``SAGEConv``. DistDGL names its shared memory by graph and tensor name
+only, so two of its "machines" cannot share one /dev/shm: each simulated DGL
+machine (server + trainer) runs in a private mount namespace with its own
+tmpfs on /dev/shm (``unshare -m``; needs root), on its own loopback address
+(127.0.0.1, 127.0.0.2), and the trainer is told its machine by narrowing
+DGL's local-address list to that address.
+
+    flock /tmp/distgnn-heavy.lock python benchmarks/train.py --max-batches 20 --epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
+DGL_GRAPH_NAME = "bench"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-nodes", type=int, default=1_000_000)
+    p.add_argument("--avg-degree", type=float, default=20.0)
+    p.add_argument("--feat-dim", type=int, default=100)
+    p.add_argument("--num-classes", type=int, default=16)
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: full epochs)")
+    p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (both sides)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
+    p.add_argument("--skip-dgl", action="store_true")
+    p.add_argument("--skip-distgnn", action="store_true")
+    p.add_argument("--no-eval", action="store_true")
+    p.add_argument("--role", default="main", help=argparse.SUPPRESS)
+    p.add_argument("--machine", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--master-port", type=int, default=0, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def synthetic_graph(args):
+    from distgnn.data import synthetic
+
+    return synthetic(args.num_nodes, args.avg_degree, args.feat_dim, args.num_classes, seed=args.seed)
+
+
+# -- distgnn ----------------------------------------------------------------------------------------
+
+
+def run_distgnn(args) -> dict:
+    cmd = [
+        sys.executable,
+        str(TRAIN_DIST),
+        "--local",
+        "--dataset=synthetic",
+        f"--num-nodes={args.num_nodes}",
+        f"--avg-degree={args.avg_degree}",
+        f"--feat-dim={args.feat_dim}",
+        f"--synthetic-classes={args.num_classes}",
+        "--num-parts=2",
+        "--trainers-per-machine=1",
+        "--part-method=metis",
+        f"--fanouts={args.fanouts}",
+        f"--hidden={args.hidden}",
+        f"--batch-size={args.batch_size}",
+        f"--lr={args.lr}",
+        f"--epochs={args.epochs}",
+        f"--max-batches={args.max_batches}",
+        f"--num-workers={args.num_workers}",
+        f"--seed={args.seed}",
+        f"--workdir={Path(args.workdir) / 'distgnn'}",
+        "--quiet",
+    ] + (["--no-eval"] if args.no_eval else [])
+    return _run_for_result(cmd, "distgnn")
+
+
+def _run_for_result(cmd: list[str], label: str, **kw) -> dict:
+    print(f"[{label}] {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
+    result = None
+    for line in proc.stdout:
+        sys.stderr.write(f"[{label}] {line}")
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+    if proc.wait() != 0 or result is None:
+        raise SystemExit(
+            f"error: {label} run failed (exit code {proc.returncode}, result {'seen' if result else 'missing'})"
+        )
+    return result
+
+
+# -- DistDGL ----------------------------------------------------------------------------------------
+
+DGL_IPS = ("127.0.0.1", "127.0.0.2")
+
+
+def dgl_paths(args) -> tuple[Path, Path, Path]:
+    root = Path(args.workdir) / "dgl"
+    return root, root / "parts" / f"{DGL_GRAPH_NAME}.json", root / "ip_config.txt"
+
+
+def dgl_partition(args) -> None:
+    """Build the DGLGraph of the same synthetic graph and partition it with DGL's own METIS path."""
+    import dgl
+    import torch
+
+    graph = synthetic_graph(args)
+    g = dgl.graph((torch.from_numpy(graph.src), torch.from_numpy(graph.dst)), num_nodes=graph.num_nodes)
+    for name, arr in graph.ndata.items():
+        g.ndata[name] = torch.from_numpy(arr)
+    del graph
+    root, part_config, _ = dgl_paths(args)
+    t = time.perf_counter()
+    dgl.distributed.partition_graph(
+        g, DGL_GRAPH_NAME, 2, str(part_config.parent), part_method="metis", balance_edges=True
+    )
+    print(f"DGL partition_graph took {time.perf_counter() - t:.1f}s", file=sys.stderr)
+    (root / "done.json").write_text(json.dumps(_graph_key(args)))
+
+
+def _graph_key(args) -> dict:
+    return {k: getattr(args, k) for k in ("num_nodes", "avg_degree", "feat_dim", "num_classes", "seed")}
+
+
+def run_dgl(args) -> dict:
+    root, part_config, ip_config = dgl_paths(args)
+    done = root / "done.json"
+    if not done.exists() or json.loads(done.read_text()) != _graph_key(args):
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--role=dgl-partition"], check=True)
+    ports = [_free_port(), _free_port()]
+    ip_config.write_text("".join(f"{ip} {port}\n" for ip, port in zip(DGL_IPS, ports, strict=True)))
+    master_port = _free_port()
+    machines = []
+    for m in range(2):
+        inner = [
+            sys.executable,
+            __file__,
+            *sys.argv[1:],
+            "--role=dgl-machine",
+            f"--machine={m}",
+            f"--master-port={master_port}",
+        ]
+        # A private /dev/shm per simulated machine (DistDGL's segment names are per graph and tensor only).
+        script = 'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$@"'
+        machines.append(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inner])
+    procs = []
+    result = None
+    try:
+        procs = [subprocess.Popen(machines[1], stdout=subprocess.DEVNULL)]
+        result = _run_for_result(machines[0], "distdgl")
+    finally:
+        for p in procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return result
+
+
+def dgl_machine(args) -> int:
+    """One simulated DGL machine: its server and its trainer (inside the machine's mount namespace)."""
+    _, part_config, ip_config = dgl_paths(args)
+    base = {
+        **os.environ,
+        "DGL_DIST_MODE": "distributed",
+        "DGL_IP_CONFIG": str(ip_config),
+        "DGL_NUM_SERVER": "1",
+        "DGL_NUM_CLIENT": str(2 * (1 + args.num_workers)),
+        "DGL_CONF_PATH": str(part_config),
+        "DGL_GRAPH_FORMAT": "csc",
+        "OMP_NUM_THREADS": "1",
+    }
+    server = subprocess.Popen(
+        [sys.executable, __file__, *sys.argv[1:], "--role=dgl-server"],
+        env={**base, "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)},
+    )
+    trainer_env = {
+        **base,
+        "DGL_ROLE": "client",
+        "DGL_NUM_SAMPLER": str(args.num_workers),
+        "DGL_GROUP_ID": "0",
+        "RANK": str(args.machine),
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(args.master_port),
+    }
+    trainer = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--role=dgl-trainer"], env=trainer_env)
+    code = trainer.wait()
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    return code
+
+
+def dgl_server(args) -> int:
+    import dgl
+
+    _, _, ip_config = dgl_paths(args)
+    dgl.distributed.initialize(str(ip_config))  # a server serves inside initialize and exits the process
+    return 0
+
+
+def dgl_trainer(args) -> int:
+    import dgl
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from dgl.distributed import rpc_client
+    from dgl.nn import SAGEConv
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    my_ip = DGL_IPS[args.machine]
+    # DistDGL finds its machine by matching local addresses against ip_config: narrow them to ours.
+    rpc_client.local_ip4_addr_list = lambda: {my_ip}
+    torch.set_num_threads(1)
+    _, part_config, ip_config = dgl_paths(args)
+    dgl.distributed.initialize(str(ip_config))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    g = dgl.distributed.DistGraph(DGL_GRAPH_NAME, part_config=str(part_config))
+    book = g.get_partition_book()
+    train_nid = dgl.distributed.node_split(g.ndata["train_mask"], book, force_even=True)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+
+    class SAGE(nn.Module):
+        def __init__(self, in_feats, hidden, classes, layers, dropout=0.5):
+            super().__init__()
+            dims = [in_feats] + [hidden] * (layers - 1) + [classes]
+            self.layers = nn.ModuleList(SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:], strict=True))
+            self.dropout = nn.Dropout(dropout)
+            self.dims = dims[1:]
+
+        def layer(self, i, block, h):
+            h = self.layers[i](block, h)
+            return self.dropout(F.relu(h)) if i != len(self.layers) - 1 else h
+
+        def forward(self, blocks, x):
+            for i, block in enumerate(blocks):
+                x = self.layer(i, block, x)
+            return x
+
+    torch.manual_seed(args.seed)
+    model = SAGE(args.feat_dim, args.hidden, args.num_classes, len(fanouts))
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    sampler = dgl.dataloading.NeighborSampler(fanouts)
+    loader = dgl.dataloading.DistNodeDataLoader(
+        g, train_nid, sampler, batch_size=args.batch_size, shuffle=True, drop_last=False
+    )
+    # DistDGL's loader does not equalise batch counts; force_even splits differ by at most one node.
+    counts = torch.tensor([-(-len(train_nid) // args.batch_size)])
+    dist.all_reduce(counts, op=dist.ReduceOp.MIN)
+    num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
+    epoch_times, seps = [], []
+    for epoch in range(args.epochs):
+        ddp.train()
+        t_sample = t_fetch = t_compute = 0.0
+        edges = 0
+        start = time.perf_counter()
+        it = iter(loader)
+        for _ in range(num_batches):
+            t0 = time.perf_counter()
+            input_nodes, seeds, blocks = next(it)
+            t1 = time.perf_counter()
+            x = g.ndata["feat"][input_nodes]
+            y = g.ndata["label"][seeds]
+            t2 = time.perf_counter()
+            loss = F.cross_entropy(ddp(blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            t3 = time.perf_counter()
+            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+            edges += sum(b.num_edges() for b in blocks)
+        # Finish the interrupted epoch's iterator so the next one starts cleanly.
+        for _ in it:
+            pass
+        elapsed = time.perf_counter() - start
+        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        total_edges = torch.tensor([float(edges)])
+        dist.all_reduce(total_edges)
+        epoch_times.append(float(stats[0]))
+        seps.append(float(total_edges) / float(stats[0]))
+        if rank == 0:
+            print(
+                f"epoch {epoch} | loss {float(loss):.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
+                f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                flush=True,
+            )
+    result = {
+        "num_trainers": dist.get_world_size(),
+        "batches_per_epoch": num_batches,
+        "epoch_time_s": statistics.median(epoch_times),
+        "epoch_times_s": epoch_times,
+        "seps": statistics.median(seps),
+    }
+    if not args.no_eval:
+        t = time.perf_counter()
+        result.update(_dgl_layerwise_eval(g, model, book, args))
+        result["eval_time_s"] = time.perf_counter() - t
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    dist.barrier()
+    return 0
+
+
+def _dgl_layerwise_eval(g, model, book, args) -> dict:
+    """DistDGL's own example inference: one full-neighbour layer at a time into DistTensors."""
+    import dgl
+    import torch
+    import torch.distributed as dist
+
+    model.eval()
+    nodes = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool), book, force_even=True)
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(1)
+    x = g.ndata["feat"]
+    with torch.no_grad():
+        for i, dim in enumerate(model.dims):
+            out = dgl.distributed.DistTensor((g.num_nodes(), dim), torch.float32, f"h{i}", persistent=True)
+            loader = dgl.dataloading.DistNodeDataLoader(g, nodes, sampler, batch_size=10000, shuffle=False)
+            for input_nodes, seeds, blocks in loader:
+                out[seeds] = model.layer(i, blocks[0], x[input_nodes])
+            g.barrier()
+            x = out
+        pred = x[nodes].argmax(1)
+        label = g.ndata["label"][nodes]
+        stats = []
+        for mask_name in ("val_mask", "test_mask"):
+            mask = g.ndata[mask_name][nodes].bool()
+            stats += [float((pred[mask] == label[mask]).sum()), float(mask.sum())]
+    stats = torch.tensor(stats, dtype=torch.float64)
+    dist.all_reduce(stats)
+    return {"val_acc": float(stats[0] / stats[1]), "test_acc": float(stats[2] / stats[3])}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- table ------------------------------------------------------------------------------------------
+
+
+def print_table(args, results: dict[str, dict]) -> None:
+    cap = f"{args.max_batches} batches/epoch cap" if args.max_batches else "full epochs"
+    print(
+        f"\nGraphSAGE fanouts {args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, synthetic "
+        f"{args.num_nodes:,} nodes / ~{int(args.num_nodes * args.avg_degree):,} edges, "
+        f"2 machines x 1 trainer, {args.epochs} epochs, {cap}, {args.num_workers} sampler workers"
+    )
+    header = f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} {'val acc':>8} {'test acc':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, r in results.items():
+        per_batch = r["epoch_time_s"] / max(r["batches_per_epoch"], 1)
+        val = f"{r['val_acc']:.4f}" if "val_acc" in r else "-"
+        test = f"{r['test_acc']:.4f}" if "test_acc" in r else "-"
+        print(
+            f"{name:<10} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
+            f"{r['seps']:>12,.0f} {val:>8} {test:>9}"
+        )
+    if len(results) == 2:
+        a, b = results["distgnn"], results["DistDGL"]
+        print(f"distgnn epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f}")
+        if "test_acc" in a and "test_acc" in b:
+            print(f"test accuracy difference (distgnn - DistDGL): {a['test_acc'] - b['test_acc']:+.4f}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    roles = {
+        "dgl-partition": dgl_partition,
+        "dgl-machine": dgl_machine,
+        "dgl-server": dgl_server,
+        "dgl-trainer": dgl_trainer,
+    }
+    if args.role in roles:
+        return roles[args.role](args) or 0
+    results = {}
+    if not args.skip_distgnn:
+        results["distgnn"] = run_distgnn(args)
+    if not args.skip_dgl:
+        results["DistDGL"] = run_dgl(args)
+    print_table(args, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""Distributed GraphSAGE node classification with distgnn and torch DDP.
+
+Three ways to run it:
+
+* ``--local``: the whole job on this host. Partitions the dataset into
+  ``--workdir`` (reusing a partition of the same graph, method and part count),
+  starts a LocalCluster (``--num-parts`` simulated machines with
+  ``--servers-per-machine`` servers each), spawns ``--trainers-per-machine``
+  trainers per machine (this script again, with torchrun's environment),
+  trains, evaluates and stops everything.
+* no flag: one trainer of a job started by ``distgnn-launch`` (or by ``--local``);
+  the job's configuration comes from the environment (``distgnn.initialize``).
+* ``--single``: the single-process reference: the same sampler, loader and
+  model on the whole graph held in this process.
+
+Rank 0 prints one line per epoch (loss, train accuracy, time split into
+sampling / feature fetch / compute), a progress bar on stderr, and finally
+``RESULT {json}``. Validation and test accuracy come from layer-wise inference
+over all nodes: every trainer computes its share of each layer's output into a
+DistTensor, then all meet at a barrier before the next layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+import distgnn
+from distgnn.dataloader import DistNodeDataLoader
+from distgnn.nn import GAT, GraphSAGE
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
+
+PLANETOID = ("cora", "citeseer", "pubmed")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dataset", default="cora", help="cora|citeseer|pubmed|synthetic|npz:PATH")
+    p.add_argument("--data-dir", default="data", help="directory of the Planetoid files")
+    p.add_argument("--num-nodes", type=int, default=20000, help="synthetic: nodes")
+    p.add_argument("--avg-degree", type=float, default=10.0, help="synthetic: mean in-degree")
+    p.add_argument("--feat-dim", type=int, default=100, help="synthetic: feature width")
+    p.add_argument("--synthetic-classes", type=int, default=16, help="synthetic: classes")
+    p.add_argument("--num-parts", type=int, default=2, help="machines (= partitions)")
+    p.add_argument("--part-method", default="metis", choices=("metis", "random"))
+    p.add_argument("--trainers-per-machine", type=int, default=1)
+    p.add_argument("--servers-per-machine", type=int, default=1)
+    p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: sample inline)")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
+    p.add_argument("--batch-size", type=int, default=1000)
+    p.add_argument("--eval-batch-size", type=int, default=10000)
+    p.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: all)")
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--model", default="sage", choices=("sage", "gat"))
+    p.add_argument("--heads", type=int, default=4, help="gat: attention heads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
+    p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
+    p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="run the whole job on this host")
+    mode.add_argument("--single", action="store_true", help="single-process reference run")
+    args = p.parse_args(argv)
+    args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
+    return args
+
+
+# -- data ---------------------------------------------------------------------------------------
+
+
+def graph_name(args: argparse.Namespace) -> str:
+    if args.dataset == "synthetic":
+        return (
+            f"synthetic-n{args.num_nodes}-d{args.avg_degree:g}-f{args.feat_dim}-c{args.synthetic_classes}-s{args.seed}"
+        )
+    if args.dataset.startswith("npz:"):
+        return Path(args.dataset[4:]).stem
+    return args.dataset
+
+
+def load_dataset(args: argparse.Namespace) -> distgnn.data.Graph:
+    from distgnn import data
+
+    if args.dataset in PLANETOID:
+        g = data.load_planetoid(args.dataset, args.data_dir)
+        # Row-normalised bag-of-words features, as in the GCN/GraphSAGE Planetoid setups.
+        feat = g.ndata["feat"]
+        g.ndata["feat"] = (feat / np.maximum(feat.sum(1, keepdims=True), 1e-12)).astype(np.float32)
+    elif args.dataset == "synthetic":
+        g = data.synthetic(args.num_nodes, args.avg_degree, args.feat_dim, args.synthetic_classes, seed=args.seed)
+    elif args.dataset.startswith("npz:"):
+        g = data.load_npz(args.dataset[4:])
+    else:
+        raise SystemExit(f"error: unknown dataset {args.dataset!r} (cora|citeseer|pubmed|synthetic|npz:PATH)")
+    g.name = graph_name(args)
+    return g
+
+
+def ensure_partition(args: argparse.Namespace) -> Path:
+    """The partition JSON in the workdir, partitioning only when no matching one is there."""
+    from distgnn.partition import format as fmt
+    from distgnn.partition import partition_graph
+
+    name = graph_name(args)
+    out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
+    json_path = out_dir / f"{name}.json"
+    if json_path.exists():
+        try:
+            meta = fmt.read_meta(json_path)
+            if (meta.graph_name, meta.part_method, meta.num_parts) == (name, args.part_method, args.num_parts):
+                print(f"reusing partition {json_path}", file=sys.stderr)
+                return json_path
+        except distgnn.errors.PartitionFormatError as exc:
+            print(f"re-partitioning: {exc}", file=sys.stderr)
+    t = time.perf_counter()
+    g = load_dataset(args)
+    path = partition_graph(g, args.num_parts, out_dir, graph_name=name, method=args.part_method, overwrite=True)
+    print(f"partitioned {name} into {args.num_parts} parts in {time.perf_counter() - t:.1f}s: {path}", file=sys.stderr)
+    return Path(path)
+
+
+# -- training -------------------------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int, label: str, enabled: bool):
+        self.total, self.label, self.enabled = total, label, enabled and total > 0
+        self.start = time.perf_counter()
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // self.total
+        elapsed = time.perf_counter() - self.start
+        bar = "#" * filled + "." * (width - filled)
+        sys.stderr.write(f"\r{self.label} [{bar}] {done}/{self.total} {elapsed:.1f}s")
+        if done == self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def all_reduce(values: list[float], op=None) -> list[float]:
+    """Sum (or ``op``) across trainers; identity in a single process."""
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> torch.nn.Module:
+    num_layers = len(args.fanouts)
+    if args.model == "gat":
+        return GAT(in_feats, args.hidden, num_classes, num_layers, args.heads, args.dropout)
+    return GraphSAGE(in_feats, args.hidden, num_classes, num_layers, args.dropout)
+
+
+def layerwise_inference(model, g, nodes: torch.Tensor, args, device, new_buffer) -> torch.Tensor:
+    """Logits of ``nodes`` (this trainer's share of all nodes), one layer at a time over the whole graph.
+
+    ``new_buffer(layer, dim)`` returns a node tensor indexable by global id
+    (a DistTensor, or a plain tensor in a single process) for a hidden layer's output.
+    """
+    sampler = NeighborSampler([-1])
+    x = g.ndata["feat"]
+    model.eval()
+    with torch.no_grad():
+        for layer in range(model.num_layers):
+            last = layer == model.num_layers - 1
+            out = None if last else new_buffer(layer, model.layer_dims[layer])
+            outputs = []
+            for batch in torch.split(nodes, args.eval_batch_size):
+                _, _, (block,) = sampler.sample_blocks(g, batch)
+                h = model.forward_layer(layer, block.to(device), x[block.src_nids].to(device))
+                if last:
+                    outputs.append(h.cpu())
+                else:
+                    out[batch] = h.cpu()
+            if dist.is_initialized():
+                dist.barrier()
+            if last:
+                return torch.cat(outputs) if outputs else torch.zeros(0, model.layer_dims[-1])
+            x = out
+    raise AssertionError("unreachable")
+
+
+def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.device) -> dict:
+    """Train and evaluate on ``g``; the same code for a DistGraph and an InProcessGraph.
+
+    ``split(mask_name)`` gives this trainer's seed ids for a mask; ``split(None)``
+    its share of all nodes (for inference).
+    """
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    verbose = rank == 0
+    train_nids = split("train_mask")
+    in_feats = int(g.ndata["feat"].shape[1])
+    own = split(None)
+    local_max = int(g.ndata["label"][own].max()) if len(own) else 0
+    num_classes = int(all_reduce([local_max], dist.ReduceOp.MAX if dist.is_initialized() else None)[0]) + 1
+
+    torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = build_model(args, in_feats, num_classes).to(device)
+    torch.manual_seed(derive_seed(args.seed, rank, 1))  # dropout differs per trainer, fixed per run
+    raw_model = model
+    if world > 1:
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    sampler = NeighborSampler(args.fanouts)
+    loader = DistNodeDataLoader(
+        g,
+        train_nids,
+        sampler,
+        args.batch_size,
+        shuffle=True,
+        num_workers=args.num_workers,
+        device=device,
+        seed=args.seed,
+    )
+    num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
+    feat, label = g.ndata["feat"], g.ndata["label"]
+    epoch_times, seps_list = [], []
+    try:
+        for epoch in range(args.epochs):
+            model.train()
+            progress = Progress(num_batches, f"epoch {epoch:3d}", verbose and not args.quiet)
+            t_sample = t_fetch = t_compute = 0.0
+            loss_sum = correct = seen = edges = 0.0
+            start = time.perf_counter()
+            batches = iter(loader)
+            for step in range(num_batches):
+                t0 = time.perf_counter()
+                input_nodes, seeds, blocks = next(batches)
+                t1 = time.perf_counter()
+                x = feat[input_nodes].to(device)
+                y = label[seeds].to(device)
+                t2 = time.perf_counter()
+                logits = model(blocks, x)
+                loss = F.cross_entropy(logits, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                t3 = time.perf_counter()
+                t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+                loss_sum += float(loss) * len(seeds)
+                correct += float((logits.argmax(1) == y).sum())
+                seen += len(seeds)
+                edges += sum(b.num_edges for b in blocks)
+                progress.update(step + 1)
+            del batches  # an epoch cut short by --max-batches: the loader cancels the rest
+            elapsed = time.perf_counter() - start
+            loss_sum, correct, seen, edges = all_reduce([loss_sum, correct, seen, edges])
+            slowest = all_reduce([elapsed, t_sample, t_fetch, t_compute], dist.ReduceOp.MAX if world > 1 else None)
+            epoch_times.append(slowest[0])
+            seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
+            if verbose:
+                print(
+                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | train acc {correct / max(seen, 1):.4f} | "
+                    f"time {slowest[0]:.2f}s (sample {slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, "
+                    f"compute {slowest[3]:.2f}s) | {seps_list[-1]:,.0f} sampled edges/s",
+                    flush=True,
+                )
+    finally:
+        loader.close()
+    result = {
+        "dataset": args.dataset,
+        "model": args.model,
+        "num_trainers": world,
+        "num_parts": args.num_parts if not args.single else 1,
+        "epochs": args.epochs,
+        "batches_per_epoch": num_batches,
+        "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
+        "epoch_times_s": [round(t, 4) for t in epoch_times],
+        "seps": statistics.median(seps_list) if seps_list else None,
+        "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
+    }
+    if not args.no_eval:
+        t = time.perf_counter()
+        logits = layerwise_inference(raw_model, g, own, args, device, new_buffer)
+        pred = logits.argmax(1)
+        truth = label[own]
+        counts = []
+        for mask_name in ("val_mask", "test_mask"):
+            mask = g.ndata[mask_name][own].bool()
+            counts += [float((pred[mask] == truth[mask]).sum()), float(mask.sum())]
+        counts = all_reduce(counts)
+        result["val_acc"] = counts[0] / max(counts[1], 1)
+        result["test_acc"] = counts[2] / max(counts[3], 1)
+        result["eval_time_s"] = time.perf_counter() - t
+    return result
+
+
+def set_threads(args: argparse.Namespace, trainers_on_host: int) -> None:
+    threads = args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
+    torch.set_num_threads(threads)
+
+
+def single_main(args: argparse.Namespace) -> dict:
+    set_threads(args, 1)
+    g = InProcessGraph(load_dataset(args))
+
+    def split(mask_name):
+        if mask_name is None:
+            return torch.arange(g.num_nodes())
+        return torch.nonzero(g.ndata[mask_name]).flatten()
+
+    def new_buffer(layer, dim):
+        return torch.zeros(g.num_nodes(), dim)
+
+    return run_trainer(g, args, split, new_buffer, torch.device(args.device))
+
+
+def trainer_main(args: argparse.Namespace) -> dict:
+    """One trainer of a running job: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* and the distgnn env are set."""
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    set_threads(args, args.trainers_per_machine)
+    if args.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    ctx = distgnn.initialize()
+    try:
+        if ctx.config.part_config is None:
+            raise SystemExit("error: no partition config: start trainers through distgnn-launch or --local")
+        g = distgnn.DistGraph(_graph_name_of(ctx.config.part_config))
+        book = g.get_partition_book()
+        machine = ctx.config.machine_id
+        trainers = ctx.config.num_trainers
+        local_trainer = dist.get_rank() % trainers
+
+        def split(mask_name):
+            if mask_name is None:
+                # Inference: the nodes of this machine, shared by its trainers.
+                start, end = book.node_range(machine)
+                return torch.tensor_split(torch.arange(start, end), trainers)[local_trainer]
+            return distgnn.node_split(g.ndata[mask_name], book, force_even=True)
+
+        def new_buffer(layer, dim):
+            return distgnn.DistTensor((g.num_nodes(), dim), torch.float32, name=f"infer-h{layer}")
+
+        result = run_trainer(g, args, split, new_buffer, device)
+        dist.barrier()
+        return result
+    finally:
+        distgnn.shutdown()
+        dist.destroy_process_group()
+
+
+def _graph_name_of(part_config) -> str:
+    return json.loads(Path(part_config).read_text())["graph_name"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Partition, start a LocalCluster, run every trainer as a subprocess, stop everything."""
+    part_config = ensure_partition(args)
+    world = args.num_parts * args.trainers_per_machine
+    threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    port = _free_port()
+    procs: list[subprocess.Popen] = []
+    with distgnn.LocalCluster(
+        part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
+    ) as cluster:
+        try:
+            for machine in range(args.num_parts):
+                for local_rank in range(args.trainers_per_machine):
+                    rank = machine * args.trainers_per_machine + local_rank
+                    env = dict(os.environ)
+                    env.update(cluster.trainer_env(machine))
+                    env.update(
+                        RANK=str(rank),
+                        WORLD_SIZE=str(world),
+                        LOCAL_RANK=str(local_rank),
+                        LOCAL_WORLD_SIZE=str(args.trainers_per_machine),
+                        MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port),
+                        OMP_NUM_THREADS=str(threads),
+                    )
+                    procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *trainer_argv], env=env))
+            return _wait_all(procs)
+        finally:
+            _stop_all(procs)
+
+
+def _wait_all(procs: list[subprocess.Popen]) -> int:
+    """Wait for every trainer; when one fails, stop the others and return its exit code."""
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            rank, code = failed[0]
+            print(f"error: trainer {rank} exited with code {code}; stopping the job", file=sys.stderr)
+            return code if code > 0 else 1
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.2)
+
+
+def _stop_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.local:
+        return local_main(args, argv)
+    result = single_main(args) if args.single else trainer_main(args)
+    if args.single or int(os.environ.get("RANK", "0")) == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
