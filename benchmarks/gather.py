@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import time
 
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
+from distgnn.cache.gather import plan_gather
 
 
 def parse_args() -> argparse.Namespace:
@@ -109,6 +111,37 @@ def timed_gather(batches, out, device, **tiers):
     return rows * row_bytes / seconds / 1e9, seconds / len(batches) * 1e3
 
 
+def host_table(num_nodes, dim, dtype, huge_pages, device):
+    """An anonymous mapping of num_nodes x dim, with or without transparent huge pages, registered and filled."""
+    nbytes = num_nodes * dim * torch.empty(0, dtype=dtype).element_size()
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.madvise(mmap.MADV_HUGEPAGE if huge_pages else mmap.MADV_NOHUGEPAGE)
+    table = torch.frombuffer(buf, dtype=dtype).view(num_nodes, dim)
+    registration = HostRegistration(table) if device.type == "cuda" else None
+    chunk = max(1, (256 << 20) // (dim * table.element_size()))
+    for lo in range(0, num_nodes, chunk):
+        table[lo : lo + chunk].copy_(torch.randn(min(chunk, num_nodes - lo), dim, device=device).to(dtype))
+    return table, buf, registration
+
+
+def anon_huge_pages_gb():
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) / 1e6
+    return float("nan")
+
+
+def plan_ms(batches, cache, device):
+    """Planning alone (cache lookup, sort): ms per batch."""
+    sync(device)
+    start = time.perf_counter()
+    for ids in batches:
+        plan_gather(ids, cache)
+    sync(device)
+    return (time.perf_counter() - start) / len(batches) * 1e3
+
+
 def cpu_gather_copy(batches, table, out, device, threads):
     """CPU index_select into a pinned buffer, then one host->GPU copy per batch."""
     if threads:
@@ -180,12 +213,13 @@ def main() -> None:
     )
 
     t0 = time.perf_counter()
-    table = torch.empty((n, dim), dtype=dtype)
-    registration = HostRegistration(table) if device.type == "cuda" else None
-    chunk = max(1, (256 << 20) // row_bytes)
-    for lo in range(0, n, chunk):
-        table[lo : lo + chunk].copy_(torch.randn(min(chunk, n - lo), dim, device=device).to(dtype))
-    print(f"table allocated, registered and filled in {time.perf_counter() - t0:.1f} s", flush=True)
+    table, _buf, registration = host_table(n, dim, dtype, True, device)
+    report["anon_huge_pages_gb"] = anon_huge_pages_gb()
+    print(
+        f"table (THP advised; AnonHugePages {report['anon_huge_pages_gb']:.1f} GB) allocated, registered and "
+        f"filled in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
 
     try:
         run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report)
@@ -210,6 +244,17 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     tiers = {}
     tiers["host zero-copy, sorted misses"] = timed_gather(timed, out, device, host=host)
     tiers["host zero-copy, unsorted"] = timed_gather(timed, out, device, host=host, sort_misses=False)
+    contiguous = [
+        torch.arange(k * ids.shape[0], (k + 1) * ids.shape[0], device=device) % n for k, ids in enumerate(timed)
+    ]
+    tiers["host zero-copy, contiguous ids"] = timed_gather(contiguous, out, device, host=host)
+    if device.type == "cuda":
+        small, _small_buf, small_registration = host_table(n, dim, dtype, False, device)
+        small_host = HostTier(small, 0)
+        tiers["host 4 KB pages, sorted misses"] = timed_gather(timed, out, device, host=small_host)
+        tiers["host 4 KB pages, unsorted"] = timed_gather(timed, out, device, host=small_host, sort_misses=False)
+        small_registration.close()
+        del small, small_host, _small_buf
     staged = [StagingTier(torch.sort(ids.cpu()).values, table[torch.sort(ids.cpu()).values]) for ids in timed[:4]]
     if device.type == "cuda":
         staged = [StagingTier(s.ids, s.rows.pin_memory()) for s in staged]
@@ -220,6 +265,8 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     del staged
     resident = FeatureCache.replicate(torch.arange(n), table, n, device)
     tiers["GPU-resident (all hits)"] = timed_gather(timed, out, device, cache=resident)
+    tiers["planning alone, no cache"] = (float("nan"), plan_ms(timed, None, device))
+    tiers["planning alone, all cached"] = (float("nan"), plan_ms(timed, resident, device))
     cpu = cpu_gather_copy(timed, table, out, device, args.cpu_threads)
     tiers["CPU gather + copy"] = cpu
 

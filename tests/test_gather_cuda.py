@@ -150,3 +150,22 @@ def test_registered_shm_npy_mapping_is_read_zero_copy():
         del rows, mapped
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("bad", [[3, 70], [-1], [1000]])
+def test_ids_in_no_tier_raise_after_the_launch(bad):
+    cache = FeatureCache.replicate(torch.tensor([1, 2]), torch.randn(2, 4), 100, "cuda")
+    host = HostTier(pinned_rows(torch.randn(50, 4)), 0)
+    ids = torch.tensor([1, 5, *bad], device="cuda")
+    with pytest.raises(InputError, match="in no tier"):
+        gather(poisoned(len(ids), 4, torch.float32), ids, cache=cache, host=host, impl="cuda")
+
+
+def test_hit_counters_match_between_kernel_and_reference():
+    table, ids, cache, host, staging = cuda_setup(8, shards=2)
+    gather(poisoned(len(ids), 7, torch.float32), ids, cache=cache, host=host, staging=staging, impl="cuda")
+    kernel = (cache.stats.lookups, cache.stats.local_hits, cache.stats.peer_hits)
+    cache.stats.reset()
+    gather(poisoned(len(ids), 7, torch.float32), ids, cache=cache, host=host, staging=staging, impl="torch")
+    assert kernel == (cache.stats.lookups, cache.stats.local_hits, cache.stats.peer_hits)
+    assert kernel[1] > 0 and kernel[2] > 0

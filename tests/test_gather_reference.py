@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distgnn.cache import FeatureCache, HostTier, StagingTier, gather, remote_misses
-from distgnn.cache.gather import plan_gather
+from distgnn.cache.gather import HIT_KEY, plan_gather
 from distgnn.errors import InputError
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -152,30 +152,52 @@ def test_remote_misses_are_sorted_unique_and_exclude_cache_and_host():
 
 
 def execute_plan(plan, out, cache, host, staging):
-    """What the CUDA kernel does with a plan, in plain torch (the kernel's own reference)."""
-    sources = [] if host is None else list(host.rows)
-    sources += [] if staging is None else list(staging.rows)
-    for u, row in enumerate(plan.miss_rows.tolist()):
-        for d in plan.miss_dst[plan.miss_offsets[u] : plan.miss_offsets[u + 1]].tolist():
-            out[d] = sources[row]
-    for d, slot in zip(plan.hit_dst.tolist(), plan.hit_slots.tolist(), strict=True):
-        out[d] = cache.shards[slot % cache.num_shards][slot // cache.num_shards]
-    return out
+    """What the CUDA kernel does with a plan, in plain Python (the kernel's own reference); returns rows read."""
+    keys, order = plan.keys.tolist(), plan.order.tolist()
+    staged = {} if staging is None else {i: row for i, row in zip(staging.ids.tolist(), staging.rows, strict=True)}
+    reads = []
+    for i, key in enumerate(keys):
+        if key == HIT_KEY:
+            slot = int(plan.slots[order[i]])
+            out[order[i]] = cache.shards[slot % cache.num_shards][slot // cache.num_shards]
+            continue
+        if plan.deduplicate and i > 0 and keys[i - 1] == key:
+            continue
+        run = 1
+        while plan.deduplicate and i + run < len(keys) and keys[i + run] == key:
+            run += 1
+        if host is not None and host.start <= key < host.end:
+            row = host.rows[key - host.start]
+        elif key in staged:
+            row = staged[key]
+        else:
+            continue
+        reads.append(key)
+        for d in order[i : i + run]:
+            out[d] = row
+    return reads
 
 
 @pytest.mark.parametrize("sort_misses", [True, False])
 @pytest.mark.parametrize("shards", [1, 2])
-def test_plan_executed_in_torch_matches_full_table(sort_misses, shards):
+def test_plan_executed_like_the_kernel_matches_full_table(sort_misses, shards):
     for seed in range(3):
         table, ids, cache, host, staging = random_setup(seed, shards=shards)
-        plan = plan_gather(ids, cache, host, staging, sort_misses=sort_misses)
-        out = execute_plan(plan, poisoned(len(ids), 7, torch.float32), cache, host, staging)
+        plan = plan_gather(ids, cache, sort_misses=sort_misses)
+        out = poisoned(len(ids), 7, torch.float32)
+        reads = execute_plan(plan, out, cache, host, staging)
         assert torch.equal(out, table[ids])
-        assert plan.miss_offsets[-1] + plan.hit_dst.numel() == len(ids)
-        if sort_misses:  # every source row read once, in address order within its tier
-            for rows in (
-                plan.miss_rows[plan.miss_rows < plan.host_rows],
-                plan.miss_rows[plan.miss_rows >= plan.host_rows],
-            ):
-                assert bool((rows[1:] > rows[:-1]).all())
-            assert sorted(torch.cat([plan.miss_dst, plan.hit_dst]).tolist()) == list(range(len(ids)))
+        assert sorted(plan.order.tolist()) == list(range(len(ids)))
+        misses = ids[cache.slot_table[ids] < 0]
+        if sort_misses:  # misses first and ascending, so every row is read once, in address order
+            assert bool((plan.keys[1:] >= plan.keys[:-1]).all())
+            assert reads == torch.unique(misses).tolist()
+        else:
+            assert len(reads) == len(misses)
+
+
+def test_plan_marks_ids_outside_the_slot_table_as_misses():
+    cache = FeatureCache.replicate(torch.tensor([2]), torch.randn(1, 3), 5, "cpu")
+    plan = plan_gather(torch.tensor([2, 7, -1, 2]), cache)
+    assert plan.slots.tolist() == [0, -1, -1, 0]
+    assert plan.keys.tolist() == [-1, 7, HIT_KEY, HIT_KEY]

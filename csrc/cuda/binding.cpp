@@ -75,46 +75,50 @@ bool device_accessible(int64_t ptr) {
   return attr.type != cudaMemoryTypeUnregistered;
 }
 
-void gather_rows(torch::Tensor out, torch::Tensor miss_rows, torch::Tensor miss_offsets, torch::Tensor miss_dst,
-                 c10::optional<torch::Tensor> host, c10::optional<torch::Tensor> staging, torch::Tensor hit_dst,
-                 torch::Tensor hit_slots, std::vector<torch::Tensor> shards) {
+void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, torch::Tensor slots, bool deduplicate,
+                 c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
+                 c10::optional<torch::Tensor> staging_ids, std::vector<torch::Tensor> shards, torch::Tensor unplaced) {
   TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
   const torch::Device device = out.device();
   const c10::cuda::CUDAGuard guard(device);
-  check_index(miss_rows, "miss_rows", device);
-  check_index(miss_offsets, "miss_offsets", device);
-  check_index(miss_dst, "miss_dst", device);
-  check_index(hit_dst, "hit_dst", device);
-  check_index(hit_slots, "hit_slots", device);
-  TORCH_CHECK(miss_offsets.numel() == miss_rows.numel() + 1, "miss_offsets must have one entry more than miss_rows");
-  TORCH_CHECK(hit_dst.numel() == hit_slots.numel(), "hit_dst and hit_slots must have the same length");
+  check_index(keys, "keys", device);
+  check_index(order, "order", device);
+  check_index(slots, "slots", device);
+  check_index(unplaced, "unplaced", device);
+  TORCH_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0) && slots.numel() == out.size(0),
+              "keys, order and slots need one entry per output row");
+  TORCH_CHECK(unplaced.numel() == 2, "unplaced must hold [count, example]");
   TORCH_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
-  TORCH_CHECK(hit_dst.numel() == 0 || !shards.empty(), "cache hits need at least one shard");
 
   distgnn::GatherParams p{};
   p.out = static_cast<char*>(out.data_ptr());
   p.row_bytes = out.size(1) * int64_t(out.element_size());
-  p.num_misses = miss_rows.numel();
-  p.miss_rows = miss_rows.data_ptr<int64_t>();
-  p.miss_offsets = miss_offsets.data_ptr<int64_t>();
-  p.miss_dst = miss_dst.data_ptr<int64_t>();
+  p.batch = out.size(0);
+  p.keys = keys.data_ptr<int64_t>();
+  p.order = order.data_ptr<int64_t>();
+  p.slots = slots.data_ptr<int64_t>();
+  p.deduplicate = deduplicate;
   if (host.has_value()) {
     check_rows(*host, out, "host rows");
     p.host = device_readable(*host, device, "host rows");
+    p.host_start = host_start;
     p.host_rows = host->size(0);
   }
   if (staging.has_value()) {
+    TORCH_CHECK(staging_ids.has_value(), "staging rows need their ids");
     check_rows(*staging, out, "staging rows");
+    check_index(*staging_ids, "staging ids", device);
+    TORCH_CHECK(staging_ids->numel() == staging->size(0), "one staging id per staging row");
     p.staging = device_readable(*staging, device, "staging rows");
+    p.staging_ids = staging_ids->data_ptr<int64_t>();
+    p.staging_rows = staging->size(0);
   }
-  p.num_hits = hit_dst.numel();
-  p.hit_dst = hit_dst.data_ptr<int64_t>();
-  p.hit_slots = hit_slots.data_ptr<int64_t>();
   p.num_shards = int(shards.size());
   for (size_t s = 0; s < shards.size(); ++s) {
     check_rows(shards[s], out, "cache shard");
     p.shards[s] = device_readable(shards[s], device, "cache shard");
   }
+  p.unplaced = reinterpret_cast<unsigned long long*>(unplaced.data_ptr<int64_t>());
   int num_sms = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device.index()));
   C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms, c10::cuda::getCurrentCUDAStream(device.index())));
@@ -148,8 +152,8 @@ void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpr
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn CUDA tiered feature gather";
   m.def("gather_rows", &gather_rows, "Fill out's rows from cache shards, host rows and staging rows in one launch",
-        py::arg("out"), py::arg("miss_rows"), py::arg("miss_offsets"), py::arg("miss_dst"), py::arg("host"),
-        py::arg("staging"), py::arg("hit_dst"), py::arg("hit_slots"), py::arg("shards"));
+        py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("slots"), py::arg("deduplicate"), py::arg("host"),
+        py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",
         py::arg("ptr"));
   m.def("host_register", &host_register, "cudaHostRegister whole pages around [ptr, ptr + nbytes); returns base",

@@ -10,7 +10,6 @@ it hands the shard tensors to :class:`FeatureCache`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -20,24 +19,43 @@ from distgnn.errors import InputError
 MAX_SHARDS = 16  # kMaxShards in csrc/cuda/gather.h
 
 
-@dataclass
 class CacheStats:
-    """Hit counters of one cache view, updated by every gather through it."""
+    """Hit counters of one cache view, updated by every gather through it.
 
-    lookups: int = 0
-    local_hits: int = 0
-    peer_hits: int = 0
+    Hits accumulate on the cache's device without synchronising; reading them synchronises.
+    """
+
+    def __init__(self) -> None:
+        self.lookups = 0
+        self._hits: torch.Tensor | None = None  # [local, peer]
+
+    def record(self, lookups: int, hits: torch.Tensor) -> None:
+        """Adds ``lookups`` ids and ``hits`` = ``[local, peer]`` hit counts (a device tensor)."""
+        self.lookups += lookups
+        self._hits = hits if self._hits is None else self._hits + hits
+
+    @property
+    def local_hits(self) -> int:
+        return 0 if self._hits is None else int(self._hits[0])
+
+    @property
+    def peer_hits(self) -> int:
+        return 0 if self._hits is None else int(self._hits[1])
 
     @property
     def hits(self) -> int:
-        return self.local_hits + self.peer_hits
+        return 0 if self._hits is None else int(self._hits.sum())
 
     def hit_rate(self) -> float:
         """Fraction of looked-up ids found in the cache (0.0 before any lookup)."""
         return self.hits / self.lookups if self.lookups else 0.0
 
     def reset(self) -> None:
-        self.lookups = self.local_hits = self.peer_hits = 0
+        self.lookups = 0
+        self._hits = None
+
+    def __repr__(self) -> str:
+        return f"CacheStats(lookups={self.lookups}, local_hits={self.local_hits}, peer_hits={self.peer_hits})"
 
 
 class FeatureCache:

@@ -67,70 +67,48 @@ def remote_misses(
     ids = ids.to(torch.int64)
     missing = torch.ones_like(ids, dtype=torch.bool)
     if cache is not None:
-        missing &= _lookup_slots(cache, ids) < 0
+        missing &= cache_slots(cache, ids) < 0
     if host is not None:
         missing &= (ids < host.start) | (ids >= host.end)
     return torch.unique(ids[missing])
 
 
+def cache_slots(cache: FeatureCache, ids: torch.Tensor) -> torch.Tensor:
+    """Logical cache slot of each id as int64 on ``ids.device``, -1 where not cached or outside the table."""
+    if cache.num_nodes == 0:
+        return torch.full_like(ids, -1)
+    inside = (ids >= 0) & (ids < cache.num_nodes)
+    index = ids.clamp(0, cache.num_nodes - 1).to(cache.device)
+    return cache.slot_table[index].to(device=ids.device, dtype=torch.int64).masked_fill_(~inside, -1)
+
+
 @dataclass(frozen=True)
 class GatherPlan:
-    """What the kernel executes; every tensor is int64 on the output's device.
+    """The kernel's work list; every tensor is ``(B,)`` int64 on the output's device.
 
-    ``miss_rows[u]`` is a host row (``< host_rows``) or ``host_rows +`` a staging row; it is copied to output rows
-    ``miss_dst[miss_offsets[u]:miss_offsets[u + 1]]``. Hit ``h`` copies logical cache slot ``hit_slots[h]`` to
-    output row ``hit_dst[h]``.
+    Item ``i`` fills output row ``order[i]``: from logical cache slot ``slots[order[i]]`` when ``keys[i]`` is
+    :data:`HIT_KEY`, else with the row of global id ``keys[i]`` (host range or staging). With ``deduplicate``
+    the keys are sorted, misses first, and the first item of a run of equal keys reads the row for the run.
     """
 
-    miss_rows: torch.Tensor
-    miss_offsets: torch.Tensor
-    miss_dst: torch.Tensor
-    hit_dst: torch.Tensor
-    hit_slots: torch.Tensor
-    host_rows: int
+    keys: torch.Tensor
+    order: torch.Tensor
+    slots: torch.Tensor
+    deduplicate: bool
 
 
-def plan_gather(
-    ids: torch.Tensor,
-    cache: FeatureCache | None,
-    host: HostTier | None,
-    staging: StagingTier | None,
-    sort_misses: bool = True,
-) -> GatherPlan:
-    """Splits ``ids`` (int64, on the output's device) into cache hits and per-source-row misses."""
-    device = ids.device
-    positions = torch.arange(ids.shape[0], device=device)
-    if cache is not None:
-        slots = _lookup_slots(cache, ids)
-        hit = slots >= 0
-        hit_dst, miss_pos = positions[hit], positions[~hit]
-        hit_slots = slots[hit]
-    else:
-        hit_dst = hit_slots = positions[:0]
-        miss_pos = positions
-    miss_ids = ids[miss_pos]
+HIT_KEY = torch.iinfo(torch.int64).max  # kHitKey in csrc/cuda/gather.h
+
+
+def plan_gather(ids: torch.Tensor, cache: FeatureCache | None, sort_misses: bool = True) -> GatherPlan:
+    """Looks ``ids`` (int64) up in the cache and orders the work; torch ops only, no host synchronisation."""
+    slots = cache_slots(cache, ids) if cache is not None else torch.full_like(ids, -1)
+    keys = torch.where(slots >= 0, HIT_KEY, ids)
     if sort_misses:
-        sorted_ids, order = torch.sort(miss_ids)
-        unique_ids, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
-        miss_dst = miss_pos[order]
-        miss_offsets = torch.zeros(unique_ids.shape[0] + 1, dtype=torch.int64, device=device)
-        torch.cumsum(counts, 0, out=miss_offsets[1:])
+        keys, order = torch.sort(keys)
     else:
-        unique_ids, miss_dst = miss_ids, miss_pos
-        miss_offsets = torch.arange(miss_ids.shape[0] + 1, device=device)
-
-    host_rows = 0 if host is None else host.rows.shape[0]
-    miss_rows = torch.full_like(unique_ids, -1)
-    if host is not None:
-        local = (unique_ids >= host.start) & (unique_ids < host.end)
-        miss_rows = torch.where(local, unique_ids - host.start, miss_rows)
-    if staging is not None and staging.ids.numel() > 0:
-        staging_ids = staging.ids.to(device)
-        pos = torch.searchsorted(staging_ids, unique_ids).clamp_(max=staging_ids.shape[0] - 1)
-        found = (staging_ids[pos] == unique_ids) & (miss_rows < 0)
-        miss_rows = torch.where(found, host_rows + pos, miss_rows)
-    _raise_if_unplaced(unique_ids, miss_rows < 0)
-    return GatherPlan(miss_rows, miss_offsets, miss_dst, hit_dst, hit_slots.to(torch.int64), host_rows)
+        order = torch.arange(ids.shape[0], device=ids.device)
+    return GatherPlan(keys, order, slots, sort_misses)
 
 
 def _gather_cuda(
@@ -141,6 +119,7 @@ def _gather_cuda(
     staging: StagingTier | None,
     sort_misses: bool,
 ) -> None:
+    """Plans on the GPU and launches the kernel; synchronises once, to check that every id was found."""
     extension = load_extension()
     if cache is not None and cache.device != out.device:
         raise InputError(f"the cache's slot table is on {cache.device} but the output on {out.device}")
@@ -151,19 +130,30 @@ def _gather_cuda(
                 f"{name} rows are in pageable memory, which the GPU cannot read: pin them (tensor.pin_memory()) "
                 "or register them (distgnn.cache.HostRegistration)"
             )
-    plan = plan_gather(ids.to(out.device), cache, host, staging, sort_misses)
-    _count(cache, plan.hit_slots)
+    ids = ids.to(out.device)
+    plan = plan_gather(ids, cache, sort_misses)
+    if cache is not None:
+        _count(cache, plan.slots)
+    unplaced = torch.zeros(2, dtype=torch.int64, device=out.device)
     extension.gather_rows(
         out,
-        plan.miss_rows,
-        plan.miss_offsets,
-        plan.miss_dst,
+        plan.keys,
+        plan.order,
+        plan.slots,
+        plan.deduplicate,
         None if host is None else host.rows,
+        0 if host is None else host.start,
         None if staging is None else staging.rows,
-        plan.hit_dst,
-        plan.hit_slots,
+        None if staging is None else staging.ids.to(out.device),
         [] if cache is None else cache.shards,
+        unplaced,
     )
+    count, example = unplaced.tolist()
+    if count:
+        raise InputError(
+            f"{count} ids are in no tier (not cached, outside the host range, not staged), e.g. {example}; "
+            "fetch them into the staging tier first (see remote_misses)"
+        )
 
 
 def _gather_reference(
@@ -175,10 +165,16 @@ def _gather_reference(
 ) -> None:
     """Plain per-tier indexing; every index moves to the device of the rows it indexes."""
     ids = ids.to(out.device)
+    if ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0:
+            raise InputError(f"ids must be >= 0, got {low}")
+        if cache is not None and high >= cache.num_nodes:
+            raise InputError(f"id {high} is outside the cache's slot table of {cache.num_nodes} nodes")
     placed = torch.zeros(ids.shape[0], dtype=torch.bool, device=out.device)
     if cache is not None:
-        slots = _lookup_slots(cache, ids).to(out.device)
-        _count(cache, slots[slots >= 0])
+        slots = cache.slot_table[ids.to(cache.device)].to(device=out.device, dtype=torch.int64)
+        _count(cache, slots)
         for rank, shard in enumerate(cache.shards):
             take = (slots >= 0) & (slots % cache.num_shards == rank)
             _copy_rows(out, take, shard, slots[take] // cache.num_shards)
@@ -193,33 +189,24 @@ def _gather_reference(
         take = ~placed & (staging_ids[pos] == ids)
         _copy_rows(out, take, staging.rows, pos[take])
         placed |= take
-    _raise_if_unplaced(ids, ~placed)
+    if bool((~placed).any()):
+        examples = ids[~placed][:5].tolist()
+        raise InputError(
+            f"{int((~placed).sum())} ids are in no tier (not cached, outside the host range, not staged), "
+            f"e.g. {examples}; fetch them into the staging tier first (see remote_misses)"
+        )
 
 
 def _copy_rows(out: torch.Tensor, take: torch.Tensor, rows: torch.Tensor, row_index: torch.Tensor) -> None:
     out[take] = rows[row_index.to(rows.device)].to(out.device)
 
 
-def _lookup_slots(cache: FeatureCache, ids: torch.Tensor) -> torch.Tensor:
-    return cache.slot_table[ids.to(cache.device)].to(ids.device)
-
-
-def _count(cache: FeatureCache | None, hit_slots: torch.Tensor) -> None:
-    """Adds one gather's hits to the cache's counters (lookups are counted in _check_inputs)."""
-    if cache is None:
-        return
-    peer = int((hit_slots % cache.num_shards != cache.local_rank).sum()) if cache.num_shards > 1 else 0
-    cache.stats.peer_hits += peer
-    cache.stats.local_hits += hit_slots.numel() - peer
-
-
-def _raise_if_unplaced(ids: torch.Tensor, unplaced: torch.Tensor) -> None:
-    if bool(unplaced.any()):
-        examples = ids[unplaced][:5].tolist()
-        raise InputError(
-            f"{int(unplaced.sum())} ids are in no tier (not cached, outside the host range, not staged), "
-            f"e.g. {examples}; fetch them into the staging tier first (see remote_misses)"
-        )
+def _count(cache: FeatureCache, slots: torch.Tensor) -> None:
+    """Adds one gather's lookups and hits to the cache's counters, without synchronising."""
+    hit = slots >= 0
+    hits = hit.sum()
+    peer = (hit & (slots % cache.num_shards != cache.local_rank)).sum() if cache.num_shards > 1 else hits * 0
+    cache.stats.record(slots.shape[0], torch.stack([hits - peer, peer]))
 
 
 def _check_inputs(
@@ -229,7 +216,7 @@ def _check_inputs(
     host: HostTier | None,
     staging: StagingTier | None,
 ) -> torch.Tensor:
-    """Validates shapes, dtypes and id range; returns ids as int64."""
+    """Validates shapes and dtypes (nothing that needs a device sync); returns ids as int64."""
     check_rows(out, "out")
     if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
         raise InputError(f"ids must be a 1-D integer tensor, got {ids.dtype} {tuple(ids.shape)}")
@@ -242,13 +229,4 @@ def _check_inputs(
             raise InputError(
                 f"{name} are {rows.dtype} width {rows.shape[1]} but out is {out.dtype} width {out.shape[1]}"
             )
-    ids = ids.to(torch.int64)
-    if ids.numel():
-        low, high = (int(v) for v in torch.aminmax(ids))
-        if low < 0:
-            raise InputError(f"ids must be >= 0, got {low}")
-        if cache is not None and high >= cache.num_nodes:
-            raise InputError(f"id {high} is outside the cache's slot table of {cache.num_nodes} nodes")
-    if cache is not None:
-        cache.stats.lookups += ids.shape[0]
-    return ids
+    return ids.to(torch.int64)

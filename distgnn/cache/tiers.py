@@ -65,5 +65,7 @@ class StagingTier:
             raise InputError(f"staging ids must be a 1-D int64 tensor, got {self.ids.dtype} {tuple(self.ids.shape)}")
         if self.ids.shape[0] != self.rows.shape[0]:
             raise InputError(f"staging has {self.ids.shape[0]} ids but {self.rows.shape[0]} rows; they must match")
+        if self.ids.numel() and int(self.ids[0]) < 0:
+            raise InputError(f"staging ids must be >= 0, got {int(self.ids[0])}")
         if self.ids.numel() > 1 and not bool((self.ids[1:] > self.ids[:-1]).all()):
             raise InputError("staging ids must be strictly increasing (sorted, no repeats)")
