@@ -9,6 +9,8 @@ a tensor. ``barrier`` is not here: its reply is deferred, so the loop owns it.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -143,10 +145,15 @@ def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray])
     shape = _field(header, "shape", list)
     if not 1 <= len(shape) <= wire.MAX_NDIM or not all(type(d) is int and 0 <= d < 2**40 for d in shape):
         raise ProtocolError(f"shape must be 1 to {wire.MAX_NDIM} non-negative ints, got {shape!r}")
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    row_bytes = math.prod(shape[1:]) * np.dtype(dtype).itemsize
     start, end = state.partition.owned_range(policy)
-    if row_bytes * (end - start) > 2**40 or row_bytes > wire.MAX_MESSAGE_BYTES:
-        raise InputError(f"tensor {name!r} of shape {shape} {dtype} is too large for this server")
+    need = row_bytes * (end - start)
+    stat = os.statvfs(shm.SHM_DIR)
+    if need > stat.f_bavail * stat.f_frsize or row_bytes > wire.MAX_MESSAGE_BYTES:
+        raise InputError(
+            f"tensor {name!r} of shape {shape} {dtype} needs {need} bytes of shared memory on partition "
+            f"{state.partition.part_id}; {stat.f_bavail * stat.f_frsize} are free"
+        )
     create_tensor(
         state.partition,
         policy,
