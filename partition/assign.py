@@ -6,10 +6,15 @@ multi-constraint vertex weights, again as DistDGL builds them: with
 ``balance_train`` one 0/1 weight per class of ``train_mask`` (non-train,
 train), with ``balance_edges`` the in-degree (per train class when both are
 on). Arrays are int64 throughout because that is pymetis' zero-copy index type.
+
+pymetis 2025.2 passes ``ncon = 1`` to METIS whatever the length of
+``vweights``, so several constraints go straight to the METIS library that
+pymetis bundles, through ctypes, with the same arrays.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 
 import numpy as np
@@ -56,7 +61,7 @@ def symmetric_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.
 def _vertex_weights(
     dst: np.ndarray, num_nodes: int, train_mask: np.ndarray | None, balance_edges: bool
 ) -> np.ndarray | None:
-    """Flattened ``(N * ncon,)`` weights, or None for plain node-count balance."""
+    """``(N, ncon)`` int64 weights, or None for plain node-count balance."""
     columns: list[np.ndarray] = []
     groups = [~train_mask, train_mask] if train_mask is not None else []
     columns.extend(g.astype(np.int64) for g in groups)
@@ -67,7 +72,52 @@ def _vertex_weights(
     columns = [c for c in columns if c.any()]
     if not columns:
         return None
-    return np.ascontiguousarray(np.stack(columns, axis=1)).reshape(-1)
+    return np.ascontiguousarray(np.stack(columns, axis=1))
+
+
+_METIS_OK = 1
+_METIS_STATUS = {-2: "input error", -3: "out of memory", -4: "error"}
+
+
+def _metis_kway_multi(xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray, num_parts: int, seed: int):
+    """``METIS_PartGraphKway`` with ``ncon = vweights.shape[1]``; returns ``(part, edge_cut)``."""
+    import pymetis
+    from pymetis import _internal
+
+    if _internal._idx_type_width() != 64:
+        raise InputError("balance constraints need pymetis built with 64-bit METIS indices")
+    lib = ctypes.CDLL(_internal.__file__)
+    idx = ctypes.c_int64
+
+    def ptr(arr: np.ndarray):
+        return arr.ctypes.data_as(ctypes.POINTER(idx))
+
+    options = np.zeros(64, dtype=np.int64)  # METIS_NOPTIONS is 40; room to spare
+    lib.METIS_SetDefaultOptions(ptr(options))
+    options[int(pymetis.OptionKey.SEED)] = seed
+    options[int(pymetis.OptionKey.NUMBERING)] = 0
+    part = np.empty(xadj.shape[0] - 1, dtype=np.int64)
+    nvtxs, ncon, nparts, edge_cut = idx(part.shape[0]), idx(vweights.shape[1]), idx(num_parts), idx(0)
+    status = lib.METIS_PartGraphKway(
+        ctypes.byref(nvtxs),
+        ctypes.byref(ncon),
+        ptr(xadj),
+        ptr(adjncy),
+        ptr(vweights),
+        None,
+        None,
+        ctypes.byref(nparts),
+        None,
+        None,
+        ptr(options),
+        ctypes.byref(edge_cut),
+        ptr(part),
+    )
+    if status != _METIS_OK:
+        raise InputError(
+            f"METIS failed ({_METIS_STATUS.get(status, status)}) with {vweights.shape[1]} balance constraints"
+        )
+    return part, int(edge_cut.value)
 
 
 def metis_assignment(
@@ -87,11 +137,13 @@ def metis_assignment(
     xadj, adjncy = symmetric_csr(num_nodes, src, dst)
     logger.info("METIS input: %d nodes, %d adjacency entries (symmetrised)", num_nodes, adjncy.shape[0])
     vweights = _vertex_weights(dst, num_nodes, train_mask, balance_edges)
+    if vweights is not None and vweights.shape[1] > 1:
+        return _metis_kway_multi(xadj, adjncy, vweights, num_parts, seed)
     try:
         result = pymetis.part_graph(
             num_parts,
             pymetis.CSRAdjacency(xadj, adjncy),
-            vweights=vweights,
+            vweights=None if vweights is None else vweights.reshape(-1),
             recursive=False,
             options=pymetis.Options(seed=seed),
         )
