@@ -110,3 +110,76 @@ def test_sampler_spec_round_trips_and_rejects_bad_fanouts() -> None:
     for bad in ([], [0], [3, -2]):
         with pytest.raises(Exception, match="fanouts"):
             NeighborSampler(bad)
+
+
+# -- on a 2-machine LocalCluster ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster_graph(tmp_path_factory, small_graph: Graph):
+    """``small_graph`` with a sparse edge weight, METIS-partitioned in 2 and served by a LocalCluster."""
+    from distgnn.cluster import LocalCluster
+    from distgnn.partition import partition_graph
+    from distgnn.partition.format import load_orig_ids, read_meta
+
+    rng = np.random.default_rng(5)
+    weighted = Graph(
+        small_graph.name,
+        small_graph.num_nodes,
+        small_graph.src,
+        small_graph.dst,
+        dict(small_graph.ndata),
+        {
+            "w": np.where(rng.random(small_graph.num_edges) < 0.5, 0.0, rng.random(small_graph.num_edges)).astype(
+                np.float32
+            )
+        },
+        small_graph.num_classes,
+    )
+    json_path = partition_graph(weighted, 2, tmp_path_factory.mktemp("parts") / "g", graph_name="g")
+    orig_nid, orig_eid = (np.asarray(a) for a in load_orig_ids(read_meta(json_path)))
+    with LocalCluster(json_path, servers_per_machine=2, rpc_timeout_s=30) as cluster:
+        yield weighted, json_path, cluster, orig_nid, orig_eid
+
+
+def dist_graph(cluster, json_path, machine: int):
+    from distgnn.context import connect
+    from distgnn.graph import DistGraph
+
+    return DistGraph("g", json_path, context=connect(cluster.config(machine), rank=machine, world_size=2))
+
+
+@pytest.mark.parametrize("machine", [0, 1])
+def test_cluster_sampler_blocks_are_real_edges(cluster_graph, machine: int) -> None:
+    graph, json_path, cluster, orig_nid, orig_eid = cluster_graph
+    g = dist_graph(cluster, json_path, machine)
+    try:
+        book = g.get_partition_book()
+        owners = book.nid2partid(np.arange(graph.num_nodes))
+        assert set(np.unique(owners)) == {0, 1}
+        # Seeds from both machines, interleaved, so the merge has to restore the order.
+        seeds = np.random.default_rng(machine).choice(graph.num_nodes, 300, replace=False)
+        assert 0 < np.count_nonzero(owners[seeds] == machine) < len(seeds)
+        sampler = NeighborSampler([4, 3, 2])
+        result = sampler.sample_blocks(g, seeds, rng_seed=3)
+        check_blocks(graph, orig_nid, orig_eid, seeds, sampler, result)
+        again = sampler.sample_blocks(g, seeds, rng_seed=3)
+        for a, b in zip(result[2], again[2], strict=True):
+            torch.testing.assert_close(a.eids, b.eids)
+    finally:
+        g.context.close()
+
+
+def test_cluster_weighted_sampling_skips_zero_weight_edges(cluster_graph) -> None:
+    graph, json_path, cluster, orig_nid, orig_eid = cluster_graph
+    g = dist_graph(cluster, json_path, 0)
+    try:
+        seeds = np.arange(0, graph.num_nodes, 3)
+        _, _, (block,) = NeighborSampler([3], prob="w").sample_blocks(g, seeds, rng_seed=1)
+        weight = graph.edata["w"]
+        assert np.all(weight[orig_eid[block.eids.numpy()]] > 0)
+        nonzero = np.bincount(graph.dst[weight > 0], minlength=graph.num_nodes)
+        counts = (block.indptr[1:] - block.indptr[:-1]).numpy()
+        np.testing.assert_array_equal(counts, np.minimum(nonzero[orig_nid[seeds]], 3))
+    finally:
+        g.context.close()

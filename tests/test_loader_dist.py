@@ -1,0 +1,146 @@
+"""DistNodeDataLoader on a 2-machine LocalCluster: equal batch counts, every seed once per epoch,
+workers give the same batches as inline sampling, and leave nothing behind."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from distgnn.data import synthetic
+from distgnn.dataloader import DistNodeDataLoader
+from distgnn.sampling.neighbor import NeighborSampler
+
+BATCH = 16
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from distgnn.cluster import LocalCluster
+    from distgnn.partition import partition_graph
+
+    graph = synthetic(2000, 6, feat_dim=4, num_classes=3, seed=1)
+    json_path = partition_graph(graph, 2, tmp_path_factory.mktemp("parts") / "g", graph_name="g", method="random")
+    with LocalCluster(json_path, rpc_timeout_s=30) as c:
+        yield c, json_path
+
+
+def open_graph(cluster, json_path, machine: int, world_size: int = 2):
+    from distgnn.context import connect
+    from distgnn.graph import DistGraph
+
+    return DistGraph("g", json_path, context=connect(cluster.config(machine), rank=machine, world_size=world_size))
+
+
+def _trainer(rank: int, config, json_path, port: int, seeds: np.ndarray, num_workers: int, drop_last: bool, out):
+    import torch.distributed as dist
+
+    from distgnn.context import connect
+    from distgnn.graph import DistGraph
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    g = DistGraph("g", json_path, context=connect(config, rank=rank, world_size=2))
+    try:
+        loader = DistNodeDataLoader(
+            g, seeds, NeighborSampler([3, 2]), BATCH, shuffle=True, drop_last=drop_last, num_workers=num_workers
+        )
+        with loader:
+            epochs = [[output_nodes.numpy() for _, output_nodes, _ in loader] for _ in range(2)]
+        out.put((rank, len(loader), epochs))
+    finally:
+        g.context.close()
+        dist.destroy_process_group()
+
+
+def run_two_trainers(cluster, json_path, seeds_per_rank, num_workers, drop_last):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_trainer,
+            args=(r, cluster.config(r), json_path, port, seeds_per_rank[r], num_workers[r], drop_last, out),
+        )
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    results = dict((lambda r: (r[0], r[1:]))(out.get(timeout=240)) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    return results
+
+
+@pytest.mark.slow
+def test_trainers_get_equal_batch_counts_and_see_every_seed_once(cluster) -> None:
+    c, json_path = cluster
+    rng = np.random.default_rng(0)
+    pool = rng.permutation(2000)
+    seeds = [pool[:100], pool[100:137]]  # uneven on purpose: 7 vs 3 batches of 16 on their own
+    results = run_two_trainers(c, json_path, seeds, num_workers=[1, 0], drop_last=False)
+    (len0, epochs0), (len1, epochs1) = results[0], results[1]
+    assert len0 == len1 == 7
+    for rank, epochs in ((0, epochs0), (1, epochs1)):
+        for batches in epochs:
+            assert len(batches) == 7
+            assert all(0 < len(b) <= BATCH for b in batches)
+            got = np.concatenate(batches)
+            assert len(got) == len(seeds[rank])
+            np.testing.assert_array_equal(np.sort(got), np.sort(seeds[rank]))
+        # Shuffled differently in each epoch.
+        assert not np.array_equal(np.concatenate(epochs[0]), np.concatenate(epochs[1]))
+
+
+@pytest.mark.slow
+def test_drop_last_agrees_on_the_smallest_count_of_full_batches(cluster) -> None:
+    c, json_path = cluster
+    seeds = [np.arange(0, 100), np.arange(100, 137)]
+    results = run_two_trainers(c, json_path, seeds, num_workers=[0, 0], drop_last=True)
+    for rank in (0, 1):
+        length, epochs = results[rank]
+        assert length == 2  # 37 // 16
+        for batches in epochs:
+            assert [len(b) for b in batches] == [BATCH, BATCH]
+            assert len(np.unique(np.concatenate(batches))) == 2 * BATCH
+
+
+def test_workers_yield_the_same_batches_as_inline_sampling_and_stop_cleanly(cluster) -> None:
+    c, json_path = cluster
+    g = open_graph(c, json_path, 0, world_size=1)
+    try:
+        seeds = torch.arange(0, 2000, 13)
+        sampler = NeighborSampler([3, 2])
+
+        def epochs(loader, cut_first_epoch: bool):
+            out = []
+            for epoch in range(2):
+                batches = []
+                for i, (input_nodes, output_nodes, blocks) in enumerate(loader):
+                    batches.append((input_nodes, output_nodes, [b.eids for b in blocks]))
+                    if cut_first_epoch and epoch == 0 and i == 1:
+                        break  # leave the epoch early: the next one must still be complete and in order
+                out.append(batches)
+            return out
+
+        inline = DistNodeDataLoader(g, seeds, sampler, BATCH, shuffle=True, num_workers=0, seed=4)
+        want = epochs(inline, cut_first_epoch=True)
+        loader = DistNodeDataLoader(g, seeds, sampler, BATCH, shuffle=True, num_workers=2, prefetch=1, seed=4)
+        procs = list(loader._workers.procs)
+        got = epochs(loader, cut_first_epoch=True)
+        loader.close()
+        assert all(not p.is_alive() for p in procs)
+        assert [len(e) for e in got] == [len(e) for e in want] == [2, len(loader)]
+        for epoch_got, epoch_want in zip(got, want, strict=True):
+            for (i_got, o_got, e_got), (i_want, o_want, e_want) in zip(epoch_got, epoch_want, strict=True):
+                torch.testing.assert_close(o_got, o_want)
+                torch.testing.assert_close(i_got, i_want)
+                for a, b in zip(e_got, e_want, strict=True):
+                    torch.testing.assert_close(a, b)
+    finally:
+        g.context.close()
