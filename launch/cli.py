@@ -120,15 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             transport = SshTransport(opts.workspace, args.ssh_port, args.ssh_user, args.ssh_key, tuple(args.ssh_option))
         python = python_of(opts.command)
-        master_port = check_machines(machines, transport, python, opts.num_servers)
+        facts = check_machines(machines, transport, python, opts.num_servers)
     except LaunchError as exc:
         print(f"distgnn-launch: error: {exc}", file=sys.stderr)
         return 2
     job_id = f"j{secrets.token_hex(4)}"
-    plan = build_plan(machines, opts, job_id, master_port)
+    plan = build_plan(machines, opts, job_id, facts.master_port, facts.interfaces)
     print(
         f"distgnn-launch: job {job_id}: {len(machines)} machines x ({opts.num_servers} servers + "
-        f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{master_port}",
+        f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{facts.master_port}",
         file=sys.stderr,
         flush=True,
     )

@@ -130,8 +130,19 @@ def job_env(opts: LaunchOptions, job_id: str, machine_id: int, role: str, server
     return env
 
 
-def build_plan(machines: list[Machine], opts: LaunchOptions, job_id: str, master_port: int) -> list[ProcessSpec]:
-    """Every process of the job, all servers first (in machine order), then one trainer agent per machine."""
+def build_plan(
+    machines: list[Machine],
+    opts: LaunchOptions,
+    job_id: str,
+    master_port: int,
+    interfaces: tuple[str | None, ...] | None = None,
+) -> list[ProcessSpec]:
+    """Every process of the job, all servers first (in machine order), then one trainer agent per machine.
+
+    ``interfaces[i]`` is machine i's interface holding its ip_config address: gloo binds there
+    (GLOO_SOCKET_IFNAME) unless --extra-env says otherwise, instead of wherever the
+    hostname resolves, which is often an address the other machines cannot reach.
+    """
     python = python_of(opts.command)
     server_argv = opts.server_command or (python, "-m", "distgnn.server")
     specs = []
@@ -161,6 +172,8 @@ def build_plan(machines: list[Machine], opts: LaunchOptions, job_id: str, master
         else:
             torchrun.extend(["--no-python", *opts.command])
         env = job_env(opts, job_id, machine_id, "trainer")
+        if interfaces and interfaces[machine_id]:
+            env.setdefault("GLOO_SOCKET_IFNAME", interfaces[machine_id])
         specs.append(ProcessSpec(machine_id, machine.ip, "trainer", machine_id, tuple(torchrun), env, (log_dir,)))
     return specs
 

@@ -3,8 +3,9 @@
 Local checks (ip_config lines, partition count, port ranges, ``--local``
 addresses), then one short command per machine, in parallel, through the same
 transport the job will use: ssh reachability and authentication, the workspace,
-the interpreter, distgnn and torch importable, the servers' ports free, and a
-free rendezvous port on machine 0.
+the interpreter, distgnn and torch importable, the servers' ports free, a
+free rendezvous port on machine 0, and the network interface holding each
+machine's ip_config address.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from distgnn.launch.ip_config import IpConfigError, Machine, read_ip_config
 from distgnn.launch.plan import LaunchError, LaunchOptions
@@ -83,13 +85,21 @@ def is_local_address(ip: str) -> bool:
     return True
 
 
-def check_machines(machines: list[Machine], transport, python: str, num_servers: int) -> int:
-    """Run the preflight on every machine in parallel; returns the rendezvous port found on machine 0."""
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the preflight learned: the rendezvous port (free on machine 0), each machine's interface."""
+
+    master_port: int
+    interfaces: tuple[str | None, ...]
+
+
+def check_machines(machines: list[Machine], transport, python: str, num_servers: int) -> MachineFacts:
+    """Run the preflight on every machine in parallel."""
 
     def check_one(machine_id: int):
         machine = machines[machine_id]
         ports = [str(machine.port + j) for j in range(num_servers)]
-        argv = [python, "-m", "distgnn.launch.remote", "check", "--ports", *ports]
+        argv = [python, "-m", "distgnn.launch.remote", "check", "--address", machine.ip, "--ports", *ports]
         if machine_id == 0:
             argv.append("--free-port")
         return run_short(transport, machine.ip, argv, CHECK_TIMEOUT_S)
@@ -127,7 +137,7 @@ def check_machines(machines: list[Machine], transport, python: str, num_servers:
         reports.append(report)
     if problems:
         raise LaunchError("preflight failed, nothing was started:\n  " + "\n  ".join(problems))
-    return reports[0]["free_port"]
+    return MachineFacts(reports[0]["free_port"], tuple(r["interface"] for r in reports))
 
 
 def check_workspace(workspace: str, local: bool) -> None:

@@ -24,12 +24,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -38,9 +40,8 @@ from pathlib import Path
 
 from distgnn.launch import env as E
 
-#: First line the wrapper prints on stdout; the launcher reads it and does not echo it.
-PID_MARKER = "@@distgnn-launch-wrapper pid="
 PR_SET_CHILD_SUBREAPER = 36
+SIOCGIFADDR = 0x8915
 SHM_DIR = Path("/dev/shm")
 
 
@@ -177,7 +178,6 @@ def run(job_id: str, argv: list[str], grace_s: float, remove_dirs: list[str]) ->
             pass
         stop.set()
 
-    print(f"{PID_MARKER}{os.getpid()}", flush=True)
     try:
         child = subprocess.Popen(argv, env={**os.environ, E.TOKEN: token}, stdin=subprocess.DEVNULL)
     except OSError as exc:
@@ -234,10 +234,26 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def check(ports: list[int], want_free_port: bool) -> int:
+def interface_of(ip: str) -> str | None:
+    """The network interface whose (primary IPv4) address is ``ip``, or None."""
+    if ":" in ip:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on this interface
+            if socket.inet_ntoa(answer[20:24]) == ip:
+                return name
+    return None
+
+
+def check(ports: list[int], want_free_port: bool, address: str | None) -> int:
     """Preflight on one machine; prints a JSON report."""
     report = {
         "python": sys.executable,
+        "interface": interface_of(address) if address else None,
         "torch": importlib.util.find_spec("torch") is not None,
         "busy_ports": [p for p in ports if not _port_free(p)],
     }
@@ -263,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     p_check = sub.add_parser("check", help="preflight report as JSON")
     p_check.add_argument("--ports", type=int, nargs="*", default=[])
     p_check.add_argument("--free-port", action="store_true")
+    p_check.add_argument("--address", help="report the interface holding this address")
     args = parser.parse_args(argv)
     if args.command == "run":
         command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -271,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.job_id, command, args.grace, args.remove_dir)
     if args.command == "sweep":
         return sweep(args.job_id, args.remove_dir)
-    return check(args.ports, args.free_port)
+    return check(args.ports, args.free_port, args.address)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from distgnn.launch.plan import ProcessSpec, wrapper_argv
-from distgnn.launch.remote import PID_MARKER
 from distgnn.launch.transport import SSH_FAILED, run_short
 
 TAIL_LINES = 200
@@ -43,7 +42,6 @@ class Running:
     spec: ProcessSpec
     popen: subprocess.Popen
     readers: list[threading.Thread] = field(default_factory=list)
-    wrapper_pid: int | None = None
     returncode: int | None = None
 
 
@@ -86,6 +84,9 @@ class Job:
         )
         self.print_lock = threading.Lock()
         self.signal_received: int | None = None
+        # While a failed or interrupted job is torn down, the others' dying words (torchrun's
+        # SignalException tracebacks) are kept in the tails but not echoed.
+        self.echo = True
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -98,15 +99,14 @@ class Job:
         spec = proc.spec
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if proc.wrapper_pid is None and line.startswith(PID_MARKER):
-                proc.wrapper_pid = int(line[len(PID_MARKER) :])
-                continue
             label = spec.label
             tee = _TEE_PREFIX.match(line) if spec.role == "trainer" else None
             if tee:
                 rank = spec.machine_id * self.num_trainers + int(tee.group(1))
                 label, line = f"{spec.machine_id}/trainer/{rank}", tee.group(2)
             self.tails[label].append(line)
+            if not self.echo:
+                continue
             with self.print_lock:
                 sink.write(f"[{label}] {line}\n")
                 sink.flush()
@@ -178,8 +178,11 @@ class Job:
             self.say(f"received {signal.Signals(self.signal_received).name}; stopping job {self.job_id}")
         elif failed is not None:
             self.say(f"FAILED: {self._describe_failure(failed)}; stopping job {self.job_id}")
+        if self.signal_received is not None or failed is not None:
+            self.echo = False
         self._teardown()
         if self.signal_received is not None:
+            self.say(f"job {self.job_id} stopped on every machine")
             return 128 + self.signal_received
         if failed is not None:
             self._report(failed)

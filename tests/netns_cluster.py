@@ -210,9 +210,9 @@ class NetnsCluster:
         argv += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-i", str(self.client_key), to_address, command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def popen_in(self, host: int, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start ``argv`` inside host namespace ``host`` (``ip netns exec`` execs: the pid is argv's)."""
-        return subprocess.Popen(["ip", "netns", "exec", self.hosts[host], *argv], **kwargs)
+    def exec_prefix(self, host: int) -> list[str]:
+        """Prefix that runs a command inside host ``host`` (``ip netns exec`` execs: the pid stays the command's)."""
+        return ["ip", "netns", "exec", self.hosts[host]]
 
     def job_processes(self) -> dict[str, list[int]]:
         """Processes in each host namespace other than its sshd listener (should be none between jobs)."""

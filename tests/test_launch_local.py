@@ -63,6 +63,15 @@ def test_local_signal_stops_everything(tmp_path, sig):
     assert_nothing_left(job, job.job_id())
 
 
+def test_local_launcher_killed_outright_leaves_nothing(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", mode="sleep"))
+    job.wait_running(num_servers=2, num_trainers=4, proc=proc)
+    proc.kill()  # no chance to clean up: the wrappers see their stdin close and stop their trees
+    proc.wait()
+    assert_nothing_left(job, job.job_id(), timeout=20)
+
+
 def test_local_server_killed(tmp_path):
     job = local_job(tmp_path)
     proc = job.start(job.argv("--local", mode="sleep"))

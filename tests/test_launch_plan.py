@@ -92,6 +92,15 @@ def test_torchrun_arguments():
     assert list(script.argv[-3:]) == ["--no-python", "./run.sh", "a"] and script.argv[0] == "python3"
 
 
+def test_gloo_binds_to_the_interface_holding_the_ip_config_address():
+    plan = build_plan(MACHINES, options(), "j", 1, interfaces=("eth0", None, "ib0"))
+    trainers = [p for p in plan if p.role == "trainer"]
+    assert [t.env.get("GLOO_SOCKET_IFNAME") for t in trainers] == ["eth0", None, "ib0"]
+    assert all("GLOO_SOCKET_IFNAME" not in p.env for p in plan if p.role == "server")
+    chosen = build_plan(MACHINES, options(extra_env=(("GLOO_SOCKET_IFNAME", "bond0"),)), "j", 1, ("eth0",) * 3)
+    assert {p.env["GLOO_SOCKET_IFNAME"] for p in chosen} == {"bond0"}  # the user's choice wins
+
+
 def test_python_of_the_command():
     assert python_of(("/opt/venv/bin/python3.11", "t.py")) == "/opt/venv/bin/python3.11"
     assert python_of(("python", "t.py")) == "python"
