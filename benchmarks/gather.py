@@ -20,7 +20,7 @@ import time
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
-from distgnn.cache.gather import plan_gather
+from distgnn.cache.gather import hit_key_for, plan_gather, plan_gather_cuda
 
 
 def parse_args() -> argparse.Namespace:
@@ -132,12 +132,30 @@ def anon_huge_pages_gb():
     return float("nan")
 
 
+def kernel_times(batches, out, device, **tiers):
+    """GPU microseconds per batch of each kernel/copy a gather launches (torch.profiler), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for ids in batches:
+            gather(out[: ids.shape[0]], ids, **tiers)
+        sync(device)
+    times = []
+    for event in prof.key_averages():
+        total = getattr(event, "device_time_total", 0) or getattr(event, "cuda_time_total", 0)
+        if total > 0:
+            times.append((event.key, total / len(batches)))
+    return sorted(times, key=lambda item: -item[1])
+
+
 def plan_ms(batches, cache, device):
     """Planning alone (cache lookup, sort): ms per batch."""
+    hit_key = hit_key_for(cache, None, None) if cache is not None else (1 << 40) - 1
+    planner = plan_gather_cuda if device.type == "cuda" else plan_gather
     sync(device)
     start = time.perf_counter()
     for ids in batches:
-        plan_gather(ids, cache)
+        planner(ids, cache, hit_key)
     sync(device)
     return (time.perf_counter() - start) / len(batches) * 1e3
 
@@ -267,6 +285,15 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     tiers["GPU-resident (all hits)"] = timed_gather(timed, out, device, cache=resident)
     tiers["planning alone, no cache"] = (float("nan"), plan_ms(timed, None, device))
     tiers["planning alone, all cached"] = (float("nan"), plan_ms(timed, resident, device))
+    if device.type == "cuda":
+        batch_bytes = sum(ids.shape[0] for ids in timed) / len(timed) * row_bytes
+        report["kernels"] = {}
+        for name, tier_args in (("host zero-copy", {"host": host}), ("GPU-resident", {"cache": resident})):
+            times = kernel_times(timed, out, device, **tier_args)
+            report["kernels"][name] = times
+            gather_us = sum(us for key, us in times if "gather_rows_kernel" in key)
+            tiers[f"{name}: gather kernel alone"] = (batch_bytes / gather_us / 1e3, gather_us / 1e3)
+            print(f"GPU time per batch, {name}: " + "; ".join(f"{key[:60]} {us:.0f} us" for key, us in times[:6]))
     cpu = cpu_gather_copy(timed, table, out, device, args.cpu_threads)
     tiers["CPU gather + copy"] = cpu
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, gather, remote_misses
+from distgnn.cache.gather import hit_key_for, plan_gather, plan_gather_cuda
 from distgnn.errors import InputError
 
 pytestmark = [
@@ -169,3 +170,22 @@ def test_hit_counters_match_between_kernel_and_reference():
     gather(poisoned(len(ids), 7, torch.float32), ids, cache=cache, host=host, staging=staging, impl="torch")
     assert kernel == (cache.stats.lookups, cache.stats.local_hits, cache.stats.peer_hits)
     assert kernel[1] > 0 and kernel[2] > 0
+
+
+@pytest.mark.parametrize("sort_misses", [True, False])
+@pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64])
+def test_cuda_planner_matches_torch_planner(sort_misses, table_dtype):
+    table, ids, cache, host, staging = cuda_setup(9, shards=3)
+    cache.slot_table = cache.slot_table.to(table_dtype)
+    ids = torch.cat([ids, torch.tensor([-5, 10**9, 4999, 5000], device="cuda")])
+    hit_key = hit_key_for(cache, host, staging)
+    plan, hits, unplaced = plan_gather_cuda(ids, cache, hit_key, sort_misses)
+    expected = plan_gather(ids, cache, hit_key, sort_misses)
+    for name in ("keys", "order", "slots"):
+        assert torch.equal(getattr(plan, name), getattr(expected, name)), name
+    slots = expected.slots
+    assert hits.tolist() == [
+        int((slots >= 0).logical_and(slots % 3 == 0).sum()),
+        int((slots % 3 != 0).logical_and(slots >= 0).sum()),
+    ]
+    assert unplaced[0].item() == int((slots == -2).sum()) >= 2

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distgnn.cache import FeatureCache, HostTier, StagingTier, gather, remote_misses
-from distgnn.cache.gather import HIT_KEY, plan_gather
+from distgnn.cache.gather import UNPLACED_SLOT, hit_key_for, plan_gather
 from distgnn.errors import InputError
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -157,8 +157,10 @@ def execute_plan(plan, out, cache, host, staging):
     staged = {} if staging is None else {i: row for i, row in zip(staging.ids.tolist(), staging.rows, strict=True)}
     reads = []
     for i, key in enumerate(keys):
-        if key == HIT_KEY:
+        if key == plan.hit_key:
             slot = int(plan.slots[order[i]])
+            if slot < 0:
+                continue
             out[order[i]] = cache.shards[slot % cache.num_shards][slot // cache.num_shards]
             continue
         if plan.deduplicate and i > 0 and keys[i - 1] == key:
@@ -183,7 +185,7 @@ def execute_plan(plan, out, cache, host, staging):
 def test_plan_executed_like_the_kernel_matches_full_table(sort_misses, shards):
     for seed in range(3):
         table, ids, cache, host, staging = random_setup(seed, shards=shards)
-        plan = plan_gather(ids, cache, sort_misses=sort_misses)
+        plan = plan_gather(ids, cache, hit_key_for(cache, host, staging), sort_misses=sort_misses)
         out = poisoned(len(ids), 7, torch.float32)
         reads = execute_plan(plan, out, cache, host, staging)
         assert torch.equal(out, table[ids])
@@ -196,8 +198,19 @@ def test_plan_executed_like_the_kernel_matches_full_table(sort_misses, shards):
             assert len(reads) == len(misses)
 
 
-def test_plan_marks_ids_outside_the_slot_table_as_misses():
+def test_plan_keys_hits_and_unkeyable_ids_above_every_miss():
     cache = FeatureCache.replicate(torch.tensor([2]), torch.randn(1, 3), 5, "cpu")
-    plan = plan_gather(torch.tensor([2, 7, -1, 2]), cache)
-    assert plan.slots.tolist() == [0, -1, -1, 0]
-    assert plan.keys.tolist() == [-1, 7, HIT_KEY, HIT_KEY]
+    hit_key = hit_key_for(cache, None, None)
+    assert hit_key == 7
+    plan = plan_gather(torch.tensor([2, 4, 6, 9, -1, 2]), cache, hit_key)
+    assert plan.slots.tolist() == [0, -1, -1, UNPLACED_SLOT, UNPLACED_SLOT, 0]
+    assert plan.keys.tolist() == [4, 6, 7, 7, 7, 7]
+    assert plan.order.tolist() == [1, 2, 0, 3, 4, 5]
+
+
+def test_hit_key_covers_every_tier():
+    host = HostTier(torch.randn(10, 2), 100)
+    staging = StagingTier(torch.tensor([3, 300]), torch.randn(2, 2))
+    assert hit_key_for(None, host, None) == 127
+    assert hit_key_for(None, host, staging) == 511
+    assert hit_key_for(None, None, None) == 1

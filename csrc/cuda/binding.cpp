@@ -75,7 +75,66 @@ bool device_accessible(int64_t ptr) {
   return attr.type != cudaMemoryTypeUnregistered;
 }
 
-void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, torch::Tensor slots, bool deduplicate,
+int num_sms(const torch::Device& device) {
+  int count = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device.index()));
+  return count;
+}
+
+// Plans a gather of `ids`: returns (keys, order, slots), sorted by key when `sort`; adds hits to `hits`
+// ([local, peer]) and ids no tier can hold to `unplaced` ([count, example]).
+std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> table, int64_t num_shards,
+                                int64_t local_rank, int64_t hit_key, bool sort, torch::Tensor hits,
+                                torch::Tensor unplaced) {
+  TORCH_CHECK(ids.is_cuda(), "ids must be on a CUDA device");
+  const torch::Device device = ids.device();
+  const c10::cuda::CUDAGuard guard(device);
+  check_index(ids, "ids", device);
+  check_index(hits, "hits", device);
+  check_index(unplaced, "unplaced", device);
+  TORCH_CHECK(hits.numel() == 2 && unplaced.numel() == 2, "hits and unplaced hold two counters each");
+  TORCH_CHECK(hit_key > 0 && ((hit_key + 1) & hit_key) == 0, "hit_key must be 2^k - 1, got ", hit_key);
+  TORCH_CHECK(num_shards >= 1 && local_rank >= 0 && local_rank < num_shards, "bad shard count or local rank");
+
+  distgnn::PlanParams p{};
+  p.ids = ids.data_ptr<int64_t>();
+  p.batch = ids.numel();
+  if (table.has_value()) {
+    TORCH_CHECK(table->device() == device && table->dim() == 1 && table->is_contiguous(),
+                "the slot table must be a contiguous 1-D tensor on ", device);
+    TORCH_CHECK(table->scalar_type() == torch::kInt32 || table->scalar_type() == torch::kInt64,
+                "the slot table must be int32 or int64");
+    p.table = table->data_ptr();
+    p.table_is_int64 = table->scalar_type() == torch::kInt64;
+    p.table_size = table->numel();
+  }
+  p.num_shards = int(num_shards);
+  p.local_rank = int(local_rank);
+  p.hit_key = hit_key;
+  torch::Tensor keys = torch::empty_like(ids), slots = torch::empty_like(ids), order = torch::empty_like(ids);
+  p.keys = keys.data_ptr<int64_t>();
+  p.slots = slots.data_ptr<int64_t>();
+  p.order = order.data_ptr<int64_t>();
+  p.hits = reinterpret_cast<unsigned long long*>(hits.data_ptr<int64_t>());
+  p.unplaced = reinterpret_cast<unsigned long long*>(unplaced.data_ptr<int64_t>());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
+  C10_CUDA_CHECK(distgnn::launch_plan(p, num_sms(device), stream));
+  if (!sort || p.batch < 2) return {keys, order, slots};
+
+  int end_bit = 0;
+  while (end_bit < 63 && (int64_t(1) << end_bit) <= hit_key) ++end_bit;
+  torch::Tensor sorted_keys = torch::empty_like(keys), sorted_order = torch::empty_like(order);
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(distgnn::sort_plan(nullptr, &temp_bytes, p.keys, nullptr, p.order, nullptr, p.batch, end_bit,
+                                    stream));
+  torch::Tensor temp = torch::empty({int64_t(temp_bytes)}, ids.options().dtype(torch::kUInt8));
+  C10_CUDA_CHECK(distgnn::sort_plan(temp.data_ptr(), &temp_bytes, p.keys, sorted_keys.data_ptr<int64_t>(), p.order,
+                                    sorted_order.data_ptr<int64_t>(), p.batch, end_bit, stream));
+  return {sorted_keys, sorted_order, slots};
+}
+
+void gather_rows(torch::Tensor out, int64_t hit_key, torch::Tensor keys, torch::Tensor order, torch::Tensor slots,
+                 bool deduplicate,
                  c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
                  c10::optional<torch::Tensor> staging_ids, std::vector<torch::Tensor> shards, torch::Tensor unplaced) {
   TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
@@ -94,6 +153,7 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, tor
   p.out = static_cast<char*>(out.data_ptr());
   p.row_bytes = out.size(1) * int64_t(out.element_size());
   p.batch = out.size(0);
+  p.hit_key = hit_key;
   p.keys = keys.data_ptr<int64_t>();
   p.order = order.data_ptr<int64_t>();
   p.slots = slots.data_ptr<int64_t>();
@@ -119,9 +179,7 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, tor
     p.shards[s] = device_readable(shards[s], device, "cache shard");
   }
   p.unplaced = reinterpret_cast<unsigned long long*>(unplaced.data_ptr<int64_t>());
-  int num_sms = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device.index()));
-  C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms, c10::cuda::getCurrentCUDAStream(device.index())));
+  C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms(device), c10::cuda::getCurrentCUDAStream(device.index())));
 }
 
 // Page-locks [ptr, ptr + nbytes) (widened to whole pages) and maps it for the device; returns the base to pass
@@ -152,8 +210,11 @@ void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpr
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn CUDA tiered feature gather";
   m.def("gather_rows", &gather_rows, "Fill out's rows from cache shards, host rows and staging rows in one launch",
-        py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("slots"), py::arg("deduplicate"), py::arg("host"),
+        py::arg("out"), py::arg("hit_key"), py::arg("keys"), py::arg("order"), py::arg("slots"), py::arg("deduplicate"), py::arg("host"),
         py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"));
+  m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
+        py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_key"), py::arg("sort"), py::arg("hits"),
+        py::arg("unplaced"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",
         py::arg("ptr"));
   m.def("host_register", &host_register, "cudaHostRegister whole pages around [ptr, ptr + nbytes); returns base",

@@ -6,14 +6,14 @@
 // * Loads and stores are `Vec` wide, the widest of 16/8/4/2/1 bytes that divides `row_bytes` and every base
 //   address (output, host, staging, each shard); 16-byte loads need 16-byte aligned bases and row widths.
 // * The plan lists items sorted by key when `deduplicate` is set: misses (key = global id) ascending, then cache
-//   hits (key = kHitKey). The first item of each run of equal miss keys reads the row once, in address order
+//   hits (key = hit_key, above every id; plan.cu sorts only the key bits below it). The first item of each run of equal miss keys reads the row once, in address order
 //   (zero-copy PCIe reads of sorted rows run several times faster than random ones), and stores it to the
 //   output rows of the whole run from registers. Hits are not deduplicated: HBM/NVLink re-reads are cheap.
 // * Host and staging addresses are device-readable (pinned or cudaHostRegister'ed memory, mapped address);
 //   peer shard addresses are readable from this device (peer access enabled, or CUDA IPC mappings).
 // * Each output row has exactly one source, so items never write the same row: no ordering between blocks.
 // * A miss found in neither the host range nor the staging ids is counted in `unplaced` and its rows are left
-//   unwritten; the caller raises.
+//   unwritten (ids the planner could not key are counted there already); the caller raises.
 
 #include "gather.h"
 
@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kBlockThreads) gather_rows_kernel(const Gather
 
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> team_shift; i < p.batch; i += num_teams) {
     const int64_t key = p.keys[i];
-    if (key == kHitKey) {
+    if (key == p.hit_key) {
       const int64_t slot = p.slots[p.order[i]];
+      if (slot < 0) continue;  // kUnplacedSlot: counted by the planner
       const char* src = p.shards[slot % p.num_shards] + (slot / p.num_shards) * p.row_bytes;
       copy_row(reinterpret_cast<const Vec*>(src), out, p.order, i, 1, vecs, lane, team);
       continue;

@@ -10,15 +10,17 @@ namespace distgnn {
 // Cache shards a clique may spread over: logical slot s lives in shard s % num_shards at row s / num_shards.
 constexpr int kMaxShards = 16;
 
-// Key of a cache hit in the planned order; every miss's key is its global id, which is smaller.
-constexpr int64_t kHitKey = INT64_MAX;
+// Slot of an id the plan already counted as unplaced (negative, or not below the hit key).
+constexpr int64_t kUnplacedSlot = -2;
 
 struct GatherParams {
   char* out;          // (batch, row_bytes) output rows, device memory
   int64_t row_bytes;  // bytes of one row, equal in every tier
   int64_t batch;      // output rows = planned items
 
-  // The plan: item i is output row order[i]; keys[i] is kHitKey for a cache hit, else the global id to read.
+  // The plan: item i is output row order[i]; keys[i] is hit_key for a cache hit (or an id counted as unplaced,
+  // slot kUnplacedSlot), else the global id to read, always below hit_key.
+  int64_t hit_key;
   const int64_t* keys;
   const int64_t* order;
   const int64_t* slots;  // (batch,) logical cache slot of each output row, -1 for misses
@@ -39,5 +41,29 @@ struct GatherParams {
 
 // Chooses the load width and the threads per row, then launches on `stream`. Returns the launch error.
 cudaError_t launch_gather(const GatherParams& params, int num_sms, cudaStream_t stream);
+
+struct PlanParams {
+  const int64_t* ids;  // (batch,) global ids
+  int64_t batch;
+  const void* table;  // (table_size,) int32 or int64 slot table on this device, or null (no cache)
+  bool table_is_int64;
+  int64_t table_size;
+  int num_shards;
+  int local_rank;
+  int64_t hit_key;  // 2^k - 1 above every id any tier holds
+  int64_t* keys;    // (batch,) out: hit_key for hits and bad ids, else the id
+  int64_t* slots;   // (batch,) out: logical slot, -1 miss, kUnplacedSlot bad id
+  int64_t* order;   // (batch,) out: 0 .. batch-1
+  unsigned long long* hits;      // [local, peer] hit counters, accumulated
+  unsigned long long* unplaced;  // [count, an example id], accumulated
+};
+
+// Looks every id up in the slot table and writes the unsorted plan.
+cudaError_t launch_plan(const PlanParams& params, int num_sms, cudaStream_t stream);
+
+// Stable radix sort of (key, order) pairs on the low `end_bit` bits of the (non-negative) keys; with
+// temp == nullptr only sets *temp_bytes.
+cudaError_t sort_plan(void* temp, size_t* temp_bytes, const int64_t* keys_in, int64_t* keys_out,
+                      const int64_t* order_in, int64_t* order_out, int64_t n, int end_bit, cudaStream_t stream);
 
 }  // namespace distgnn

@@ -20,7 +20,7 @@ from distgnn.errors import ExtensionBuildError
 logger = logging.getLogger(__name__)
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cuda"
-SOURCES = ("binding.cpp", "gather.cu")
+SOURCES = ("binding.cpp", "gather.cu", "plan.cu")
 EXTENSION_NAME = "distgnn_gather_cuda"
 
 

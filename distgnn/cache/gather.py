@@ -86,29 +86,62 @@ def cache_slots(cache: FeatureCache, ids: torch.Tensor) -> torch.Tensor:
 class GatherPlan:
     """The kernel's work list; every tensor is ``(B,)`` int64 on the output's device.
 
-    Item ``i`` fills output row ``order[i]``: from logical cache slot ``slots[order[i]]`` when ``keys[i]`` is
-    :data:`HIT_KEY`, else with the row of global id ``keys[i]`` (host range or staging). With ``deduplicate``
-    the keys are sorted, misses first, and the first item of a run of equal keys reads the row for the run.
+    Item ``i`` fills output row ``order[i]``. ``keys[i] == hit_key`` marks a cache hit, read from logical slot
+    ``slots[order[i]]`` (or, where that slot is :data:`UNPLACED_SLOT`, an id no tier can hold); any other key
+    is the global id to read from the host range or the staging rows. With ``deduplicate`` the keys are sorted
+    (stably), so misses come first, ascending, and the first item of a run of equal keys reads the row once.
     """
 
     keys: torch.Tensor
     order: torch.Tensor
     slots: torch.Tensor
+    hit_key: int
     deduplicate: bool
 
 
-HIT_KEY = torch.iinfo(torch.int64).max  # kHitKey in csrc/cuda/gather.h
+UNPLACED_SLOT = -2  # kUnplacedSlot in csrc/cuda/gather.h
 
 
-def plan_gather(ids: torch.Tensor, cache: FeatureCache | None, sort_misses: bool = True) -> GatherPlan:
-    """Looks ``ids`` (int64) up in the cache and orders the work; torch ops only, no host synchronisation."""
+def hit_key_for(cache: FeatureCache | None, host: HostTier | None, staging: StagingTier | None) -> int:
+    """``2^k - 1`` at or above every id the tiers can hold: the key of hits, and the sort's bit width ``k``."""
+    limit = max(
+        cache.num_nodes if cache is not None else 0,
+        host.end if host is not None else 0,
+        int(staging.ids[-1]) + 1 if staging is not None and staging.ids.numel() else 0,
+    )
+    return (1 << max(1, limit.bit_length())) - 1
+
+
+def plan_gather(ids: torch.Tensor, cache: FeatureCache | None, hit_key: int, sort_misses: bool = True) -> GatherPlan:
+    """The plan in torch ops: what the CUDA planner (csrc/cuda/plan.cu) computes, for tests and CPU tensors."""
     slots = cache_slots(cache, ids) if cache is not None else torch.full_like(ids, -1)
-    keys = torch.where(slots >= 0, HIT_KEY, ids)
+    unkeyable = (slots < 0) & ((ids < 0) | (ids >= hit_key))
+    slots = slots.masked_fill(unkeyable, UNPLACED_SLOT)
+    keys = torch.where((slots >= 0) | unkeyable, hit_key, ids)
     if sort_misses:
-        keys, order = torch.sort(keys)
+        keys, order = torch.sort(keys, stable=True)
     else:
         order = torch.arange(ids.shape[0], device=ids.device)
-    return GatherPlan(keys, order, slots, sort_misses)
+    return GatherPlan(keys, order, slots, hit_key, sort_misses)
+
+
+def plan_gather_cuda(
+    ids: torch.Tensor, cache: FeatureCache | None, hit_key: int, sort_misses: bool = True
+) -> tuple[GatherPlan, torch.Tensor, torch.Tensor]:
+    """The plan from the CUDA planner, with its ``[local, peer]`` hit and ``[count, example]`` unplaced counters."""
+    hits = torch.zeros(2, dtype=torch.int64, device=ids.device)
+    unplaced = torch.zeros(2, dtype=torch.int64, device=ids.device)
+    keys, order, slots = load_extension().plan(
+        ids,
+        None if cache is None else cache.slot_table,
+        1 if cache is None else cache.num_shards,
+        0 if cache is None else cache.local_rank,
+        hit_key,
+        sort_misses,
+        hits,
+        unplaced,
+    )
+    return GatherPlan(keys, order, slots, hit_key, sort_misses), hits, unplaced
 
 
 def _gather_cuda(
@@ -119,7 +152,7 @@ def _gather_cuda(
     staging: StagingTier | None,
     sort_misses: bool,
 ) -> None:
-    """Plans on the GPU and launches the kernel; synchronises once, to check that every id was found."""
+    """Plans and copies with two kernels and a sort on the GPU; synchronises once, to check every id was found."""
     extension = load_extension()
     if cache is not None and cache.device != out.device:
         raise InputError(f"the cache's slot table is on {cache.device} but the output on {out.device}")
@@ -130,13 +163,12 @@ def _gather_cuda(
                 f"{name} rows are in pageable memory, which the GPU cannot read: pin them (tensor.pin_memory()) "
                 "or register them (distgnn.cache.HostRegistration)"
             )
-    ids = ids.to(out.device)
-    plan = plan_gather(ids, cache, sort_misses)
+    plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, hit_key_for(cache, host, staging), sort_misses)
     if cache is not None:
-        _count(cache, plan.slots)
-    unplaced = torch.zeros(2, dtype=torch.int64, device=out.device)
+        cache.stats.record(ids.shape[0], hits)
     extension.gather_rows(
         out,
+        plan.hit_key,
         plan.keys,
         plan.order,
         plan.slots,
