@@ -162,6 +162,7 @@ def plan_ms(batches, cache, device):
 
 def cpu_gather_copy(batches, table, out, device, threads):
     """CPU index_select into a pinned buffer, then one host->GPU copy per batch."""
+    saved_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     ids_cpu = [ids.cpu() for ids in batches]
@@ -178,6 +179,7 @@ def cpu_gather_copy(batches, table, out, device, threads):
         sync(device)
         rows += ids.shape[0]
     seconds = time.perf_counter() - start
+    torch.set_num_threads(saved_threads)
     return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
 
 
@@ -285,17 +287,28 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     tiers["GPU-resident (all hits)"] = timed_gather(timed, out, device, cache=resident)
     tiers["planning alone, no cache"] = (float("nan"), plan_ms(timed, None, device))
     tiers["planning alone, all cached"] = (float("nan"), plan_ms(timed, resident, device))
+    configs = [("host zero-copy", {"host": host}), ("GPU-resident", {"cache": resident})]
+    if device.type == "cuda" and torch.cuda.device_count() >= 2:
+        clique = FeatureCache.clique(torch.arange(n), table, n, [device, torch.device("cuda", 1)])[0]
+        tiers["clique of 2, all cached (half on peer)"] = timed_gather(timed, out, device, cache=clique)
+        peer_rows = table.to(torch.device("cuda", 1))
+        peer_only = FeatureCache([resident.shards[0][:0], peer_rows], torch.arange(n, device=device) * 2 + 1)
+        tiers["NVLink peer shard (all hits)"] = timed_gather(timed, out, device, cache=peer_only)
+        configs.append(("NVLink peer", {"cache": peer_only}))
     if device.type == "cuda":
         batch_bytes = sum(ids.shape[0] for ids in timed) / len(timed) * row_bytes
         report["kernels"] = {}
-        for name, tier_args in (("host zero-copy", {"host": host}), ("GPU-resident", {"cache": resident})):
+        for name, tier_args in configs:
             times = kernel_times(timed, out, device, **tier_args)
             report["kernels"][name] = times
             gather_us = sum(us for key, us in times if "gather_rows_kernel" in key)
             tiers[f"{name}: gather kernel alone"] = (batch_bytes / gather_us / 1e3, gather_us / 1e3)
             print(f"GPU time per batch, {name}: " + "; ".join(f"{key[:60]} {us:.0f} us" for key, us in times[:6]))
+    configs.clear()
+    clique = peer_only = peer_rows = None
     cpu = cpu_gather_copy(timed, table, out, device, args.cpu_threads)
-    tiers["CPU gather + copy"] = cpu
+    tiers[f"CPU gather + copy ({args.cpu_threads or torch.get_num_threads()} threads)"] = cpu
+    tiers["CPU gather + copy (1 thread)"] = cpu_gather_copy(timed[:3], table, out, device, 1)
 
     print(f"\nhost->GPU copy ceiling: {ceiling:.1f} GB/s\n")
     print(f"{'tier alone':34} {'GB/s':>8} {'ms/batch':>9}")
