@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         print(f"distgnn-launch: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("distgnn-launch: interrupted during the preflight; nothing was started", file=sys.stderr)
+        return 130
     job_id = f"j{secrets.token_hex(4)}"
     plan = build_plan(machines, opts, job_id, facts.master_port, facts.interfaces)
     print(

@@ -12,7 +12,7 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 
-from distgnn.launch.plan import remote_shell_command
+from distgnn.launch.plan import LaunchError, remote_shell_command
 
 SSH_CONNECT_TIMEOUT_S = 5
 #: ssh's own exit status when the connection (not the remote command) failed.
@@ -125,3 +125,6 @@ def run_short(transport, host: str, argv: list[str], timeout_s: float) -> subpro
         )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(cmd.argv, SSH_FAILED, "", f"no answer within {timeout_s:g} s (timed out)")
+    except FileNotFoundError:
+        hint = "install the OpenSSH client" if transport.name == "ssh" else "check the training command's interpreter"
+        raise LaunchError(f"cannot run {cmd.argv[0]!r} on this machine: {hint}") from None

@@ -104,3 +104,14 @@ def test_bad_configuration_fails_before_anything_starts(tmp_path, ip_config, num
     assert re.search(message, job.stderr()), job.stderr()
     assert "distgnn-launch: error:" in job.stderr()
     assert job.pids() == {} and "job j" not in job.stderr()
+
+
+def test_missing_interpreter_fails_before_anything_starts(tmp_path):
+    job = local_job(tmp_path)
+    argv = job.argv("--local")
+    missing = tmp_path / "missing" / "python3"
+    argv[argv.index("--") + 1] = str(missing)
+    proc = job.start(argv)
+    assert proc.wait(timeout=60) == 2
+    assert f"cannot run '{missing}' on this machine" in job.stderr()
+    assert job.pids() == {}
