@@ -91,3 +91,37 @@ class GAT(nn.Module):
         for i, block in enumerate(blocks):
             h = self.forward_layer(i, block, h)
         return h
+
+
+class MLP(nn.Module):
+    """A baseline that ignores the graph: each node's own features through ``num_layers`` linear layers.
+
+    Takes the same Blocks as the GNNs (destination nodes come first among the
+    sources, so a node's own row is always at hand) and uses only their
+    ``num_dst`` counts.
+    """
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5):
+        super().__init__()
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.dropout = nn.Dropout(dropout)
+        self.layer_dims = dims[1:]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
+        h = self.layers[i](x[: block.num_dst])
+        if i != self.num_layers - 1:
+            h = self.dropout(F.relu(h))
+        return h
+
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
+        h = x
+        for i, block in enumerate(blocks):
+            h = self.forward_layer(i, block, h)
+        return h

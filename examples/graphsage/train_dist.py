@@ -41,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
 from distgnn.dataloader import DistNodeDataLoader
-from distgnn.nn import GAT, GraphSAGE
+from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
 
 PLANETOID = ("cora", "citeseer", "pubmed")
@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--model", default="sage", choices=("sage", "gat"))
+    p.add_argument("--model", default="sage", choices=("sage", "gat", "mlp"), help="mlp: the graph-free baseline")
     p.add_argument("--heads", type=int, default=4, help="gat: attention heads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -172,6 +172,8 @@ def all_reduce(values: list[float], op=None) -> list[float]:
 
 def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> torch.nn.Module:
     num_layers = len(args.fanouts)
+    if args.model == "mlp":
+        return MLP(in_feats, args.hidden, num_classes, num_layers, args.dropout)
     if args.model == "gat":
         return GAT(in_feats, args.hidden, num_classes, num_layers, args.heads, args.dropout)
     return GraphSAGE(in_feats, args.hidden, num_classes, num_layers, args.dropout)
@@ -264,7 +266,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 optimizer.step()
                 t3 = time.perf_counter()
                 t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
-                loss_sum += float(loss) * len(seeds)
+                loss_sum += loss.item() * len(seeds)
                 correct += float((logits.argmax(1) == y).sum())
                 seen += len(seeds)
                 edges += sum(b.num_edges for b in blocks)
