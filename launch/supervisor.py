@@ -126,8 +126,10 @@ class Job:
             start_new_session=True,  # a Ctrl-C at the terminal reaches the launcher only; it stops the rest in order
         )
         proc = Running(spec, popen)
-        popen.stdin.write(f"{self.token}\n".encode())
-        popen.stdin.flush()
+        # A process that died at once (ssh refused) closed its stdin; its exit status tells the story.
+        with contextlib.suppress(BrokenPipeError):
+            popen.stdin.write(f"{self.token}\n".encode())
+            popen.stdin.flush()
         for stream, sink in ((popen.stdout, self.out), (popen.stderr, self.err)):
             reader = threading.Thread(target=self._pump, args=(proc, stream, sink), daemon=True)
             reader.start()
