@@ -288,6 +288,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         loader.close()
     result = {
         "dataset": args.dataset,
+        "device": str(device),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
         "model": args.model,
         "num_trainers": world,
         "num_parts": args.num_parts if not args.single else 1,
@@ -339,6 +341,10 @@ def trainer_main(args: argparse.Namespace) -> dict:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     set_threads(args, args.trainers_per_machine)
     if args.device == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise SystemExit(
+                f"error: trainer with LOCAL_RANK {local_rank} needs GPU {local_rank}, this host has {torch.cuda.device_count()}"
+            )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         backend = "nccl"
@@ -403,8 +409,10 @@ def local_main(args: argparse.Namespace, argv: list[str]) -> int:
                     env.update(
                         RANK=str(rank),
                         WORLD_SIZE=str(world),
-                        LOCAL_RANK=str(local_rank),
-                        LOCAL_WORLD_SIZE=str(args.trainers_per_machine),
+                        # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the
+                        # host (as torchrun would on one machine), so each one gets its own GPU.
+                        LOCAL_RANK=str(rank),
+                        LOCAL_WORLD_SIZE=str(world),
                         MASTER_ADDR="127.0.0.1",
                         MASTER_PORT=str(port),
                         OMP_NUM_THREADS=str(threads),
