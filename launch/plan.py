@@ -1,7 +1,8 @@
 """The launch plan: which process runs where, with which command line and environment.
 
-A pure function of the ip_config, the options and two job-wide values (job id,
-rendezvous port), so it is unit-tested without starting anything. Per machine:
+A pure function of the ip_config, the options and what the preflight found
+(rendezvous port, network interfaces) plus the job id, so it is unit-tested
+without starting anything. Per machine:
 ``num_servers`` servers (``python -m distgnn.server``), then one torchrun agent
 that starts ``num_trainers`` trainers running the user's command. The job token
 is not part of the plan: it travels on each process's stdin (see ``remote.py``).
@@ -21,8 +22,18 @@ from distgnn.launch.ip_config import Machine
 _PYTHON_NAME = re.compile(r"python[0-9.]*")
 # Job variables only the launcher may set; the optional ones (E.CURVE, E.RPC_TIMEOUT) may come from --extra-env.
 _SET_BY_LAUNCHER = frozenset(
-    [E.ROLE, E.IP_CONFIG, E.PART_CONFIG, E.NUM_SERVERS, E.NUM_TRAINERS, E.NUM_SAMPLERS, E.MACHINE_ID]
-    + [E.SERVER_ID, E.JOB_ID, E.TOKEN]
+    {
+        E.ROLE,
+        E.IP_CONFIG,
+        E.PART_CONFIG,
+        E.NUM_SERVERS,
+        E.NUM_TRAINERS,
+        E.NUM_SAMPLERS,
+        E.MACHINE_ID,
+        E.SERVER_ID,
+        E.JOB_ID,
+        E.TOKEN,
+    }
 )
 
 

@@ -163,10 +163,11 @@ def run(job_id: str, argv: list[str], grace_s: float, remove_dirs: list[str]) ->
         print("distgnn-launch wrapper: no job token on stdin; start jobs through distgnn-launch", file=sys.stderr)
         return 2
     _become_owner()
-    stop = threading.Event()
+    stop = threading.Event()  # set by the stdin watcher
+    signalled: list[int] = []  # a signal handler must not take locks (Event.set does): it only appends
 
     def on_signal(signum, frame):
-        stop.set()
+        signalled.append(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
@@ -184,8 +185,8 @@ def run(job_id: str, argv: list[str], grace_s: float, remove_dirs: list[str]) ->
         print(f"distgnn-launch wrapper: cannot start {argv[0]!r}: {exc}", file=sys.stderr)
         return 127
     threading.Thread(target=watch_stdin, daemon=True).start()
-    while child.returncode is None and not stop.is_set():
-        stop.wait(0.1)
+    while child.returncode is None and not stop.is_set() and not signalled:
+        time.sleep(0.1)
         _reap(child)
     stopped = child.returncode is None
     stop_tree(grace_s, child)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import queue
 import re
 import signal
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from distgnn.launch import env as E
 from distgnn.launch.plan import ProcessSpec, wrapper_argv
 from distgnn.launch.transport import SSH_FAILED, run_short
 
@@ -76,7 +78,7 @@ class Job:
         self.num_trainers = num_trainers
         self.grace_s = grace_s
         self.out, self.err = out, err
-        self.job_id = plan[0].env["DISTGNN_JOB_ID"]
+        self.job_id = plan[0].env[E.JOB_ID]
         self.running: list[Running] = []
         self.events: queue.Queue[Running] = queue.Queue()
         self.tails: dict[str, collections.deque[str]] = collections.defaultdict(
@@ -230,8 +232,10 @@ class Job:
 
     def _sweep(self) -> None:
         """Last step on every machine: kill what still carries the job id, remove the job's shared memory."""
-        hosts = sorted({spec.host for spec in self.plan}, key=[s.host for s in self.plan].index)
-        dirs = {spec.host: [d for s in self.plan if s.host == spec.host for d in s.cleanup_dirs] for spec in self.plan}
+        dirs: dict[str, list[str]] = {}  # per host, in plan order (several machines may share one host)
+        for spec in self.plan:
+            dirs.setdefault(spec.host, []).extend(spec.cleanup_dirs)
+        hosts = list(dirs)
 
         def sweep(host: str) -> tuple[str, subprocess.CompletedProcess]:
             argv = [self.python, "-m", "distgnn.launch.remote", "sweep", "--job-id", self.job_id]
@@ -244,9 +248,12 @@ class Job:
                 if result.returncode != 0:
                     self.say(f"cleanup on {host} failed (status {result.returncode}): {result.stderr.strip()[-300:]}")
                     continue
-                report = result.stdout.strip().splitlines()[-1:]
-                if report and report[0] != '{"killed": [], "shm_removed": []}':
-                    self.say(f"cleanup on {host}: {report[0]}")
+                report = json.loads(result.stdout.strip().splitlines()[-1])
+                if report["killed"] or report["shm_removed"]:
+                    self.say(
+                        f"cleanup on {host}: killed leftover processes {report['killed']}, "
+                        f"removed shared memory {report['shm_removed']}"
+                    )
 
     def _failure_label(self, failed: Running) -> str:
         """The label whose output explains the failure: the failed trainer rank when torchrun names one."""

@@ -77,6 +77,19 @@ def test_eof_on_stdin_stops_the_whole_tree_and_removes_shm(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
+def test_sigterm_stops_the_whole_tree(tmp_path):
+    job_id = f"jw{secrets.token_hex(3)}"
+    proc, out = start_wrapper(tmp_path, job_id, exit_code=-1)
+    proc.stdin.write(b"tok\n")
+    proc.stdin.flush()
+    child, grandchild, _ = wait_for(out, proc)
+    proc.send_signal(signal.SIGTERM)  # what a fallback `kill` on the machine does
+    assert proc.wait(timeout=15) == 128 + signal.SIGTERM
+    wait_dead([int(child), int(grandchild)])
+    assert not list(Path("/dev/shm").glob(f"distgnn-{job_id}-*"))
+    proc.stdin.close()
+
+
 def test_exit_status_passes_through_and_leftovers_are_stopped(tmp_path):
     job_id = f"jw{secrets.token_hex(3)}"
     proc, out = start_wrapper(tmp_path, job_id, exit_code=3)
