@@ -55,7 +55,10 @@ def unavailable_reason() -> str | None:
     result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if result.returncode != 0:
         return f"cannot create a network namespace: {result.stderr.strip()}"
+    entered = subprocess.run(["ip", "netns", "exec", probe, "true"], capture_output=True, text=True)
     subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
+    if entered.returncode != 0:
+        return f"cannot enter a network namespace: {entered.stderr.strip()}"
     return None
 
 
