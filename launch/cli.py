@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distgnn-launch",
         usage="distgnn-launch --ip-config FILE --part-config JSON --num-trainers T [options] -- COMMAND...",
-        description=__doc__.split("\n\n")[0],
+        description="Start a distgnn job on every machine of an ip_config, over ssh or locally (see docs/cluster.md).",
     )
     parser.add_argument("--ip-config", required=True, help="one machine per line: IP [PORT]; line i holds partition i")
     parser.add_argument("--part-config", required=True, help="the partition JSON written by distgnn-partition")
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory every process starts in, on every machine; relative paths are resolved against it "
         "(default: the current directory)",
     )
-    parser.add_argument("--ssh-port", type=int, default=22)
+    parser.add_argument("--ssh-port", type=int, default=22, help="sshd port on every machine (default 22)")
     parser.add_argument("--ssh-user", help="remote user (default: ssh's default)")
     parser.add_argument("--ssh-key", help="private key file for ssh (-i)")
     parser.add_argument(
