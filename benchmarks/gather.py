@@ -20,7 +20,7 @@ import time
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
-from distgnn.cache.gather import hit_key_for, plan_gather, plan_gather_cuda
+from distgnn.cache.gather import key_space, plan_gather, plan_gather_cuda
 
 
 def parse_args() -> argparse.Namespace:
@@ -148,14 +148,14 @@ def kernel_times(batches, out, device, **tiers):
     return sorted(times, key=lambda item: -item[1])
 
 
-def plan_ms(batches, cache, device):
+def plan_ms(batches, cache, host, device):
     """Planning alone (cache lookup, sort): ms per batch."""
-    hit_key = hit_key_for(cache, None, None) if cache is not None else (1 << 40) - 1
+    keys = key_space(cache, host, None)
     planner = plan_gather_cuda if device.type == "cuda" else plan_gather
     sync(device)
     start = time.perf_counter()
     for ids in batches:
-        planner(ids, cache, hit_key)
+        planner(ids, cache, keys)
     sync(device)
     return (time.perf_counter() - start) / len(batches) * 1e3
 
@@ -285,8 +285,8 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     del staged
     resident = FeatureCache.replicate(torch.arange(n), table, n, device)
     tiers["GPU-resident (all hits)"] = timed_gather(timed, out, device, cache=resident)
-    tiers["planning alone, no cache"] = (float("nan"), plan_ms(timed, None, device))
-    tiers["planning alone, all cached"] = (float("nan"), plan_ms(timed, resident, device))
+    tiers["planning alone, no cache"] = (float("nan"), plan_ms(timed, None, host, device))
+    tiers["planning alone, all cached"] = (float("nan"), plan_ms(timed, resident, host, device))
     configs = [("host zero-copy", {"host": host}), ("GPU-resident", {"cache": resident})]
     if device.type == "cuda" and torch.cuda.device_count() >= 2:
         clique = FeatureCache.clique(torch.arange(n), table, n, [device, torch.device("cuda", 1)])[0]

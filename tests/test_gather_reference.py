@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distgnn.cache import FeatureCache, HostTier, StagingTier, gather, remote_misses
-from distgnn.cache.gather import UNPLACED_SLOT, hit_key_for, plan_gather
+from distgnn.cache.gather import key_space, plan_gather
 from distgnn.errors import InputError
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -152,23 +152,20 @@ def test_remote_misses_are_sorted_unique_and_exclude_cache_and_host():
 
 
 def execute_plan(plan, out, cache, host, staging):
-    """What the CUDA kernel does with a plan, in plain Python (the kernel's own reference); returns rows read."""
+    """What the CUDA kernel does with a plan, in plain Python (the kernel's own reference); returns keys read."""
     keys, order = plan.keys.tolist(), plan.order.tolist()
     staged = {} if staging is None else {i: row for i, row in zip(staging.ids.tolist(), staging.rows, strict=True)}
     reads = []
     for i, key in enumerate(keys):
-        if key == plan.hit_key:
-            slot = int(plan.slots[order[i]])
-            if slot < 0:
-                continue
-            out[order[i]] = cache.shards[slot % cache.num_shards][slot // cache.num_shards]
-            continue
-        if plan.deduplicate and i > 0 and keys[i - 1] == key:
+        if key == plan.bad_key or (plan.deduplicate and i > 0 and keys[i - 1] == key):
             continue
         run = 1
         while plan.deduplicate and i + run < len(keys) and keys[i + run] == key:
             run += 1
-        if host is not None and host.start <= key < host.end:
+        if key >= plan.hit_base:
+            slot = key - plan.hit_base
+            row = cache.shards[slot % cache.num_shards][slot // cache.num_shards]
+        elif host is not None and host.start <= key < host.end:
             row = host.rows[key - host.start]
         elif key in staged:
             row = staged[key]
@@ -185,32 +182,34 @@ def execute_plan(plan, out, cache, host, staging):
 def test_plan_executed_like_the_kernel_matches_full_table(sort_misses, shards):
     for seed in range(3):
         table, ids, cache, host, staging = random_setup(seed, shards=shards)
-        plan = plan_gather(ids, cache, hit_key_for(cache, host, staging), sort_misses=sort_misses)
+        plan = plan_gather(ids, cache, key_space(cache, host, staging), sort_misses=sort_misses)
         out = poisoned(len(ids), 7, torch.float32)
         reads = execute_plan(plan, out, cache, host, staging)
         assert torch.equal(out, table[ids])
         assert sorted(plan.order.tolist()) == list(range(len(ids)))
-        misses = ids[cache.slot_table[ids] < 0]
-        if sort_misses:  # misses first and ascending, so every row is read once, in address order
+        slots = cache.slot_table[ids].long()
+        wanted = torch.where(slots >= 0, plan.hit_base + slots, ids)
+        if sort_misses:  # misses first and ascending, then hits by slot; every row is read once, in order
             assert bool((plan.keys[1:] >= plan.keys[:-1]).all())
-            assert reads == torch.unique(misses).tolist()
+            assert reads == torch.unique(wanted).tolist()
         else:
-            assert len(reads) == len(misses)
+            assert sorted(reads) == sorted(wanted.tolist())
 
 
-def test_plan_keys_hits_and_unkeyable_ids_above_every_miss():
-    cache = FeatureCache.replicate(torch.tensor([2]), torch.randn(1, 3), 5, "cpu")
-    hit_key = hit_key_for(cache, None, None)
-    assert hit_key == 7
-    plan = plan_gather(torch.tensor([2, 4, 6, 9, -1, 2]), cache, hit_key)
-    assert plan.slots.tolist() == [0, -1, -1, UNPLACED_SLOT, UNPLACED_SLOT, 0]
-    assert plan.keys.tolist() == [4, 6, 7, 7, 7, 7]
-    assert plan.order.tolist() == [1, 2, 0, 3, 4, 5]
+def test_plan_keys_misses_then_hits_by_slot_then_unkeyable_ids():
+    cache = FeatureCache.replicate(torch.tensor([2, 3]), torch.randn(2, 3), 5, "cpu")
+    hit_base, bad_key = key_space(cache, None, None)
+    assert (hit_base, bad_key) == (5, 7)
+    plan = plan_gather(torch.tensor([3, 4, 6, 2, 9, -1, 2]), cache, (hit_base, bad_key))
+    assert plan.keys.tolist() == [4, 5, 5, 6, 7, 7, 7]
+    assert plan.order.tolist() == [1, 3, 6, 0, 2, 4, 5]
 
 
-def test_hit_key_covers_every_tier():
+def test_key_space_covers_every_tier_and_slot():
     host = HostTier(torch.randn(10, 2), 100)
     staging = StagingTier(torch.tensor([3, 300]), torch.randn(2, 2))
-    assert hit_key_for(None, host, None) == 127
-    assert hit_key_for(None, host, staging) == 511
-    assert hit_key_for(None, None, None) == 1
+    cache = FeatureCache.replicate(torch.arange(200), torch.randn(200, 2), 400, "cpu")
+    assert key_space(None, host, None) == (110, 127)
+    assert key_space(None, host, staging) == (301, 511)
+    assert key_space(cache, host, staging) == (400, 1023)
+    assert key_space(None, None, None) == (0, 1)

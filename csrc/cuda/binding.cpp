@@ -81,10 +81,10 @@ int num_sms(const torch::Device& device) {
   return count;
 }
 
-// Plans a gather of `ids`: returns (keys, order, slots), sorted by key when `sort`; adds hits to `hits`
-// ([local, peer]) and ids no tier can hold to `unplaced` ([count, example]).
+// Plans a gather of `ids`: returns (keys, order), sorted by key when `sort`; adds hits to `hits` ([local, peer])
+// and ids no tier can hold to `unplaced` ([count, example]).
 std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> table, int64_t num_shards,
-                                int64_t local_rank, int64_t hit_key, bool sort, torch::Tensor hits,
+                                int64_t local_rank, int64_t hit_base, int64_t bad_key, bool sort, torch::Tensor hits,
                                 torch::Tensor unplaced) {
   TORCH_CHECK(ids.is_cuda(), "ids must be on a CUDA device");
   const torch::Device device = ids.device();
@@ -93,7 +93,8 @@ std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> 
   check_index(hits, "hits", device);
   check_index(unplaced, "unplaced", device);
   TORCH_CHECK(hits.numel() == 2 && unplaced.numel() == 2, "hits and unplaced hold two counters each");
-  TORCH_CHECK(hit_key > 0 && ((hit_key + 1) & hit_key) == 0, "hit_key must be 2^k - 1, got ", hit_key);
+  TORCH_CHECK(bad_key > hit_base && hit_base >= 0 && ((bad_key + 1) & bad_key) == 0,
+              "need bad_key = 2^k - 1 above hit_base, got ", bad_key, " and ", hit_base);
   TORCH_CHECK(num_shards >= 1 && local_rank >= 0 && local_rank < num_shards, "bad shard count or local rank");
 
   distgnn::PlanParams p{};
@@ -110,19 +111,19 @@ std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> 
   }
   p.num_shards = int(num_shards);
   p.local_rank = int(local_rank);
-  p.hit_key = hit_key;
-  torch::Tensor keys = torch::empty_like(ids), slots = torch::empty_like(ids), order = torch::empty_like(ids);
+  p.hit_base = hit_base;
+  p.bad_key = bad_key;
+  torch::Tensor keys = torch::empty_like(ids), order = torch::empty_like(ids);
   p.keys = keys.data_ptr<int64_t>();
-  p.slots = slots.data_ptr<int64_t>();
   p.order = order.data_ptr<int64_t>();
   p.hits = reinterpret_cast<unsigned long long*>(hits.data_ptr<int64_t>());
   p.unplaced = reinterpret_cast<unsigned long long*>(unplaced.data_ptr<int64_t>());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index());
   C10_CUDA_CHECK(distgnn::launch_plan(p, num_sms(device), stream));
-  if (!sort || p.batch < 2) return {keys, order, slots};
+  if (!sort || p.batch < 2) return {keys, order};
 
   int end_bit = 0;
-  while (end_bit < 63 && (int64_t(1) << end_bit) <= hit_key) ++end_bit;
+  while (end_bit < 63 && (int64_t(1) << end_bit) <= bad_key) ++end_bit;
   torch::Tensor sorted_keys = torch::empty_like(keys), sorted_order = torch::empty_like(order);
   size_t temp_bytes = 0;
   C10_CUDA_CHECK(distgnn::sort_plan(nullptr, &temp_bytes, p.keys, nullptr, p.order, nullptr, p.batch, end_bit,
@@ -130,10 +131,10 @@ std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> 
   torch::Tensor temp = torch::empty({int64_t(temp_bytes)}, ids.options().dtype(torch::kUInt8));
   C10_CUDA_CHECK(distgnn::sort_plan(temp.data_ptr(), &temp_bytes, p.keys, sorted_keys.data_ptr<int64_t>(), p.order,
                                     sorted_order.data_ptr<int64_t>(), p.batch, end_bit, stream));
-  return {sorted_keys, sorted_order, slots};
+  return {sorted_keys, sorted_order};
 }
 
-void gather_rows(torch::Tensor out, int64_t hit_key, torch::Tensor keys, torch::Tensor order, torch::Tensor slots,
+void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int64_t hit_base, int64_t bad_key,
                  bool deduplicate,
                  c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
                  c10::optional<torch::Tensor> staging_ids, std::vector<torch::Tensor> shards, torch::Tensor unplaced) {
@@ -142,10 +143,9 @@ void gather_rows(torch::Tensor out, int64_t hit_key, torch::Tensor keys, torch::
   const c10::cuda::CUDAGuard guard(device);
   check_index(keys, "keys", device);
   check_index(order, "order", device);
-  check_index(slots, "slots", device);
   check_index(unplaced, "unplaced", device);
-  TORCH_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0) && slots.numel() == out.size(0),
-              "keys, order and slots need one entry per output row");
+  TORCH_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0),
+              "keys and order need one entry per output row");
   TORCH_CHECK(unplaced.numel() == 2, "unplaced must hold [count, example]");
   TORCH_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
 
@@ -153,10 +153,10 @@ void gather_rows(torch::Tensor out, int64_t hit_key, torch::Tensor keys, torch::
   p.out = static_cast<char*>(out.data_ptr());
   p.row_bytes = out.size(1) * int64_t(out.element_size());
   p.batch = out.size(0);
-  p.hit_key = hit_key;
   p.keys = keys.data_ptr<int64_t>();
   p.order = order.data_ptr<int64_t>();
-  p.slots = slots.data_ptr<int64_t>();
+  p.hit_base = hit_base;
+  p.bad_key = bad_key;
   p.deduplicate = deduplicate;
   if (host.has_value()) {
     check_rows(*host, out, "host rows");
@@ -210,10 +210,11 @@ void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpr
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn CUDA tiered feature gather";
   m.def("gather_rows", &gather_rows, "Fill out's rows from cache shards, host rows and staging rows in one launch",
-        py::arg("out"), py::arg("hit_key"), py::arg("keys"), py::arg("order"), py::arg("slots"), py::arg("deduplicate"), py::arg("host"),
+        py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("hit_base"), py::arg("bad_key"),
+        py::arg("deduplicate"), py::arg("host"),
         py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"));
   m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
-        py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_key"), py::arg("sort"), py::arg("hits"),
+        py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_base"), py::arg("bad_key"), py::arg("sort"), py::arg("hits"),
         py::arg("unplaced"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",
         py::arg("ptr"));

@@ -6,9 +6,10 @@
 // * Loads and stores are `Vec` wide, the widest of 16/8/4/2/1 bytes that divides `row_bytes` and every base
 //   address (output, host, staging, each shard); 16-byte loads need 16-byte aligned bases and row widths.
 // * The plan lists items sorted by key when `deduplicate` is set: misses (key = global id) ascending, then cache
-//   hits (key = hit_key, above every id; plan.cu sorts only the key bits below it). The first item of each run of equal miss keys reads the row once, in address order
-//   (zero-copy PCIe reads of sorted rows run several times faster than random ones), and stores it to the
-//   output rows of the whole run from registers. Hits are not deduplicated: HBM/NVLink re-reads are cheap.
+//   hits (key = hit_base + logical slot) ascending. The first item of each run of equal keys reads the row once,
+//   in address order (zero-copy PCIe reads of sorted rows run almost twice as fast as random ones), and stores
+//   it to the output rows of the whole run from registers. A hit's key is its slot, so the kernel's dependent
+//   loads are key/order, then the row.
 // * Host and staging addresses are device-readable (pinned or cudaHostRegister'ed memory, mapped address);
 //   peer shard addresses are readable from this device (peer access enabled, or CUDA IPC mappings).
 // * Each output row has exactly one source, so items never write the same row: no ordering between blocks.
@@ -21,8 +22,9 @@ namespace distgnn {
 namespace {
 
 constexpr int kBlockThreads = 256;
-constexpr int kBlocksPerSm = 8;
-constexpr int kUnroll = 4;  // independent loads in flight per thread before the first store
+// Resident blocks per SM; also the register cap (40, no spills) that keeps 48 warps, and rows, in flight per SM.
+constexpr int kBlocksPerSm = 6;
+constexpr int kUnroll = 2;  // independent loads in flight per thread before the first store (rows > 512 bytes)
 
 // Copies one source row to the output rows order[first .. first + count); the team's threads split the row.
 template <typename Vec>
@@ -62,7 +64,7 @@ __device__ __forceinline__ int64_t staging_row(const int64_t* __restrict__ ids, 
 }
 
 template <typename Vec>
-__global__ void __launch_bounds__(kBlockThreads) gather_rows_kernel(const GatherParams p, int team_shift) {
+__global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm) gather_rows_kernel(const GatherParams p, int team_shift) {
   const int team = 1 << team_shift;
   const int lane = threadIdx.x & (team - 1);
   const int64_t num_teams = (int64_t(gridDim.x) * blockDim.x) >> team_shift;
@@ -71,20 +73,17 @@ __global__ void __launch_bounds__(kBlockThreads) gather_rows_kernel(const Gather
 
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> team_shift; i < p.batch; i += num_teams) {
     const int64_t key = p.keys[i];
-    if (key == p.hit_key) {
-      const int64_t slot = p.slots[p.order[i]];
-      if (slot < 0) continue;  // kUnplacedSlot: counted by the planner
-      const char* src = p.shards[slot % p.num_shards] + (slot / p.num_shards) * p.row_bytes;
-      copy_row(reinterpret_cast<const Vec*>(src), out, p.order, i, 1, vecs, lane, team);
-      continue;
-    }
+    if (key == p.bad_key) continue;                                    // counted by the planner
     if (p.deduplicate && i > 0 && p.keys[i - 1] == key) continue;  // the run's first item copies it
     int64_t run = 1;
     if (p.deduplicate) {
       while (i + run < p.batch && p.keys[i + run] == key) ++run;
     }
     const char* src;
-    if (key >= p.host_start && key - p.host_start < p.host_rows) {
+    if (key >= p.hit_base) {
+      const int64_t slot = key - p.hit_base;
+      src = p.shards[slot % p.num_shards] + (slot / p.num_shards) * p.row_bytes;
+    } else if (key >= p.host_start && key - p.host_start < p.host_rows) {
       src = p.host + (key - p.host_start) * p.row_bytes;
     } else {
       const int64_t r = staging_row(p.staging_ids, p.staging_rows, key);

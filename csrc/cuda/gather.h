@@ -10,21 +10,19 @@ namespace distgnn {
 // Cache shards a clique may spread over: logical slot s lives in shard s % num_shards at row s / num_shards.
 constexpr int kMaxShards = 16;
 
-// Slot of an id the plan already counted as unplaced (negative, or not below the hit key).
-constexpr int64_t kUnplacedSlot = -2;
-
 struct GatherParams {
   char* out;          // (batch, row_bytes) output rows, device memory
   int64_t row_bytes;  // bytes of one row, equal in every tier
   int64_t batch;      // output rows = planned items
 
-  // The plan: item i is output row order[i]; keys[i] is hit_key for a cache hit (or an id counted as unplaced,
-  // slot kUnplacedSlot), else the global id to read, always below hit_key.
-  int64_t hit_key;
+  // The plan: item i fills output row order[i]. keys[i] < hit_base: the global id to read from the host range or
+  // the staging rows; hit_base <= keys[i] < bad_key: cache hit of logical slot keys[i] - hit_base; bad_key: an
+  // id the planner already counted as unplaced.
   const int64_t* keys;
   const int64_t* order;
-  const int64_t* slots;  // (batch,) logical cache slot of each output row, -1 for misses
-  bool deduplicate;      // keys are sorted: the first item of a run of equal keys reads the row for the run
+  int64_t hit_base;
+  int64_t bad_key;
+  bool deduplicate;  // keys are sorted: the first item of a run of equal keys reads the row for the run
 
   const char* host;  // device-readable address of the local partition's rows (global ids host_start + r)
   int64_t host_start;
@@ -50,10 +48,10 @@ struct PlanParams {
   int64_t table_size;
   int num_shards;
   int local_rank;
-  int64_t hit_key;  // 2^k - 1 above every id any tier holds
-  int64_t* keys;    // (batch,) out: hit_key for hits and bad ids, else the id
-  int64_t* slots;   // (batch,) out: logical slot, -1 miss, kUnplacedSlot bad id
-  int64_t* order;   // (batch,) out: 0 .. batch-1
+  int64_t hit_base;  // above every id any tier holds
+  int64_t bad_key;   // 2^k - 1 above hit_base + every slot
+  int64_t* keys;     // (batch,) out: the id for misses, hit_base + slot for hits, bad_key for ids no tier holds
+  int64_t* order;    // (batch,) out: 0 .. batch-1
   unsigned long long* hits;      // [local, peer] hit counters, accumulated
   unsigned long long* unplaced;  // [count, an example id], accumulated
 };

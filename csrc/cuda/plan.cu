@@ -1,8 +1,9 @@
 // Planning for the tiered gather (gather.cu): cache lookup, hit counting and the key sort, with no host sync.
 //
-// Assumptions: ids are int64; the slot table holds -1 or a logical slot per global id; hit_key = 2^k - 1 lies
-// above every id a tier can hold, so keys need only the low k bits and the radix sort runs k/8 passes, not 8.
-// Ids outside [0, hit_key) can be in no tier: they are counted as unplaced here and keyed like hits.
+// Assumptions: ids are int64; the slot table holds -1 or a logical slot below the cache's capacity per global
+// id; hit_base lies above every id a tier can hold and bad_key = 2^k - 1 above hit_base + capacity, so keys need
+// only the low k bits and the radix sort runs k/8 passes, not 8. Hits are keyed hit_base + slot (the gather then
+// needs no second lookup); ids outside [0, hit_base) can be in no tier: they are counted as unplaced here.
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -28,20 +29,18 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const PlanParams p) 
     if (table != nullptr && id >= 0 && id < p.table_size) slot = int64_t(table[id]);
     int64_t key = id;
     if (slot >= 0) {
-      key = p.hit_key;
+      key = p.hit_base + slot;
       if (slot % p.num_shards == p.local_rank) {
         ++local;
       } else {
         ++peer;
       }
-    } else if (id < 0 || id >= p.hit_key) {
-      key = p.hit_key;
-      slot = kUnplacedSlot;
+    } else if (id < 0 || id >= p.hit_base) {
+      key = p.bad_key;
       atomicAdd(p.unplaced, 1ull);
       p.unplaced[1] = static_cast<unsigned long long>(id);
     }
     p.keys[i] = key;
-    p.slots[i] = slot;
     p.order[i] = i;
   }
   local = warp_sum(local);

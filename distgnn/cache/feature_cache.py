@@ -80,6 +80,9 @@ class FeatureCache:
                 )
         if slot_table.dim() != 1 or slot_table.dtype not in (torch.int32, torch.int64):
             raise InputError(f"slot table must be 1-D int32 or int64, got {slot_table.dtype} {tuple(slot_table.shape)}")
+        capacity = sum(shard.shape[0] for shard in shards)
+        if slot_table.numel() and int(slot_table.max()) >= capacity:
+            raise InputError(f"slot table points past the {capacity} cached rows; slots must be < capacity")
         if not 0 <= local_rank < len(shards):
             raise InputError(f"local_rank {local_rank} out of range for {len(shards)} shards")
         self.shards = list(shards)

@@ -84,64 +84,70 @@ def cache_slots(cache: FeatureCache, ids: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class GatherPlan:
-    """The kernel's work list; every tensor is ``(B,)`` int64 on the output's device.
+    """The kernel's work list: ``keys`` and ``order`` are ``(B,)`` int64 on the output's device.
 
-    Item ``i`` fills output row ``order[i]``. ``keys[i] == hit_key`` marks a cache hit, read from logical slot
-    ``slots[order[i]]`` (or, where that slot is :data:`UNPLACED_SLOT`, an id no tier can hold); any other key
-    is the global id to read from the host range or the staging rows. With ``deduplicate`` the keys are sorted
-    (stably), so misses come first, ascending, and the first item of a run of equal keys reads the row once.
+    Item ``i`` fills output row ``order[i]``. A key below ``hit_base`` is the global id to read from the host
+    range or the staging rows; ``hit_base + s`` (below ``bad_key``) is a cache hit of logical slot ``s``;
+    ``bad_key`` marks an id no tier can hold (negative, or at or above ``hit_base``). With ``deduplicate`` the
+    keys are sorted (stably): misses first, ascending, then hits by slot, and the first item of a run of equal
+    keys reads the row once for the whole run.
     """
 
     keys: torch.Tensor
     order: torch.Tensor
-    slots: torch.Tensor
-    hit_key: int
+    hit_base: int
+    bad_key: int
     deduplicate: bool
 
 
-UNPLACED_SLOT = -2  # kUnplacedSlot in csrc/cuda/gather.h
+def key_space(cache: FeatureCache | None, host: HostTier | None, staging: StagingTier | None) -> tuple[int, int]:
+    """``(hit_base, bad_key)``: hit_base above every id the tiers hold, bad_key = ``2^k - 1`` above every hit key.
 
-
-def hit_key_for(cache: FeatureCache | None, host: HostTier | None, staging: StagingTier | None) -> int:
-    """``2^k - 1`` at or above every id the tiers can hold: the key of hits, and the sort's bit width ``k``."""
-    limit = max(
+    The radix sort then orders only the low ``k`` bits of the keys.
+    """
+    hit_base = max(
         cache.num_nodes if cache is not None else 0,
         host.end if host is not None else 0,
         int(staging.ids[-1]) + 1 if staging is not None and staging.ids.numel() else 0,
     )
-    return (1 << max(1, limit.bit_length())) - 1
+    capacity = cache.capacity if cache is not None else 0
+    return hit_base, (1 << max(1, (hit_base + capacity).bit_length())) - 1
 
 
-def plan_gather(ids: torch.Tensor, cache: FeatureCache | None, hit_key: int, sort_misses: bool = True) -> GatherPlan:
+def plan_gather(
+    ids: torch.Tensor, cache: FeatureCache | None, keys: tuple[int, int], sort_misses: bool = True
+) -> GatherPlan:
     """The plan in torch ops: what the CUDA planner (csrc/cuda/plan.cu) computes, for tests and CPU tensors."""
+    hit_base, bad_key = keys
     slots = cache_slots(cache, ids) if cache is not None else torch.full_like(ids, -1)
-    unkeyable = (slots < 0) & ((ids < 0) | (ids >= hit_key))
-    slots = slots.masked_fill(unkeyable, UNPLACED_SLOT)
-    keys = torch.where((slots >= 0) | unkeyable, hit_key, ids)
+    unkeyable = (slots < 0) & ((ids < 0) | (ids >= hit_base))
+    plan_keys = torch.where(slots >= 0, hit_base + slots, ids).masked_fill_(unkeyable, bad_key)
     if sort_misses:
-        keys, order = torch.sort(keys, stable=True)
+        plan_keys, order = torch.sort(plan_keys, stable=True)
     else:
         order = torch.arange(ids.shape[0], device=ids.device)
-    return GatherPlan(keys, order, slots, hit_key, sort_misses)
+    return GatherPlan(plan_keys, order, hit_base, bad_key, sort_misses)
 
 
 def plan_gather_cuda(
-    ids: torch.Tensor, cache: FeatureCache | None, hit_key: int, sort_misses: bool = True
+    ids: torch.Tensor, cache: FeatureCache | None, keys: tuple[int, int], sort_misses: bool = True
 ) -> tuple[GatherPlan, torch.Tensor, torch.Tensor]:
     """The plan from the CUDA planner, with its ``[local, peer]`` hit and ``[count, example]`` unplaced counters."""
+    hit_base, bad_key = keys
     hits = torch.zeros(2, dtype=torch.int64, device=ids.device)
     unplaced = torch.zeros(2, dtype=torch.int64, device=ids.device)
-    keys, order, slots = load_extension().plan(
+    plan_keys, order = load_extension().plan(
         ids,
         None if cache is None else cache.slot_table,
         1 if cache is None else cache.num_shards,
         0 if cache is None else cache.local_rank,
-        hit_key,
+        hit_base,
+        bad_key,
         sort_misses,
         hits,
         unplaced,
     )
-    return GatherPlan(keys, order, slots, hit_key, sort_misses), hits, unplaced
+    return GatherPlan(plan_keys, order, hit_base, bad_key, sort_misses), hits, unplaced
 
 
 def _gather_cuda(
@@ -163,15 +169,15 @@ def _gather_cuda(
                 f"{name} rows are in pageable memory, which the GPU cannot read: pin them (tensor.pin_memory()) "
                 "or register them (distgnn.cache.HostRegistration)"
             )
-    plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, hit_key_for(cache, host, staging), sort_misses)
+    plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, key_space(cache, host, staging), sort_misses)
     if cache is not None:
         cache.stats.record(ids.shape[0], hits)
     extension.gather_rows(
         out,
-        plan.hit_key,
         plan.keys,
         plan.order,
-        plan.slots,
+        plan.hit_base,
+        plan.bad_key,
         plan.deduplicate,
         None if host is None else host.rows,
         0 if host is None else host.start,
