@@ -8,11 +8,16 @@ from serving_graphs import child_processes, job_files, small_graph
 
 from distgnn.cluster import LocalCluster
 from distgnn.errors import RpcError
+from distgnn.partition.format import load_part_array, read_meta
 from distgnn.rpc import RpcClient
+from distgnn.sampling import kernels
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    # An installed distgnn ships the compiled sampler; in a source tree whose C++ changed, build it
+    # here once, so the servers' first 'sample' loads it instead of compiling within an RPC deadline.
+    kernels.extension()
     graph = small_graph(tmp_path_factory.mktemp("ops") / "out", num_parts=2)
     with (
         LocalCluster(graph.json_path, servers_per_machine=2, rpc_timeout_s=20) as cluster,
@@ -207,3 +212,18 @@ def test_barrier_releases_all_parties_together(served):
     finally:
         for c in clients:
             c.close()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_sample_equals_the_kernel_run_on_the_partition_files(served, replace):
+    graph, _, client = served
+    meta = read_meta(graph.json_path)
+    arrays = {name: load_part_array(meta, 1, name) for name in ("indptr", "indices", "eids", "local2global")}
+    seeds = np.random.default_rng(4).permutation(np.arange(*graph.node_map[1], dtype=np.int64))[:60]
+    counts, positions = kernels.sample_neighbors(
+        arrays["indptr"], arrays["indices"], seeds - graph.node_map[1][0], 4, replace=replace, rng_seed=99
+    )
+    got = client.call(1, "sample", {"fanout": 4, "replace": replace, "seed": 99}, [seeds], server_id=1).arrays
+    np.testing.assert_array_equal(got[0], counts)
+    np.testing.assert_array_equal(got[1], arrays["local2global"][arrays["indices"][positions]])
+    np.testing.assert_array_equal(got[2], arrays["eids"][positions])
