@@ -256,11 +256,16 @@ class PartitionWriter:
         if meta.graph_name != self.graph_name:
             raise PartitionFormatError(f"meta is for graph {meta.graph_name!r}, writer for {self.graph_name!r}")
         (self.staging / f"{self.graph_name}.json").write_text(json.dumps(meta.to_json_dict(), indent=1))
+        old = None
         if self.out_dir.exists():
             # check_output_dir allowed this: it is empty or (with overwrite) holds this graph.
-            shutil.rmtree(self.out_dir)
+            # Move it aside first, so there is always a whole partition at out_dir or none.
+            old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-", dir=self.out_dir.parent))
+            os.replace(self.out_dir, old)
         os.replace(self.staging, self.out_dir)
         self._committed = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
         return self.out_dir / f"{self.graph_name}.json"
 
 

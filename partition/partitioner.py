@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import resource
+import sys
 import time
 from pathlib import Path
 
@@ -51,8 +53,14 @@ def _check_args(graph: Graph, num_parts: int, graph_name: str, method: str, halo
         raise InputError(f"halo_hops must be >= 1 (HALO nodes hold the sources of cut edges), got {halo_hops}")
 
 
+def _peak_rss_gib() -> float:
+    """Peak resident memory of this process so far (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
+
+
 class _Phase:
-    """Logs how long a phase took."""
+    """Logs how long a phase took and the peak RSS so far."""
 
     def __init__(self, name: str):
         self.name = name
@@ -64,7 +72,12 @@ class _Phase:
 
     def __exit__(self, exc_type, *exc) -> None:
         if exc_type is None:
-            logger.info("%s done in %.1f s", self.name, time.perf_counter() - self.start)
+            logger.info(
+                "%s done in %.1f s (peak RSS so far %.2f GiB)",
+                self.name,
+                time.perf_counter() - self.start,
+                _peak_rss_gib(),
+            )
 
 
 def partition_graph(

@@ -202,6 +202,15 @@ def test_output_dir_of_another_graph_is_refused(tmp_path):
     with pytest.raises(PartitionFormatError, match="pass --overwrite"):
         partition_graph(graph, 2, tmp_path / "out", graph_name="a")
     assert read_meta(partition_graph(graph, 3, tmp_path / "out", graph_name="a", overwrite=True)).num_parts == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging or old copy left beside it
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "a.json",
+        "orig_eid.npy",
+        "orig_nid.npy",
+        "part0",
+        "part1",
+        "part2",
+    ]
 
 
 @pytest.mark.parametrize(
