@@ -292,7 +292,7 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
         clique = FeatureCache.clique(torch.arange(n), table, n, [device, torch.device("cuda", 1)])[0]
         tiers["clique of 2, all cached (half on peer)"] = timed_gather(timed, out, device, cache=clique)
         peer_rows = table.to(torch.device("cuda", 1))
-        peer_only = FeatureCache([resident.shards[0][:0], peer_rows], torch.arange(n, device=device) * 2 + 1)
+        peer_only = FeatureCache([resident.shards[0], peer_rows], torch.arange(n, device=device) * 2 + 1)
         tiers["NVLink peer shard (all hits)"] = timed_gather(timed, out, device, cache=peer_only)
         configs.append(("NVLink peer", {"cache": peer_only}))
     if device.type == "cuda":
