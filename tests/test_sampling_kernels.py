@@ -163,6 +163,29 @@ def test_weighted_without_replacement_is_successive_sampling(impl):
     assert chi_square(hits[nonzero], trials * inclusion[nonzero]) < CHI2_CRITICAL[5]
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_returned_neighbors_and_take_gather_indices(index_dtype):
+    rng = np.random.default_rng(8)
+    indptr, indices = random_csc(rng, 3000, 30, index_dtype)
+    seeds = rng.integers(0, 3000, 5000)
+    counts, positions = kernels.sample_neighbors(indptr, indices, seeds, 7, rng_seed=2)
+    counts2, positions2, neighbors = kernels.sample_neighbors(
+        indptr, indices, seeds, 7, rng_seed=2, return_neighbors=True
+    )
+    np.testing.assert_array_equal(counts2, counts)
+    np.testing.assert_array_equal(positions2, positions)
+    assert neighbors.dtype == np.int64
+    np.testing.assert_array_equal(neighbors, indices[positions])
+    for threads in (1, 2):
+        taken = kernels.take(indices, positions, num_threads=threads)
+        assert taken.dtype == np.int64
+        np.testing.assert_array_equal(taken, indices[positions])
+    with pytest.raises(ValueError, match="out of range"):
+        kernels.take(indices, np.array([0, len(indices)]))
+    with pytest.raises(ValueError, match="int32 or int64"):
+        kernels.take(indices.astype(np.float64), positions)
+
+
 @pytest.mark.parametrize("prob", [False, True])
 @pytest.mark.parametrize("replace", [False, True])
 def test_result_does_not_depend_on_thread_count(replace, prob):
@@ -172,7 +195,7 @@ def test_result_does_not_depend_on_thread_count(replace, prob):
     seeds = rng.integers(0, 5000, 20000)
     runs = [
         kernels.sample_neighbors(indptr, indices, seeds, 10, replace, weights, rng_seed=99, num_threads=t)
-        for t in (1, 2, 3)
+        for t in (1, 2, 3, None)
     ]
     for counts, positions in runs[1:]:
         np.testing.assert_array_equal(counts, runs[0][0])
@@ -203,13 +226,14 @@ def test_forked_child_can_sample_after_parent_used_threads():
     assert child.exitcode == 0 and queue.get(timeout=5)
 
 
+@pytest.mark.parametrize("id_range", [10**12, 2000], ids=["sparse-ids", "dense-ids"])
 @pytest.mark.parametrize("num_edges", [0, 1, 5000])
-def test_to_block_matches_reference(num_edges):
+def test_to_block_matches_reference(num_edges, id_range):
     rng = np.random.default_rng(num_edges)
-    dst = rng.permutation(10**6)[:300].astype(np.int64)
+    dst = rng.choice(id_range, 300, replace=False).astype(np.int64)
     counts = rng.multinomial(num_edges, np.full(300, 1 / 300)).astype(np.int64)
     # Sources mix destination ids and other ids, with many repeats.
-    pool = np.concatenate([dst[:50], rng.integers(0, 10**6, 400)])
+    pool = np.concatenate([dst[:50], rng.integers(0, id_range, 400)])
     src = rng.choice(pool, num_edges)
     eids = rng.integers(0, 10**7, num_edges)
     got = kernels.to_block(dst, counts, src, eids)
@@ -220,6 +244,15 @@ def test_to_block_matches_reference(num_edges):
     assert got.num_dst == 300
     np.testing.assert_array_equal(got.src_nids[got.indices].numpy(), src)
     np.testing.assert_array_equal(got.dst_nids.numpy(), dst)
+
+
+def test_to_block_twice_in_a_row_does_not_mix_calls():
+    first = kernels.to_block(np.array([4, 2]), np.array([2, 1]), np.array([7, 4, 9]), np.array([0, 1, 2]))
+    second = kernels.to_block(np.array([9]), np.array([2]), np.array([7, 3]), np.array([5, 6]))
+    np.testing.assert_array_equal(first.src_nids.numpy(), [4, 2, 7, 9])
+    np.testing.assert_array_equal(first.indices.numpy(), [2, 0, 3])
+    np.testing.assert_array_equal(second.src_nids.numpy(), [9, 7, 3])
+    np.testing.assert_array_equal(second.indices.numpy(), [1, 2])
 
 
 def test_to_block_rejects_bad_input():

@@ -15,6 +15,12 @@
 #include "relabel.h"
 #include "sample.h"
 
+// Hash of the sources, set by the build (distgnn/sampling/_build.py), so a
+// stale installed binary can be told apart from the current sources.
+#ifndef DISTGNN_BUILD_KEY
+#define DISTGNN_BUILD_KEY "unknown"
+#endif
+
 namespace py = pybind11;
 
 namespace {
@@ -42,15 +48,16 @@ const T* vector_data(const py::array& a, const char* name, const char* expected)
   return static_cast<const T*>(a.data());
 }
 
-template <typename T>
-py::array_t<T> to_numpy(std::vector<T>&& values) {
-  auto* owner = new std::vector<T>(std::move(values));
-  py::capsule free_owner(owner, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>(static_cast<py::ssize_t>(owner->size()), owner->data(), free_owner);
+template <typename Vector>
+py::array_t<typename Vector::value_type> to_numpy(Vector&& values) {
+  auto* owner = new Vector(std::move(values));
+  py::capsule free_owner(owner, [](void* p) { delete static_cast<Vector*>(p); });
+  return py::array_t<typename Vector::value_type>(static_cast<py::ssize_t>(owner->size()), owner->data(), free_owner);
 }
 
 py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, const py::array& seeds, int64_t fanout,
-                           bool replace, const py::object& prob, uint64_t rng_seed, int num_threads) {
+                           bool replace, const py::object& prob, uint64_t rng_seed, int num_threads,
+                           bool return_neighbors) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
   check_vector(indices, "indices");
   if (!has_dtype<int32_t>(indices) && !has_dtype<int64_t>(indices))
@@ -78,14 +85,37 @@ py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, co
   const int64_t num_seeds = seeds.shape(0);
   py::array_t<int64_t> counts(num_seeds);
   int64_t* counts_data = counts.mutable_data();
-  std::vector<int64_t> positions;
+  const bool int32_indices = has_dtype<int32_t>(indices);
+  const distgnn::CscView graph{indptr_data, num_nodes, num_edges,
+                               int32_indices ? static_cast<const int32_t*>(indices.data()) : nullptr,
+                               int32_indices ? nullptr : static_cast<const int64_t*>(indices.data())};
+  distgnn::SampleOutput output;
   {
     py::gil_scoped_release release;
-    const distgnn::CscView graph{indptr_data, num_nodes, num_edges};
-    positions = distgnn::sample_neighbors(graph, seeds_data, num_seeds, fanout, replace, prob_data, rng_seed,
-                                          num_threads, counts_data);
+    output = distgnn::sample_neighbors(graph, seeds_data, num_seeds, fanout, replace, prob_data, rng_seed,
+                                       num_threads, return_neighbors, counts_data);
   }
-  return py::make_tuple(counts, to_numpy(std::move(positions)));
+  if (!return_neighbors) return py::make_tuple(counts, to_numpy(std::move(output.positions)));
+  return py::make_tuple(counts, to_numpy(std::move(output.positions)), to_numpy(std::move(output.neighbors)));
+}
+
+py::array_t<int64_t> take(const py::array& values, const py::array& positions, int num_threads) {
+  check_vector(values, "values");
+  const bool int32_values = has_dtype<int32_t>(values);
+  if (!int32_values && !has_dtype<int64_t>(values))
+    throw std::invalid_argument("values must have dtype int32 or int64, got " + dtype_name(values));
+  const int64_t* positions_data = vector_data<int64_t>(positions, "positions", "int64");
+  const int64_t n = positions.shape(0), num_values = values.shape(0);
+  py::array_t<int64_t> out(n);
+  int64_t* out_data = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    if (int32_values)
+      distgnn::take(static_cast<const int32_t*>(values.data()), num_values, positions_data, n, num_threads, out_data);
+    else
+      distgnn::take(static_cast<const int64_t*>(values.data()), num_values, positions_data, n, num_threads, out_data);
+  }
+  return out;
 }
 
 py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge) {
@@ -106,9 +136,12 @@ py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge)
 
 PYBIND11_MODULE(_sampling_cpu, m) {
   m.doc() = "distgnn CPU sampling kernels (OpenMP); use distgnn.sampling.kernels, not this module.";
+  m.attr("build_key") = DISTGNN_BUILD_KEY;
   m.def("sample_neighbors", &sample_neighbors, py::arg("indptr"), py::arg("indices"), py::arg("seeds"),
-        py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"),
-        "Returns (counts int64, positions int64); see distgnn.sampling.kernels.sample_neighbors.");
+        py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"), py::arg("return_neighbors") = false,
+        "Returns (counts, positions[, neighbors]), all int64; see distgnn.sampling.kernels.sample_neighbors.");
+  m.def("take", &take, py::arg("values"), py::arg("positions"), py::arg("num_threads"),
+        "values[positions] as int64, gathered in parallel; ValueError on an out-of-range position.");
   m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
         "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
 }

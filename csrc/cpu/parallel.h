@@ -42,7 +42,14 @@ inline void register_fork_handler() {
 
 }  // namespace detail
 
-inline int resolve_num_threads(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+// requested > 0: exactly that many threads. Otherwise the OpenMP default,
+// with dynamic teams: libgomp then shrinks a team when the machine's load
+// average shows the cores are busy (servers, trainers and sampler processes
+// often share them), instead of waiting on descheduled threads.
+inline int resolve_num_threads(int requested) {
+  omp_set_dynamic(requested > 0 ? 0 : 1);
+  return requested > 0 ? requested : omp_get_max_threads();
+}
 
 // make_worker() is called once per thread and returns a callable
 // worker(begin, end) that may keep per-thread scratch space.

@@ -138,9 +138,9 @@ void pick_weighted(int64_t begin, int64_t degree, int64_t count, int64_t nonzero
 
 }  // namespace
 
-std::vector<int64_t> sample_neighbors(const CscView& graph, const int64_t* seeds, int64_t num_seeds, int64_t fanout,
-                                      bool replace, const float* prob, uint64_t rng_seed, int num_threads,
-                                      int64_t* counts) {
+SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_t num_seeds, int64_t fanout,
+                              bool replace, const float* prob, uint64_t rng_seed, int num_threads,
+                              bool gather_neighbors, int64_t* counts) {
   if (fanout < -1) throw std::invalid_argument("fanout must be -1 (all) or >= 0, got " + std::to_string(fanout));
   const int threads = resolve_num_threads(num_threads);
   FaultLog faults;
@@ -180,7 +180,9 @@ std::vector<int64_t> sample_neighbors(const CscView& graph, const int64_t* seeds
 
   std::vector<int64_t> offsets(num_seeds + 1, 0);
   for (int64_t i = 0; i < num_seeds; ++i) offsets[i + 1] = offsets[i] + counts[i];
-  std::vector<int64_t> positions(offsets[num_seeds]);
+  SampleOutput output;
+  output.positions.resize(offsets[num_seeds]);
+  if (gather_neighbors) output.neighbors.resize(offsets[num_seeds]);
 
   // Pass 2: fill each seed's slice of `positions` from its own stream.
   parallel_for(num_seeds, threads, kGrain, [&] {
@@ -192,7 +194,7 @@ std::vector<int64_t> sample_neighbors(const CscView& graph, const int64_t* seeds
         const int64_t seed = seeds[i];
         const int64_t begin = graph.indptr[seed], degree = graph.indptr[seed + 1] - begin;
         SeedStream rng(rng_seed, static_cast<uint64_t>(i));
-        int64_t* out = positions.data() + offsets[i];
+        int64_t* out = output.positions.data() + offsets[i];
         if (prob == nullptr) {
           pick_uniform(begin, degree, count, replace && fanout >= 0, rng, scratch, out);
         } else {
@@ -200,10 +202,41 @@ std::vector<int64_t> sample_neighbors(const CscView& graph, const int64_t* seeds
           for (int64_t j = 0; j < degree; ++j) nonzero += prob[begin + j] > 0;
           pick_weighted(begin, degree, count, nonzero, replace, fanout < 0, prob, rng, cumulative, keys, out);
         }
+        if (gather_neighbors) {
+          int64_t* neighbors = output.neighbors.data() + offsets[i];
+          for (int64_t k = 0; k < count; ++k) neighbors[k] = graph.neighbor(out[k]);
+        }
       }
     };
   });
-  return positions;
+  return output;
 }
+
+template <typename T>
+void take(const T* values, int64_t num_values, const int64_t* positions, int64_t n, int num_threads, int64_t* out) {
+  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  parallel_for(n, resolve_num_threads(num_threads), 1 << 14, [&] {
+    return [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        const int64_t position = positions[k];
+        if (position < 0 || position >= num_values) {
+          int64_t seen = first_bad.load();
+          while (k < seen && !first_bad.compare_exchange_weak(seen, k)) {
+          }
+          out[k] = 0;
+          continue;
+        }
+        out[k] = values[position];
+      }
+    };
+  });
+  const int64_t bad = first_bad.load();
+  if (bad != std::numeric_limits<int64_t>::max())
+    throw std::invalid_argument("positions[" + std::to_string(bad) + "] = " + std::to_string(positions[bad]) +
+                                " is out of range; expected 0 <= position < " + std::to_string(num_values));
+}
+
+template void take<int32_t>(const int32_t*, int64_t, const int64_t*, int64_t, int, int64_t*);
+template void take<int64_t>(const int64_t*, int64_t, const int64_t*, int64_t, int, int64_t*);
 
 }  // namespace distgnn

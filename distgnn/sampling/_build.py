@@ -39,14 +39,26 @@ def source_files(source_dir: Path = SOURCE_DIR) -> list[Path]:
 def load_extension() -> ModuleType:
     """Import the installed extension, or build it once into the cache and load that.
 
+    In a source checkout, an installed build of older sources (its
+    ``build_key`` differs) is passed over for a cached build of the current ones.
+
     Raises:
         ExtensionBuildError: the extension is not installed and cannot be built here.
     """
     try:
-        return importlib.import_module(EXTENSION_NAME)
+        module = importlib.import_module(EXTENSION_NAME)
     except ImportError as err:
         logger.debug("installed %s not importable (%s); using the build cache", EXTENSION_NAME, err)
-    return load_cached_build()
+        return load_cached_build()
+    if source_files() and getattr(module, "build_key", None) != build_key():
+        logger.warning(
+            "installed C++ sampler %s was built from other sources than %s; using a build of the current "
+            "sources (`pip install -e .` refreshes the installed one)",
+            module.__file__,
+            SOURCE_DIR,
+        )
+        return load_cached_build()
+    return module
 
 
 def cache_dir() -> Path:
@@ -55,7 +67,10 @@ def cache_dir() -> Path:
 
 
 def build_key(source_dir: Path = SOURCE_DIR) -> str:
-    """Hash of everything that changes the binary: sources, headers, flags, interpreter ABI."""
+    """Hash of everything that changes the binary: sources, headers, flags, interpreter ABI.
+
+    Compiled into the module as ``build_key`` (see :func:`build_macros`).
+    """
     digest = hashlib.sha256()
     for path in sorted(source_dir.glob("*.cpp")) + sorted(source_dir.glob("*.h")):
         digest.update(path.name.encode())
@@ -63,6 +78,10 @@ def build_key(source_dir: Path = SOURCE_DIR) -> str:
     digest.update(" ".join(COMPILE_ARGS + LINK_ARGS).encode())
     digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
     return digest.hexdigest()[:16]
+
+
+def build_macros(source_dir: Path = SOURCE_DIR) -> list[tuple[str, str]]:
+    return [("DISTGNN_BUILD_KEY", f'"{build_key(source_dir)}"')]
 
 
 def load_cached_build(source_dir: Path = SOURCE_DIR, root: Path | None = None) -> ModuleType:
@@ -74,7 +93,7 @@ def load_cached_build(source_dir: Path = SOURCE_DIR, root: Path | None = None) -
             f"distgnn's C++ sampler is not installed and its sources are not at {source_dir}; "
             "reinstall distgnn with `pip install distgnn` (or `pip install -e .` in a checkout)"
         )
-    target_dir = (root or cache_dir()) / f"sampling_cpu-{build_key(source_dir)}"
+    target_dir = (root or cache_dir()) / f"sampling_cpu_{build_key(source_dir)}"
     target = target_dir / ("_sampling_cpu" + importlib.machinery.EXTENSION_SUFFIXES[0])
     if not target.exists():
         target_dir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +120,7 @@ def _compile(source_dir: Path, target: Path) -> None:
             "_sampling_cpu",
             [str(p) for p in source_files(source_dir)],
             include_dirs=[include_dir, str(source_dir)],
+            define_macros=build_macros(source_dir),
             language="c++",
             extra_compile_args=COMPILE_ARGS,
             extra_link_args=LINK_ARGS,
@@ -144,8 +164,10 @@ def pybind11_include_dir() -> str:
 def _load_from(path: Path) -> ModuleType:
     from distgnn.errors import ExtensionBuildError
 
-    # The init function is PyInit__sampling_cpu, so the name must end in _sampling_cpu.
-    spec = importlib.util.spec_from_file_location(EXTENSION_NAME, path)
+    # The last name component selects the init function (PyInit__sampling_cpu);
+    # the build-specific prefix keeps Python from handing back another build
+    # already imported under the same name.
+    spec = importlib.util.spec_from_file_location(f"_distgnn_build_{path.parent.name}._sampling_cpu", path)
     if spec is None or spec.loader is None:
         raise ExtensionBuildError(f"cannot load the cached C++ sampler at {path}")
     module = importlib.util.module_from_spec(spec)
