@@ -310,7 +310,7 @@ def dgl_trainer(args) -> int:
         seps.append(float(total_edges) / float(stats[0]))
         if rank == 0:
             print(
-                f"epoch {epoch} | loss {float(loss):.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
+                f"epoch {epoch} | loss {loss.item():.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
                 f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
                 flush=True,
             )

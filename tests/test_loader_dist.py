@@ -26,11 +26,12 @@ def cluster(tmp_path_factory):
         yield c, json_path
 
 
-def open_graph(cluster, json_path, machine: int, world_size: int = 2):
+def open_graph(cluster, json_path, machine: int, world_size: int = 2, rank: int | None = None):
     from distgnn.context import connect
     from distgnn.graph import DistGraph
 
-    return DistGraph("g", json_path, context=connect(cluster.config(machine), rank=machine, world_size=world_size))
+    rank = machine if rank is None else rank
+    return DistGraph("g", json_path, context=connect(cluster.config(machine), rank=rank, world_size=world_size))
 
 
 def _trainer(rank: int, config, json_path, port: int, seeds: np.ndarray, num_workers: int, drop_last: bool, out):
@@ -142,5 +143,22 @@ def test_workers_yield_the_same_batches_as_inline_sampling_and_stop_cleanly(clus
                 torch.testing.assert_close(i_got, i_want)
                 for a, b in zip(e_got, e_want, strict=True):
                     torch.testing.assert_close(a, b)
+    finally:
+        g.context.close()
+
+
+def test_a_failing_worker_raises_in_the_trainer_and_is_gone(cluster) -> None:
+    from distgnn.errors import DistGNNError
+
+    c, json_path = cluster
+    g = open_graph(c, json_path, 1, world_size=1, rank=0)
+    try:
+        sampler = NeighborSampler([2], prob="no-such-weight")
+        loader = DistNodeDataLoader(g, torch.arange(100), sampler, BATCH, num_workers=1)
+        procs = list(loader._workers.procs)
+        with pytest.raises(DistGNNError, match="no-such-weight"):
+            list(loader)
+        loader.close()
+        assert all(not p.is_alive() for p in procs)
     finally:
         g.context.close()

@@ -391,6 +391,8 @@ def _free_port() -> int:
 
 def local_main(args: argparse.Namespace, argv: list[str]) -> int:
     """Partition, start a LocalCluster, run every trainer as a subprocess, stop everything."""
+    # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     part_config = ensure_partition(args)
     world = args.num_parts * args.trainers_per_machine
     threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
@@ -402,8 +404,8 @@ def local_main(args: argparse.Namespace, argv: list[str]) -> int:
     ) as cluster:
         try:
             for machine in range(args.num_parts):
-                for local_rank in range(args.trainers_per_machine):
-                    rank = machine * args.trainers_per_machine + local_rank
+                for trainer in range(args.trainers_per_machine):
+                    rank = machine * args.trainers_per_machine + trainer
                     env = dict(os.environ)
                     env.update(cluster.trainer_env(machine))
                     env.update(
