@@ -42,6 +42,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cpu-threads", type=int, default=0, help="threads of the CPU baseline (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument(
+        "--strides", help="only measure zero-copy reads of rows 0, s, 2s, ... for each stride s in this list"
+    )
     return parser.parse_args()
 
 
@@ -242,13 +245,34 @@ def main() -> None:
     )
 
     try:
-        run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report)
+        if args.strides:
+            stride_scan(args, device, table, evaluation, report)
+        else:
+            run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report)
     finally:
         if registration is not None:
             registration.close()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+
+
+def stride_scan(args, device, table, evaluation, report) -> None:
+    """Zero-copy GB/s of the gather kernel reading rows 0, s, 2s, ... (up to a batch's worth, no wrap-around)."""
+    n, dim = table.shape
+    row_bytes = dim * table.element_size()
+    out = torch.empty((evaluation[0].shape[0], dim), dtype=table.dtype, device=device)
+    host = HostTier(table, 0)
+    report["strides"] = {}
+    print(f"\n{'stride (rows)':>14} {'stride bytes':>13} {'rows':>8} {'kernel GB/s':>12}")
+    for stride in (int(s) for s in args.strides.split(",")):
+        rows = min(out.shape[0], n // stride)
+        batches = [torch.arange(rows, device=device) * stride + k % stride for k in range(args.timed)]
+        times = kernel_times(batches, out, device, host=host) if device.type == "cuda" else [("gather_rows_kernel", 1)]
+        kernel_us = sum(us for key, us in times if "gather_rows_kernel" in key)
+        rate = rows * row_bytes / kernel_us / 1e3
+        report["strides"][stride] = {"rows": rows, "kernel_gbps": rate}
+        print(f"{stride:14d} {stride * row_bytes:13d} {rows:8d} {rate:12.1f}", flush=True)
 
 
 def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, fracs, report) -> None:

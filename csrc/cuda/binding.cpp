@@ -5,8 +5,13 @@
 
 #include <unistd.h>
 
+#include <cstring>
+#include <string>
+#include <tuple>
+
 #include <vector>
 
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -205,6 +210,33 @@ int64_t host_register(int64_t ptr, int64_t nbytes) {
 
 void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpret_cast<void*>(base))); }
 
+// CUDA IPC handle of the allocation holding `t` (from torch's caching allocator) and t's byte offset in it.
+std::tuple<py::bytes, int64_t> ipc_export(const torch::Tensor& t) {
+  TORCH_CHECK(t.is_cuda() && t.numel() > 0, "only non-empty CUDA tensors can be shared");
+  const c10::cuda::CUDAGuard guard(t.device());
+  size_t size = 0;
+  void* base = c10::cuda::CUDACachingAllocator::getBaseAllocation(t.data_ptr(), &size);
+  cudaIpcMemHandle_t handle;
+  C10_CUDA_CHECK(cudaIpcGetMemHandle(&handle, base));
+  return {py::bytes(reinterpret_cast<const char*>(&handle), sizeof(handle)),
+          int64_t(static_cast<char*>(t.data_ptr()) - static_cast<char*>(base))};
+}
+
+// Maps another process's allocation into this one (on `device`) and returns `nbytes` from `offset` as uint8; the
+// mapping is closed when the tensor is freed.
+torch::Tensor ipc_open(const std::string& handle_bytes, int64_t offset, int64_t nbytes, int64_t device) {
+  cudaIpcMemHandle_t handle;
+  TORCH_CHECK(handle_bytes.size() == sizeof(handle), "an IPC handle has ", sizeof(handle), " bytes, got ",
+              handle_bytes.size());
+  std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  void* base = nullptr;
+  C10_CUDA_CHECK(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess));
+  return torch::from_blob(
+      static_cast<char*>(base) + offset, {nbytes}, [base](void*) { cudaIpcCloseMemHandle(base); },
+      torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -220,6 +252,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("ptr"));
   m.def("host_register", &host_register, "cudaHostRegister whole pages around [ptr, ptr + nbytes); returns base",
         py::arg("ptr"), py::arg("nbytes"));
+  m.def("ipc_export", &ipc_export, "CUDA IPC handle and byte offset of a tensor's allocation", py::arg("tensor"));
+  m.def("ipc_open", &ipc_open, "Open another process's CUDA IPC handle as a uint8 tensor", py::arg("handle"),
+        py::arg("offset"), py::arg("nbytes"), py::arg("device"));
   m.def("host_unregister", &host_unregister, "cudaHostUnregister a base returned by host_register",
         py::arg("base"));
 }

@@ -8,6 +8,7 @@ from distgnn.cache.feature_cache import CacheStats, FeatureCache
 from distgnn.cache.gather import gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
 from distgnn.cache.hot_set import access_frequency, choose_hot_set
+from distgnn.cache.ipc import clique_over_processes, export_shard, open_shard
 from distgnn.cache.tiers import HostTier, StagingTier
 
 __all__ = [
@@ -18,7 +19,10 @@ __all__ = [
     "StagingTier",
     "access_frequency",
     "choose_hot_set",
+    "clique_over_processes",
+    "export_shard",
     "extension_available",
     "gather",
+    "open_shard",
     "remote_misses",
 ]

@@ -1,0 +1,78 @@
+"""A clique cache over processes: each GPU's process holds one shard and maps its peers' shards by CUDA IPC.
+
+With one trainer process per GPU (DDP), the clique policy needs every process to read the other GPUs'
+shards. Each process exports a 72-byte handle of its shard (CUDA IPC handle + byte offset), the group
+all-gathers the handles as uint8 tensors (no pickle), and each process opens its peers' handles.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distgnn.cache.extension import load_extension
+from distgnn.cache.feature_cache import FeatureCache
+from distgnn.cache.tiers import check_rows
+from distgnn.errors import InputError
+
+IPC_HANDLE_BYTES = 64
+SHARED_HANDLE_BYTES = IPC_HANDLE_BYTES + 8  # handle, then the byte offset (little-endian int64)
+
+
+def export_shard(shard: torch.Tensor) -> bytes:
+    """The handle another process passes to :func:`open_shard` (the shard must stay alive meanwhile)."""
+    handle, offset = load_extension().ipc_export(shard)
+    return bytes(handle) + offset.to_bytes(8, "little")
+
+
+def open_shard(blob: bytes, rows: int, width: int, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """Maps a peer process's shard, ``(rows, width)`` of ``dtype``, for reading from ``device``."""
+    if len(blob) != SHARED_HANDLE_BYTES:
+        raise InputError(f"a shared shard handle has {SHARED_HANDLE_BYTES} bytes, got {len(blob)}")
+    device = torch.device(device)
+    nbytes = rows * width * torch.empty(0, dtype=dtype).element_size()
+    offset = int.from_bytes(blob[IPC_HANDLE_BYTES:], "little")
+    raw = load_extension().ipc_open(blob[:IPC_HANDLE_BYTES], offset, nbytes, device.index or 0)
+    return raw.view(dtype).view(rows, width)
+
+
+def clique_over_processes(
+    hot_ids: torch.Tensor,
+    rows: torch.Tensor,
+    num_nodes: int,
+    rank: int,
+    world_size: int,
+    device: torch.device | str,
+    group: torch.distributed.ProcessGroup | None = None,
+) -> FeatureCache:
+    """This process's view of a clique cache whose shard ``rank`` lives on ``device``; a collective call.
+
+    Every process of ``group`` (one per GPU, ``world_size`` of them) calls it with the same ``hot_ids``
+    (hottest first) and ``rows`` (``rows[k]`` = features of ``hot_ids[k]``); each copies only its own shard
+    (slots ``rank, rank + world_size, ...``) to its GPU. Keep the returned cache alive on every process until
+    all are done reading (a barrier before teardown).
+    """
+    import torch.distributed as dist
+
+    check_rows(rows, "cache rows")
+    device = torch.device(device)
+    shard = rows[rank::world_size].to(device).contiguous()
+    blob = export_shard(shard) if shard.numel() else bytes(SHARED_HANDLE_BYTES)
+    mine = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+    if dist.get_backend(group) == "nccl":
+        mine = mine.to(device)
+    handles = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(handles, mine, group=group)
+    shards = []
+    for peer, handle in enumerate(handles):
+        peer_rows = len(range(peer, rows.shape[0], world_size))
+        if peer == rank:
+            shards.append(shard)
+        elif peer_rows == 0:
+            shards.append(torch.empty((0, rows.shape[1]), dtype=rows.dtype, device=device))
+        else:
+            shards.append(open_shard(bytes(handle.cpu().tolist()), peer_rows, rows.shape[1], rows.dtype, device))
+    hot_ids = hot_ids.to(device=device, dtype=torch.int64)
+    index_dtype = torch.int32 if hot_ids.numel() < 2**31 else torch.int64
+    table = torch.full((num_nodes,), -1, dtype=index_dtype, device=device)
+    table[hot_ids] = torch.arange(hot_ids.numel(), dtype=index_dtype, device=device)
+    return FeatureCache(shards, table, local_rank=rank)
