@@ -30,8 +30,8 @@ print(f"extension ready in {time.perf_counter() - start:.1f} s ({build_directory
 PY
 
 if [[ $mode == all || $mode == tests ]]; then
-  python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_reference.py tests/test_gather_cuda.py \
-    tests/test_cache_hot_set.py tests/test_cache_feature_cache.py 2>&1 | tee "$OUT/pytest.log" || status=1
+  python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_*.py tests/test_cache_*.py 2>&1 \
+    | tee "$OUT/pytest.log" || status=1
 fi
 if [[ $mode == all || $mode == bench ]]; then
   python3 benchmarks/gather.py --json "$OUT/gather.json" "$@" 2>&1 | tee "$OUT/bench.log" || status=1
