@@ -20,6 +20,16 @@ from distgnn.context import DistContext, get_context
 from distgnn.errors import InputError
 from distgnn.rpc import wire
 
+# Remote pulls travel in requests of about this many bytes (see DistTensor.__getitem__).
+PULL_CHUNK_BYTES = 4 << 20
+
+
+def _sub(positions: np.ndarray | slice, begin: int, end: int) -> np.ndarray | slice:
+    """Positions ``begin:end`` of a group: a slice stays a slice, so indexing with it copies nothing."""
+    if isinstance(positions, slice):
+        return slice(begin, end)
+    return positions[begin:end]
+
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype of a torch dtype that can live in a DistTensor."""
@@ -133,9 +143,12 @@ class DistTensor:
             f"DistTensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, part_policy={self.part_policy!r})"
         )
 
-    def _by_owner(self, ids: np.ndarray) -> dict[int, np.ndarray]:
-        """Positions into ``ids`` per owning machine (only machines with ids)."""
+    def _by_owner(self, ids: np.ndarray) -> dict[int, np.ndarray | slice]:
+        """Positions into ``ids`` per owning machine (only machines with ids); ``slice(None)`` when one owns all."""
         owners = np.searchsorted(self.context.range_ends(self.part_policy), ids, side="right")
+        first = int(owners[0])
+        if (owners == first).all():
+            return {first: slice(None)}
         return {int(m): np.flatnonzero(owners == m) for m in np.unique(owners)}
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
@@ -147,18 +160,26 @@ class DistTensor:
         ctx, client = self.context, self.context.client
         fields = {"policy": self.part_policy, "name": self.name}
         groups = self._by_owner(ids)
-        pending = [
-            (positions, client.send(m, "pull", fields, [ids[positions]], server_id=ctx.read_server(m)))
-            for m, positions in groups.items()
-            if m != ctx.machine_id
-        ]
+        row_bytes = max(1, self._local.itemsize * int(np.prod(self.shape[1:])))
+        chunk = max(1, PULL_CHUNK_BYTES // row_bytes)
+        pending = []
+        for m, positions in groups.items():
+            if m == ctx.machine_id:
+                continue
+            count = len(ids) if isinstance(positions, slice) else len(positions)
+            # Chunks pipeline: a server gathers the next chunk while the previous one is on the wire,
+            # and on machines with backups the chunks spread over all servers.
+            for i, begin in enumerate(range(0, count, chunk)):
+                part = _sub(positions, begin, begin + chunk)
+                server = (ctx.read_server(m) + i) % ctx.config.num_servers
+                pending.append((part, client.send(m, "pull", fields, [ids[part]], server_id=server)))
         out = np.empty((len(ids), *self.shape[1:]), dtype=self._np_dtype)
         local = groups.get(ctx.machine_id)
         if local is not None:
             out[local] = np.take(self._local, ids[local] - local_start, axis=0)
         replies = client.wait([rid for _, rid in pending])
-        for (positions, _), reply in zip(pending, replies, strict=True):
-            out[positions] = reply.arrays[0]
+        for (part, _), reply in zip(pending, replies, strict=True):
+            out[part] = reply.arrays[0]
         return torch.from_numpy(out)
 
     def __setitem__(self, ids: Any, rows: Any) -> None:
@@ -172,6 +193,8 @@ class DistTensor:
         if mode not in ("assign", "add"):
             raise InputError(f"push mode must be 'assign' or 'add', got {mode!r}")
         ids = as_ids(ids, self.shape[0], f"{self.name}")
+        if ids.size == 0:
+            return
         rows = torch.as_tensor(rows).detach().cpu().to(self.dtype).expand(len(ids), *self.shape[1:])
         rows = np.ascontiguousarray(rows.numpy())
         client = self.context.client

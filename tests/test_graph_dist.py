@@ -88,3 +88,14 @@ def test_node_split_reads_a_dist_tensor_mask(served):
         expected = distgnn.node_split(new_mask, g.get_partition_book(), rank=1, world_size=2)
         assert len(share) == new_mask.sum() // 2
         np.testing.assert_array_equal(share.numpy(), expected.numpy())
+
+
+def test_chunked_pulls_spread_over_main_and_backup_servers(served, monkeypatch):
+    import distgnn.tensor
+
+    graph, json_path, orig_nid, _, cluster = served
+    monkeypatch.setattr(distgnn.tensor, "PULL_CHUNK_BYTES", 5 * 8 * 4)
+    with connect(cluster.config(0), rank=0, world_size=2) as ctx:
+        g = distgnn.DistGraph(graph.name, json_path, context=ctx)
+        ids = np.random.default_rng(2).integers(0, graph.num_nodes, 97)
+        np.testing.assert_array_equal(g.ndata["feat"][ids].numpy(), graph.ndata["feat"][orig_nid[ids]])

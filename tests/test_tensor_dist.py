@@ -129,3 +129,14 @@ def test_concurrent_init_and_add_from_three_trainer_processes_lose_nothing(serve
             np.add.at(expected, rng.integers(0, graph.num_nodes, 300), float(rank + 1))
     t = DistTensor.attach((graph.num_nodes, 4), torch.float32, "concurrent_add", "node", contexts[1])
     np.testing.assert_array_equal(t[torch.arange(graph.num_nodes)].numpy(), expected)
+
+
+def test_pulls_split_into_many_chunks_reassemble_in_order(served, monkeypatch):
+    import distgnn.tensor
+
+    graph, _, contexts = served
+    monkeypatch.setattr(distgnn.tensor, "PULL_CHUNK_BYTES", 7 * 32)  # 7 rows of 8 float32 per request
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])
+    rng = np.random.default_rng(11)
+    for ids in (rng.integers(0, graph.num_nodes, 333), rng.integers(*graph.node_map[2], 50)):
+        np.testing.assert_array_equal(t[torch.from_numpy(ids)].numpy(), graph.ndata["feat"][ids])
