@@ -1,0 +1,143 @@
+"""Learnable node (or edge) embeddings held by the servers, with sparse optimizers.
+
+``DistEmbedding`` stores its table in a ``DistTensor``. Calling it pulls the rows
+of a mini-batch as a leaf tensor that autograd fills with a gradient; the
+optimizer then sums the gradients per id and pushes only the touched rows'
+updates with ``push(add)``. Updates from several trainers interleave on the
+owning main server row by row, as in DistDGL (asynchronous sparse updates).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import torch
+
+from distgnn.context import DistContext
+from distgnn.errors import InputError
+from distgnn.tensor import DistTensor
+
+
+class DistEmbedding:
+    """A ``(num_embeddings, embedding_dim)`` float32 table partitioned like nodes (or edges).
+
+    Args:
+        num_embeddings: the graph's node count (``part_policy="node"``) or edge count.
+        embedding_dim: width of a row.
+        name: shared by every trainer; all trainers must create it with the same arguments.
+        init, low, high: as ``DistTensor`` (default uniform in ``[-1, 1)``).
+        part_policy: ``"node"`` or ``"edge"``.
+        context: defaults to ``distgnn.initialize``'s.
+    """
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        name: str,
+        init: str = "uniform",
+        low: float = -1.0,
+        high: float = 1.0,
+        part_policy: str = "node",
+        context: DistContext | None = None,
+    ):
+        self.name = name
+        self.weight = DistTensor(
+            (num_embeddings, embedding_dim),
+            torch.float32,
+            name,
+            init=init,
+            low=low,
+            high=high,
+            part_policy=part_policy,
+            context=context,
+        )
+        self._trace: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.weight.shape[1]
+
+    def __call__(self, ids: Any, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Rows ``ids`` as a ``(len(ids), embedding_dim)`` tensor on ``device``; with autograd
+        enabled it is recorded so that the next optimizer ``step`` applies its gradient."""
+        ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
+        rows = self.weight[ids].to(device)
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            self._trace.append((ids, rows))
+        return rows
+
+    def _gradients(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(unique ids, summed gradient per id)`` of the recorded lookups, and clear the record."""
+        traced = [(ids, rows.grad) for ids, rows in self._trace if rows.grad is not None]
+        self._trace.clear()
+        if not traced:
+            return None
+        ids = torch.cat([ids for ids, _ in traced])
+        grads = torch.cat([grad.detach().cpu() for _, grad in traced])
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        summed = torch.zeros(len(unique), grads.shape[1], dtype=grads.dtype).index_add_(0, inverse, grads)
+        return unique, summed
+
+
+class _SparseOptimizer(abc.ABC):
+    def __init__(self, embeddings: list[DistEmbedding], lr: float):
+        if lr <= 0:
+            raise InputError(f"learning rate must be positive, got {lr}")
+        if not embeddings:
+            raise InputError("a sparse optimizer needs at least one DistEmbedding")
+        self.embeddings = list(embeddings)
+        self.lr = lr
+
+    def zero_grad(self) -> None:
+        """Forget lookups recorded since the last step (their gradients are not applied)."""
+        for emb in self.embeddings:
+            emb._trace.clear()
+
+    def step(self) -> None:
+        """Apply the gradients of every recorded lookup since the last step."""
+        for emb in self.embeddings:
+            found = emb._gradients()
+            if found is not None:
+                self._update(emb, *found)
+
+    @abc.abstractmethod
+    def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
+        """Push the update of rows ``ids`` (unique) given their summed gradient."""
+
+
+class SparseSGD(_SparseOptimizer):
+    """``w[i] -= lr * g[i]`` for every touched row ``i`` (``g`` summed over the batch)."""
+
+    def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
+        emb.weight.push(ids, -self.lr * grad, mode="add")
+
+
+class SparseAdagrad(_SparseOptimizer):
+    """Adagrad on touched rows: ``s[i] += g[i]**2``, ``w[i] -= lr * g[i] / (sqrt(s[i]) + eps)``.
+
+    The squared-gradient sums live in a DistTensor named ``<embedding name>.adagrad``.
+    """
+
+    def __init__(self, embeddings: list[DistEmbedding], lr: float, eps: float = 1e-10):
+        super().__init__(embeddings, lr)
+        self.eps = eps
+        self.state = {
+            emb.name: DistTensor(
+                emb.weight.shape,
+                torch.float32,
+                f"{emb.name}.adagrad",
+                init="zeros",
+                part_policy=emb.weight.part_policy,
+                context=emb.weight.context,
+            )
+            for emb in self.embeddings
+        }
+
+    def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
+        state = self.state[emb.name]
+        state.push(ids, grad * grad, mode="add")
+        std = state[ids].sqrt_().add_(self.eps)
+        emb.weight.push(ids, -self.lr * grad / std, mode="add")
