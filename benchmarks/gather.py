@@ -43,6 +43,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures here as JSON")
     parser.add_argument(
+        "--table-memory",
+        choices=["registered", "pinned"],
+        default="registered",
+        help="host table: an anonymous mapping registered with cudaHostRegister, or torch pinned memory (cudaHostAlloc)",
+    )
+    parser.add_argument(
         "--strides", help="only measure zero-copy reads of rows 0, s, 2s, ... for each stride s in this list"
     )
     return parser.parse_args()
@@ -236,7 +242,11 @@ def main() -> None:
     )
 
     t0 = time.perf_counter()
-    table, _buf, registration = host_table(n, dim, dtype, True, device)
+    if args.table_memory == "pinned" and device.type == "cuda":
+        table, _buf, registration = torch.empty((n, dim), dtype=dtype, pin_memory=True), None, None
+        table.copy_(torch.randn(n, dim, dtype=torch.float16, device=device).to(dtype))
+    else:
+        table, _buf, registration = host_table(n, dim, dtype, True, device)
     report["anon_huge_pages_gb"] = anon_huge_pages_gb()
     print(
         f"table (THP advised; AnonHugePages {report['anon_huge_pages_gb']:.1f} GB) allocated, registered and "
@@ -264,6 +274,11 @@ def stride_scan(args, device, table, evaluation, report) -> None:
     out = torch.empty((evaluation[0].shape[0], dim), dtype=table.dtype, device=device)
     host = HostTier(table, 0)
     report["strides"] = {}
+    times = kernel_times(evaluation[: args.timed], out, device, host=host) if device.type == "cuda" else []
+    kernel_us = sum(us for key, us in times if "gather_rows_kernel" in key) or float("nan")
+    batch_rows = sum(ids.shape[0] for ids in evaluation[: args.timed]) / args.timed
+    report["sampled_batch_kernel_gbps"] = batch_rows * row_bytes / kernel_us / 1e3
+    print(f"sampled batches ({args.table_memory} table): kernel {report['sampled_batch_kernel_gbps']:.1f} GB/s")
     print(f"\n{'stride (rows)':>14} {'stride bytes':>13} {'rows':>8} {'kernel GB/s':>12}")
     for stride in (int(s) for s in args.strides.split(",")):
         rows = min(out.shape[0], n // stride)
