@@ -271,7 +271,7 @@ def stride_scan(args, device, table, evaluation, report) -> None:
     """Zero-copy GB/s of the gather kernel reading rows 0, s, 2s, ... (up to a batch's worth, no wrap-around)."""
     n, dim = table.shape
     row_bytes = dim * table.element_size()
-    out = torch.empty((evaluation[0].shape[0], dim), dtype=table.dtype, device=device)
+    out = torch.empty((max(ids.shape[0] for ids in evaluation), dim), dtype=table.dtype, device=device)
     host = HostTier(table, 0)
     report["strides"] = {}
     times = kernel_times(evaluation[: args.timed], out, device, host=host) if device.type == "cuda" else []
@@ -281,7 +281,7 @@ def stride_scan(args, device, table, evaluation, report) -> None:
     print(f"sampled batches ({args.table_memory} table): kernel {report['sampled_batch_kernel_gbps']:.1f} GB/s")
     print(f"\n{'stride (rows)':>14} {'stride bytes':>13} {'rows':>8} {'kernel GB/s':>12}")
     for stride in (int(s) for s in args.strides.split(",")):
-        rows = min(out.shape[0], n // stride)
+        rows = min(evaluation[0].shape[0], n // stride)
         batches = [torch.arange(rows, device=device) * stride + k % stride for k in range(args.timed)]
         times = kernel_times(batches, out, device, host=host) if device.type == "cuda" else [("gather_rows_kernel", 1)]
         kernel_us = sum(us for key, us in times if "gather_rows_kernel" in key)
