@@ -20,6 +20,7 @@ sampling_cpu = Pybind11Extension(
     _build.EXTENSION_NAME,
     [str(p.relative_to(ROOT)) for p in _build.source_files(ROOT / "csrc" / "cpu")],
     include_dirs=["csrc/cpu"],
+    depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "cpu").glob("*.h")),
     define_macros=_build.build_macros(ROOT / "csrc" / "cpu"),
     cxx_std=17,
     extra_compile_args=_build.COMPILE_ARGS,

@@ -46,6 +46,7 @@ class FaultLog {
 
 constexpr int64_t kFloydMaxFanout = 64;
 constexpr int64_t kGrain = 256;
+constexpr int64_t kAhead = 8;
 
 // Number of picks for a seed with `available` candidate edges.
 int64_t pick_count(int64_t available, int64_t fanout, bool replace) {
@@ -145,11 +146,24 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
   const int threads = resolve_num_threads(num_threads);
   FaultLog faults;
 
-  // Pass 1: validate each seed's range and count its picks.
+  // Pass 1: validate each seed's range and count its picks. Graph reads are
+  // random and latency-bound, so the rows of seed i + kAhead are prefetched.
+  OutputVector<int64_t> begins(num_seeds), degrees(num_seeds), nonzeros(prob != nullptr ? num_seeds : 0);
   parallel_for(num_seeds, threads, kGrain, [&] {
     return [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
-        counts[i] = 0;
+        if (i + 2 * kAhead < last) {
+          const int64_t ahead = seeds[i + 2 * kAhead];
+          if (ahead >= 0 && ahead < graph.num_nodes) __builtin_prefetch(graph.indptr + ahead);
+        }
+        if (prob != nullptr && i + kAhead < last) {
+          const int64_t ahead = seeds[i + kAhead];
+          if (ahead >= 0 && ahead < graph.num_nodes) {
+            const int64_t at = graph.indptr[ahead];
+            if (at >= 0 && at < graph.num_edges) __builtin_prefetch(prob + at);
+          }
+        }
+        counts[i] = begins[i] = degrees[i] = 0;
         const int64_t seed = seeds[i];
         if (seed < 0 || seed >= graph.num_nodes) {
           faults.report(Fault::kSeed, i);
@@ -160,6 +174,8 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
           faults.report(Fault::kIndptr, i);
           continue;
         }
+        begins[i] = begin;
+        degrees[i] = end - begin;
         int64_t available = end - begin;
         if (prob != nullptr) {
           available = 0;
@@ -171,6 +187,7 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
             }
             available += w > 0;
           }
+          nonzeros[i] = available;
         }
         counts[i] = pick_count(available, fanout, replace);
       }
@@ -189,22 +206,27 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
     return [&, scratch = std::vector<int64_t>(), cumulative = std::vector<double>(),
             keys = std::vector<std::pair<double, int64_t>>()](int64_t first, int64_t last) mutable {
       for (int64_t i = first; i < last; ++i) {
+        if (prob != nullptr && i + kAhead < last) __builtin_prefetch(prob + begins[i + kAhead]);
         const int64_t count = counts[i];
         if (count == 0) continue;
-        const int64_t seed = seeds[i];
-        const int64_t begin = graph.indptr[seed], degree = graph.indptr[seed + 1] - begin;
+        const int64_t begin = begins[i], degree = degrees[i];
         SeedStream rng(rng_seed, static_cast<uint64_t>(i));
         int64_t* out = output.positions.data() + offsets[i];
         if (prob == nullptr) {
           pick_uniform(begin, degree, count, replace && fanout >= 0, rng, scratch, out);
         } else {
-          int64_t nonzero = 0;
-          for (int64_t j = 0; j < degree; ++j) nonzero += prob[begin + j] > 0;
-          pick_weighted(begin, degree, count, nonzero, replace, fanout < 0, prob, rng, cumulative, keys, out);
+          pick_weighted(begin, degree, count, nonzeros[i], replace, fanout < 0, prob, rng, cumulative, keys, out);
         }
-        if (gather_neighbors) {
-          int64_t* neighbors = output.neighbors.data() + offsets[i];
-          for (int64_t k = 0; k < count; ++k) neighbors[k] = graph.neighbor(out[k]);
+      }
+      // A tight loop of independent loads keeps many cache misses in flight;
+      // interleaved with the picks above, they would be served one by one.
+      if (gather_neighbors) {
+        const int64_t* positions = output.positions.data();
+        int64_t* neighbors = output.neighbors.data();
+        if (graph.indices32 != nullptr) {
+          for (int64_t k = offsets[first]; k < offsets[last]; ++k) neighbors[k] = graph.indices32[positions[k]];
+        } else {
+          for (int64_t k = offsets[first]; k < offsets[last]; ++k) neighbors[k] = graph.indices64[positions[k]];
         }
       }
     };
@@ -218,6 +240,10 @@ void take(const T* values, int64_t num_values, const int64_t* positions, int64_t
   parallel_for(n, resolve_num_threads(num_threads), 1 << 14, [&] {
     return [&](int64_t first, int64_t last) {
       for (int64_t k = first; k < last; ++k) {
+        if (k + 16 < last) {
+          const int64_t ahead = positions[k + 16];
+          if (ahead >= 0 && ahead < num_values) __builtin_prefetch(values + ahead);
+        }
         const int64_t position = positions[k];
         if (position < 0 || position >= num_values) {
           int64_t seen = first_bad.load();

@@ -22,9 +22,6 @@ struct CscView {
   const int32_t* indices32;  // exactly one of indices32 / indices64 is set
   const int64_t* indices64;
 
-  int64_t neighbor(int64_t position) const {
-    return indices32 != nullptr ? indices32[position] : indices64[position];
-  }
 };
 
 struct SampleOutput {
