@@ -5,6 +5,8 @@ every server is a separate ``python -m distgnn.server`` process configured
 through the launcher's environment variables, exactly as ``distgnn-launch``
 starts it. On exit (also after an error, a dead server, or the test runner
 being killed) every process is stopped and the job's shared memory removed.
+Servers are tied to the thread that started them (``PR_SET_PDEATHSIG``): start
+a cluster from a thread that outlives it, normally the main thread.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class LocalCluster:
         self.processes: dict[tuple[int, int], subprocess.Popen] = {}
         self._logs: dict[tuple[int, int], Path] = {}
         self._stopped = False
+        self._owner_pid = os.getpid()
 
     # -- configuration handed to trainers ------------------------------------------------------
 
@@ -217,8 +220,8 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Stop every server (shutdown op, then SIGTERM, then SIGKILL) and remove the job's files."""
-        if self._stopped:
-            return
+        if self._stopped or os.getpid() != self._owner_pid:
+            return  # already stopped, or a forked child exiting: the servers belong to the parent
         self._stopped = True
         atexit.unregister(self.stop)
         try:

@@ -97,13 +97,14 @@ class GraphServer:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         while not self.state.stopping:
-            if not poller.poll(500):
+            if not poller.poll(500):  # wake up now and then so signals are handled promptly
                 continue
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                continue
-            self._serve_one(sock, frames)
+            while not self.state.stopping:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._serve_one(sock, frames)
 
     def _serve_one(self, sock: zmq.Socket, frames: list) -> None:
         identity, message = frames[0].bytes, frames[1:]
