@@ -42,6 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cpu-threads", type=int, default=0, help="threads of the CPU baseline (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument("--hot-first", action="store_true", help="number nodes by expected degree (not shuffled)")
     parser.add_argument(
         "--table-memory",
         choices=["registered", "pinned"],
@@ -59,9 +60,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def power_law_graph(num_nodes: int, avg_degree: int, alpha: float, device: torch.device):
-    """Symmetric Chung-Lu graph in CSC: each edge end picks node i with probability ~ w_i, w = rank^-alpha."""
-    rank = torch.randperm(num_nodes, device=device).double() + 1
+def power_law_graph(num_nodes: int, avg_degree: int, alpha: float, device: torch.device, hot_first: bool = False):
+    """Symmetric Chung-Lu graph in CSC: each edge end picks node i with probability ~ w_i, w = rank^-alpha.
+
+    Ranks are a random permutation of the ids, or the ids themselves with ``hot_first`` (ids ordered by expected
+    degree, as a partitioner that numbers each partition's nodes by degree would leave them).
+    """
+    if hot_first:
+        rank = torch.arange(num_nodes, device=device).double() + 1
+    else:
+        rank = torch.randperm(num_nodes, device=device).double() + 1
     cdf = torch.cumsum(rank.pow(-alpha), 0)
     cdf /= cdf[-1].clone()
     half = num_nodes * avg_degree // 2
@@ -229,7 +237,7 @@ def main() -> None:
     print(f"device {report['device']}; table {n} x {dim} {args.dtype} = {n * row_bytes / 1e9:.1f} GB", flush=True)
 
     t0 = time.perf_counter()
-    indptr, indices, degree = power_law_graph(n, args.avg_degree, args.alpha, device)
+    indptr, indices, degree = power_law_graph(n, args.avg_degree, args.alpha, device, args.hot_first)
     train_ids = torch.randperm(n, device=device)[: int(args.train_frac * n)]
     presampled = batches_of(train_ids, args.batch_size, args.presample, indptr, indices, fanouts)
     evaluation = batches_of(train_ids, args.batch_size, args.eval_batches, indptr, indices, fanouts)
