@@ -2,9 +2,9 @@
 
 Tiers, in lookup order: the GPU cache (local shard and clique peers' shards), the local partition's rows in
 host memory (:class:`HostTier`), and the staging rows fetched from remote servers (:class:`StagingTier`).
-On a CUDA output with the extension built, ids are planned with torch ops on the GPU (cache lookup, misses
-deduplicated and sorted) and one kernel launch copies every row; otherwise a plain torch reference indexes
-each tier in turn. Both give bitwise-identical rows.
+On a CUDA output with the extension built, the GPU plans the batch (a slot-lookup kernel, then a radix sort
+of the keys, so misses are deduplicated and read in address order) and one kernel launch copies every row;
+otherwise a plain torch reference indexes each tier in turn. Both give bitwise-identical rows.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ def gather(
             reference), or ``"auto"`` (the kernel for a CUDA ``out`` when available, else the reference).
         sort_misses: deduplicate and sort misses before the host reads (CUDA path); False exists to measure
             what sorting buys.
+
+    The CUDA path synchronises the current stream once, at the end, to check that every id was found; it runs
+    on the current stream, so a loader can gather on a side stream.
 
     Raises:
         InputError: shapes or dtypes disagree, or an id is in no tier.
