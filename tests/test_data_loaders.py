@@ -96,6 +96,10 @@ def test_npz_not_an_archive(tmp_path):
         load_npz(path)
     with pytest.raises(InputError, match="does not exist"):
         load_npz(tmp_path / "missing.npz")
+    single = tmp_path / "single.npy"
+    np.save(single, np.arange(3))
+    with pytest.raises(InputError, match="single array"):
+        load_npz(single)
 
 
 def test_synthetic_deterministic_by_seed_and_well_formed():
