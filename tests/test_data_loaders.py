@@ -154,3 +154,35 @@ def test_synthetic_neighbours_carry_the_label_signal():
     gnn = _linear_accuracy(torch.cat([x, agg], 1), y, train, test, 8)
     assert raw > 1.5 / 8  # the features alone carry some signal
     assert gnn > raw + 0.15
+
+
+def test_citeseer_style_test_index_gaps(tmp_path):
+    """Test ids with a gap (an isolated node missing from tx/ty) get a zero row, as in PyG."""
+    import collections
+
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    n_all, feat, classes = 10, 5, 3
+    test_ids = np.array([13, 10, 11])  # node 12 is the gap; file order is not sorted
+    allx = rng.random((n_all, feat)).astype(np.float32)
+    tx = rng.random((3, feat)).astype(np.float32)  # row k belongs to test_ids[k] (file order)
+    ally = np.eye(classes)[rng.integers(0, classes, n_all)]
+    ty = np.eye(classes)[[1, 2, 1]]
+    graph = collections.defaultdict(list, {0: [1, 13], 1: [0], 10: [11, 11], 11: [10], 13: [0, 13]})
+    files = {"x": sp.csr_matrix(allx[:4]), "y": ally[:4], "tx": sp.csr_matrix(tx), "ty": ty}
+    files.update({"allx": sp.csr_matrix(allx), "ally": ally, "graph": graph})
+    for key, value in files.items():
+        (tmp_path / f"ind.citeseer.{key}").write_bytes(pickle.dumps(value, protocol=4))
+    (tmp_path / "ind.citeseer.test.index").write_text("\n".join(map(str, test_ids)))
+
+    g = load_planetoid("citeseer", tmp_path)
+    assert g.num_nodes == 14
+    assert np.array_equal(g.ndata["feat"][test_ids], tx)
+    assert not g.ndata["feat"][12].any() and g.ndata["label"][12] == 0
+    assert np.array_equal(g.ndata["label"][test_ids], [1, 2, 1])
+    assert np.array_equal(np.flatnonzero(g.ndata["test_mask"]), [10, 11, 13])
+    assert np.array_equal(np.flatnonzero(g.ndata["train_mask"]), np.arange(4))
+    assert np.array_equal(np.flatnonzero(g.ndata["val_mask"]), np.arange(4, 14))
+    edges = set(zip(g.src.tolist(), g.dst.tolist(), strict=True))
+    assert edges == {(0, 1), (1, 0), (0, 13), (13, 0), (10, 11), (11, 10)}

@@ -115,7 +115,7 @@ def load_planetoid(name: str, data_dir: str | os.PathLike) -> Graph:
 
     feat = np.concatenate([allx, tx]).astype(np.float32)
     onehot = np.concatenate([ally, ty])
-    # tx/ty rows are stored in sorted-id order; node test_index[k] gets the k-th sorted row.
+    # Row k of tx/ty belongs to node test_index[k] (file order); this is PyG's reordering.
     feat[test_index] = feat[sorted_test]
     onehot[test_index] = onehot[sorted_test]
     label = onehot.argmax(axis=1).astype(np.int64)
