@@ -23,7 +23,7 @@
 namespace distgnn {
 namespace {
 
-enum class Fault : int { kNone = 0, kSeed = 1, kIndptr = 2, kProb = 3 };
+enum class Fault : int { kSeed = 1, kIndptr = 2, kProb = 3 };
 
 // Records the faulty seed with the smallest index, so messages do not depend
 // on thread timing; index and kind are packed into one atomic word.
