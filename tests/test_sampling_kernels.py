@@ -5,11 +5,13 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
-from distgnn.sampling import kernels, reference
+from distgnn.errors import ExtensionBuildError
+from distgnn.sampling import _build, kernels, reference
 
 IMPLS = [kernels, reference]
 # Upper 0.9999 quantiles of chi-square, by degrees of freedom: loose on purpose,
@@ -329,3 +331,19 @@ def test_cached_build_compiles_once_and_works(tmp_path):
         assert path.startswith(str(tmp_path)) and positions.strip() == "[0, 1, 2, 3]"
     assert "building distgnn C++ sampler (once)" in runs[0].stderr
     assert "building" not in runs[1].stderr
+
+
+def test_missing_sources_raise_extension_build_error(tmp_path):
+    with pytest.raises(ExtensionBuildError, match="sources are not at"):
+        _build.load_cached_build(source_dir=tmp_path / "no-sources", root=tmp_path)
+
+
+def test_installed_build_of_other_sources_is_passed_over(monkeypatch):
+    stale = types.SimpleNamespace(build_key="0000", __file__="stale.so")
+    current = types.SimpleNamespace(build_key=_build.build_key(), __file__="current.so")
+    cached = object()
+    monkeypatch.setattr(_build, "load_cached_build", lambda: cached)
+    monkeypatch.setattr(_build.importlib, "import_module", lambda name: stale)
+    assert _build.load_extension() is cached
+    monkeypatch.setattr(_build.importlib, "import_module", lambda name: current)
+    assert _build.load_extension() is current
