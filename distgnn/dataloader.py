@@ -2,13 +2,15 @@
 
 The loader only orchestrates. It splits this trainer's seed ids into batches
 (the same number on every trainer, agreed through torch.distributed, so DDP
-never waits on a trainer that ran out of batches), and either samples them
-inline (``num_workers=0``) or hands them to worker processes. A worker gets a
-small picklable description (how to open the graph, the sampler's spec, the
-seeds), opens its own connections, and samples the batches ``i`` with
-``i % num_workers == worker_id`` into a bounded queue of its own; the loader
-reads the queues round-robin, so batches come out in order and every run with
-the same seed yields the same batches whatever the worker count.
+never waits on a trainer that ran out of batches) and hands them to worker
+processes, or to one background thread (``num_workers=0``), or makes them
+inline when asked for (``num_workers=0, prefetch=0``). A worker gets a small
+picklable description (how to open the graph, the sampler's spec, the seeds),
+opens its own connections, and makes the batches ``i`` with
+``i % num_workers == worker_id`` (sampling, then optionally fetching node
+features) into a bounded queue of its own; the loader reads the queues
+round-robin, so batches come out in order and every run with the same seed
+yields the same batches whatever the worker count.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import queue
 import signal
+import threading
 import time
 import traceback
 import weakref
@@ -30,12 +33,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from distgnn.errors import ConfigError, DistGNNError, InputError
-from distgnn.sampling.block import Block
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
 
 log = logging.getLogger(__name__)
-
-Batch = tuple[torch.Tensor, torch.Tensor, list[Block]]
 
 _POLL_S = 0.5
 _WORKER_START_TIMEOUT_S = 120.0
@@ -81,6 +81,61 @@ class BatchPlan:
         return derive_seed(self.seed, epoch, index)
 
 
+class MiniBatch(tuple):
+    """``(input_nodes, output_nodes, blocks)``, plus node data fetched ahead of time.
+
+    Unpacks like a 3-tuple. ``input_data[name]`` holds ``g.ndata[name][input_nodes]``
+    for each name in the loader's ``input_feats``; ``output_data`` likewise for
+    ``output_feats`` (e.g. labels).
+    """
+
+    input_data: dict[str, torch.Tensor]
+    output_data: dict[str, torch.Tensor]
+    timing: dict[str, float]
+
+    def __new__(cls, input_nodes, output_nodes, blocks, input_data=None, output_data=None, timing=None):
+        self = super().__new__(cls, (input_nodes, output_nodes, blocks))
+        self.input_data = dict(input_data or {})
+        self.output_data = dict(output_data or {})
+        self.timing = dict(timing or {})  # seconds spent making it: "sample", "fetch"
+        return self
+
+    def __reduce__(self):
+        return MiniBatch, (*self, self.input_data, self.output_data, self.timing)
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> MiniBatch:
+        def move(t):
+            return t.to(device, non_blocking=non_blocking)
+
+        input_nodes, output_nodes, blocks = self
+        return MiniBatch(
+            move(input_nodes),
+            move(output_nodes),
+            [b.to(device, non_blocking=non_blocking) for b in blocks],
+            {k: move(v) for k, v in self.input_data.items()},
+            {k: move(v) for k, v in self.output_data.items()},
+            self.timing,
+        )
+
+
+@dataclass(frozen=True)
+class BatchMaker:
+    """Samples one batch and fetches its node data: the work of a worker or prefetch thread."""
+
+    sampler_spec: dict
+    input_feats: tuple[str, ...]
+    output_feats: tuple[str, ...]
+
+    def __call__(self, g, sampler: NeighborSampler, seeds: np.ndarray, rng_seed: int) -> MiniBatch:
+        start = time.perf_counter()
+        input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed)
+        sampled = time.perf_counter()
+        input_data = {name: g.ndata[name][input_nodes] for name in self.input_feats}
+        output_data = {name: g.ndata[name][output_nodes] for name in self.output_feats}
+        timing = {"sample": sampled - start, "fetch": time.perf_counter() - sampled}
+        return MiniBatch(input_nodes, output_nodes, blocks, input_data, output_data, timing)
+
+
 def graph_description(g) -> dict:
     """How a worker process opens ``g`` on its own: small and picklable."""
     describe = getattr(g, "worker_description", None)
@@ -123,24 +178,40 @@ def _worker_main(
     worker_id: int,
     num_workers: int,
     description: dict,
-    sampler_spec: dict,
+    maker: BatchMaker,
     plan: BatchPlan,
     commands: mp.Queue,
     out: mp.Queue,
     parent_pid: int,
 ) -> None:
+    """Entry of a sampler worker process: open the graph, then serve epochs."""
     # Ctrl-C goes to the whole process group; the parent decides when workers stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     try:
         g = open_graph(description)
-        sampler = NeighborSampler.from_spec(sampler_spec)
-        out.put(("ready", worker_id))
+    except Exception:
+        out.put(("error", worker_id, traceback.format_exc()))
+        return
+    out.put(("ready", worker_id))
+    _sample_loop(g, worker_id, num_workers, maker, plan, commands, out, lambda: os.getppid() == parent_pid)
+
+
+def _sample_loop(
+    g, worker_id: int, num_workers: int, maker: BatchMaker, plan: BatchPlan, commands, out, parent_alive
+) -> None:
+    """Make batches ``worker_id, worker_id + num_workers, ...`` of every epoch asked for on ``commands``.
+
+    Commands: an epoch number, ``"cancel"`` (stop the current epoch), ``None`` (exit).
+    Puts ``("batch", epoch, index, MiniBatch)``, then ``("end", epoch)``, or ``("error", ...)``.
+    """
+    try:
+        sampler = NeighborSampler.from_spec(maker.sampler_spec)
         while True:
             try:
                 command = commands.get(timeout=_POLL_S)
             except queue.Empty:
-                if os.getppid() != parent_pid:
+                if not parent_alive():
                     return
                 continue
             if command is None:
@@ -152,8 +223,8 @@ def _worker_main(
             for index in range(worker_id, len(batches), num_workers):
                 if _cancelled(commands):
                     break
-                batch = sampler.sample_blocks(g, batches[index], plan.batch_rng_seed(epoch, index))
-                if not _put(out, ("batch", epoch, index, batch), commands, parent_pid):
+                batch = maker(g, sampler, batches[index], plan.batch_rng_seed(epoch, index))
+                if not _put(out, ("batch", epoch, index, batch), commands, parent_alive):
                     break
             out.put(("end", epoch))
     except Exception:
@@ -170,28 +241,44 @@ def _cancelled(commands: mp.Queue) -> bool:
     return True
 
 
-def _put(out: mp.Queue, item, commands: mp.Queue, parent_pid: int) -> bool:
+def _put(out: mp.Queue, item, commands: mp.Queue, parent_alive) -> bool:
     """Blocking put that gives up when the epoch is cancelled or the parent is gone."""
     while True:
         try:
             out.put(item, timeout=_POLL_S)
             return True
         except queue.Full:
-            if os.getppid() != parent_pid or _cancelled(commands):
+            if not parent_alive() or _cancelled(commands):
                 return False
 
 
 class _Workers:
-    """The worker processes and their queues; stopping them is idempotent."""
+    """Sampler processes (or one in-process thread) and their queues; stopping is idempotent."""
 
-    def __init__(self, num_workers: int, description: dict, sampler_spec: dict, plan: BatchPlan, prefetch: int):
+    def __init__(self, num_workers: int, g, maker: BatchMaker, plan: BatchPlan, prefetch: int):
+        if num_workers == 0:
+            # One thread in this process: sampling and fetching overlap the trainer's compute
+            # (the C++ kernel, ZeroMQ waits and torch ops all release the GIL).
+            self.commands = [queue.Queue()]
+            self.outputs = [queue.Queue(maxsize=max(1, prefetch))]
+            self.procs = [
+                threading.Thread(
+                    target=_sample_loop,
+                    args=(g, 0, 1, maker, plan, self.commands[0], self.outputs[0], lambda: True),
+                    name="distgnn-prefetch",
+                    daemon=True,
+                )
+            ]
+            self.procs[0].start()
+            return
         ctx = mp.get_context("spawn")
         self.commands = [ctx.Queue() for _ in range(num_workers)]
         self.outputs = [ctx.Queue(maxsize=max(1, prefetch)) for _ in range(num_workers)]
+        description = graph_description(g)
         self.procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(w, num_workers, description, sampler_spec, plan, self.commands[w], self.outputs[w], os.getpid()),
+                args=(w, num_workers, description, maker, plan, self.commands[w], self.outputs[w], os.getpid()),
                 name=f"distgnn-sampler-{w}",
                 daemon=True,
             )
@@ -199,6 +286,10 @@ class _Workers:
         ]
         for proc in self.procs:
             proc.start()
+
+    @property
+    def count(self) -> int:
+        return len(self.procs)
 
     def get(self, worker: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -209,7 +300,7 @@ class _Workers:
                 proc = self.procs[worker]
                 if not proc.is_alive():
                     raise DistGNNError(
-                        f"sampler worker {worker} (pid {proc.pid}) died with exit code {proc.exitcode}"
+                        f"sampler worker {worker} ({proc.name}) stopped (exit code {getattr(proc, 'exitcode', None)})"
                     ) from None
                 if time.monotonic() > deadline:
                     raise DistGNNError(f"sampler worker {worker} sent nothing for {timeout_s:.0f}s") from None
@@ -234,9 +325,15 @@ class _Workers:
                 with contextlib.suppress(OSError, ValueError):
                     commands.put(None)
         deadline = time.monotonic() + 5.0
-        for proc in self.procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self.procs:
+        for proc, out in zip(self.procs, self.outputs, strict=True):
+            while proc.is_alive() and time.monotonic() < deadline:
+                # Keep its queue empty so a final put cannot block it.
+                with contextlib.suppress(queue.Empty, OSError, ValueError):
+                    while True:
+                        out.get_nowait()
+                proc.join(0.05)
+            if isinstance(proc, threading.Thread):
+                continue
             if proc.is_alive():
                 proc.terminate()
                 proc.join(2.0)
@@ -244,26 +341,33 @@ class _Workers:
                 proc.kill()
                 proc.join()
         for q in self.commands + self.outputs:
-            q.cancel_join_thread()
-            q.close()
+            if hasattr(q, "cancel_join_thread"):
+                q.cancel_join_thread()
+                q.close()
 
 
 class DistNodeDataLoader:
     """Mini-batches ``(input_nodes, output_nodes, blocks)`` over this trainer's seeds.
 
     Args:
-        g: a DistGraph (or InProcessGraph; then only ``num_workers=0``).
+        g: a DistGraph (or InProcessGraph; then no worker processes).
         nids: ``(N,)`` int64 global ids of this trainer's seed nodes (e.g. from node_split).
         sampler: a NeighborSampler.
         batch_size: seeds per batch (at most; see :func:`agreed_num_batches`).
         shuffle: reshuffle the seeds every epoch.
         drop_last: drop the incomplete last batch (every trainer then makes full batches only).
-        num_workers: sampler processes; 0 samples in this process, when the batch is asked for.
-        prefetch: batches each worker may have ready ahead of the trainer.
-        device: where the blocks are put.
+        num_workers: sampler processes. With 0, batches are made by one background
+            thread of this process (or, with ``prefetch=0``, inline when asked for).
+        prefetch: batches each worker (or the thread) may have ready ahead of the trainer.
+        device: where the batches are put.
         seed: base seed of shuffling and sampling; with the same seed, rank and
-            cluster shape, the batches are the same in every run.
+            cluster shape, the batches are the same in every run, whatever
+            ``num_workers`` and ``prefetch``.
         rank: this trainer's rank, mixed into the seed (torch.distributed's rank if None).
+        input_feats, output_feats: names of ``g.ndata`` entries to fetch along with
+            each batch, for its input and output nodes (found in the yielded
+            :class:`MiniBatch`'s ``input_data`` / ``output_data``), so feature
+            fetching overlaps training too.
         timeout_s: how long to wait for a worker's next batch before giving up.
 
     Every trainer must construct its loader at the same point (the batch count
@@ -283,6 +387,8 @@ class DistNodeDataLoader:
         device: torch.device | str = "cpu",
         seed: int = 0,
         rank: int | None = None,
+        input_feats: tuple[str, ...] | list[str] = (),
+        output_feats: tuple[str, ...] | list[str] = (),
         timeout_s: float = 300.0,
     ):
         if isinstance(nids, torch.Tensor):
@@ -290,22 +396,25 @@ class DistNodeDataLoader:
         seeds = np.ascontiguousarray(nids, dtype=np.int64)
         if seeds.ndim != 1:
             raise InputError(f"nids must be a 1-D array of node ids, got shape {seeds.shape}")
-        if num_workers < 0:
-            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
+        if num_workers < 0 or prefetch < 0:
+            raise ConfigError(f"num_workers and prefetch must be >= 0, got {num_workers} and {prefetch}")
+        for name in (*input_feats, *output_feats):
+            if name not in g.ndata:
+                raise ConfigError(f"no node data {name!r} to fetch (have {sorted(g.ndata)})")
         if rank is None:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.g = g
         self.sampler = sampler
         self.device = torch.device(device)
-        self.num_workers = num_workers
         self.timeout_s = timeout_s
         num_batches = agreed_num_batches(len(seeds), batch_size, drop_last)
         self.plan = BatchPlan(seeds, num_batches, batch_size, shuffle, drop_last, derive_seed(seed, rank))
+        self._maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
         self.epoch = 0
         self._workers: _Workers | None = None
         self._active_epoch: int | None = None
-        if num_workers > 0:
-            self._workers = _Workers(num_workers, graph_description(g), sampler.spec(), self.plan, prefetch)
+        if num_workers > 0 or prefetch > 0:
+            self._workers = _Workers(num_workers, g, self._maker, self.plan, prefetch)
             self._finalizer = weakref.finalize(self, self._workers.stop)
             for worker in range(num_workers):
                 item = self._workers.get(worker, _WORKER_START_TIMEOUT_S)
@@ -315,18 +424,19 @@ class DistNodeDataLoader:
     def __len__(self) -> int:
         return self.plan.num_batches
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[MiniBatch]:
         epoch = self.epoch
         self.epoch += 1
         if self._workers is None:
             return self._inline(epoch)
         return self._from_workers(epoch)
 
-    def _inline(self, epoch: int) -> Iterator[Batch]:
+    def _inline(self, epoch: int) -> Iterator[MiniBatch]:
         for index, seeds in enumerate(self.plan.batches(epoch)):
-            yield self._to_device(self.sampler.sample_blocks(self.g, seeds, self.plan.batch_rng_seed(epoch, index)))
+            batch = self._maker(self.g, self.sampler, seeds, self.plan.batch_rng_seed(epoch, index))
+            yield self._to_device(batch)
 
-    def _from_workers(self, epoch: int) -> Iterator[Batch]:
+    def _from_workers(self, epoch: int) -> Iterator[MiniBatch]:
         workers = self._workers
         if self._active_epoch is not None:
             # The previous epoch was left early: its workers must stop first.
@@ -335,29 +445,23 @@ class DistNodeDataLoader:
         for commands in workers.commands:
             commands.put(epoch)
         for index in range(self.plan.num_batches):
-            item = workers.get(index % self.num_workers, self.timeout_s)
+            item = workers.get(index % workers.count, self.timeout_s)
             if item[0] != "batch" or item[1] != epoch or item[2] != index:
                 raise DistGNNError(f"sampler worker sent {item[:3]} where batch {index} of epoch {epoch} was due")
             yield self._to_device(item[3])
-        for worker in range(self.num_workers):
+        for worker in range(workers.count):
             item = workers.get(worker, self.timeout_s)
             if item[:2] != ("end", epoch):
                 raise DistGNNError(f"sampler worker {worker} sent {item[:3]} after the last batch of epoch {epoch}")
         self._active_epoch = None
 
-    def _to_device(self, batch: Batch) -> Batch:
-        input_nodes, output_nodes, blocks = batch
+    def _to_device(self, batch: MiniBatch) -> MiniBatch:
         if self.device.type == "cpu":
-            return input_nodes, output_nodes, blocks
-        non_blocking = True
-        return (
-            input_nodes.to(self.device, non_blocking=non_blocking),
-            output_nodes.to(self.device, non_blocking=non_blocking),
-            [b.to(self.device, non_blocking=non_blocking) for b in blocks],
-        )
+            return batch
+        return batch.to(self.device, non_blocking=True)
 
     def close(self) -> None:
-        """Stop the worker processes (also done when the loader is garbage-collected or at exit)."""
+        """Stop the workers (also done when the loader is garbage-collected or at exit)."""
         if self._workers is not None:
             self._finalizer()
             self._workers = None

@@ -129,20 +129,23 @@ def test_workers_yield_the_same_batches_as_inline_sampling_and_stop_cleanly(clus
                 out.append(batches)
             return out
 
-        inline = DistNodeDataLoader(g, seeds, sampler, BATCH, shuffle=True, num_workers=0, seed=4)
+        inline = DistNodeDataLoader(g, seeds, sampler, BATCH, shuffle=True, num_workers=0, prefetch=0, seed=4)
         want = epochs(inline, cut_first_epoch=True)
-        loader = DistNodeDataLoader(g, seeds, sampler, BATCH, shuffle=True, num_workers=2, prefetch=1, seed=4)
-        procs = list(loader._workers.procs)
-        got = epochs(loader, cut_first_epoch=True)
-        loader.close()
-        assert all(not p.is_alive() for p in procs)
-        assert [len(e) for e in got] == [len(e) for e in want] == [2, len(loader)]
-        for epoch_got, epoch_want in zip(got, want, strict=True):
-            for (i_got, o_got, e_got), (i_want, o_want, e_want) in zip(epoch_got, epoch_want, strict=True):
-                torch.testing.assert_close(o_got, o_want)
-                torch.testing.assert_close(i_got, i_want)
-                for a, b in zip(e_got, e_want, strict=True):
-                    torch.testing.assert_close(a, b)
+        for num_workers, prefetch in ((2, 1), (0, 2)):  # two processes; one background thread
+            loader = DistNodeDataLoader(
+                g, seeds, sampler, BATCH, shuffle=True, num_workers=num_workers, prefetch=prefetch, seed=4
+            )
+            procs = list(loader._workers.procs)
+            got = epochs(loader, cut_first_epoch=True)
+            loader.close()
+            assert all(not p.is_alive() for p in procs)
+            assert [len(e) for e in got] == [len(e) for e in want] == [2, len(loader)]
+            for epoch_got, epoch_want in zip(got, want, strict=True):
+                for (i_got, o_got, e_got), (i_want, o_want, e_want) in zip(epoch_got, epoch_want, strict=True):
+                    torch.testing.assert_close(o_got, o_want)
+                    torch.testing.assert_close(i_got, i_want)
+                    for a, b in zip(e_got, e_want, strict=True):
+                        torch.testing.assert_close(a, b)
     finally:
         g.context.close()
 
@@ -160,5 +163,33 @@ def test_a_failing_worker_raises_in_the_trainer_and_is_gone(cluster) -> None:
             list(loader)
         loader.close()
         assert all(not p.is_alive() for p in procs)
+    finally:
+        g.context.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_prefetched_node_data_matches_the_dist_tensors(cluster, num_workers: int) -> None:
+    c, json_path = cluster
+    g = open_graph(c, json_path, 0, world_size=1)
+    try:
+        loader = DistNodeDataLoader(
+            g,
+            torch.arange(0, 2000, 5),
+            NeighborSampler([3, 2]),
+            BATCH,
+            num_workers=num_workers,
+            input_feats=["feat"],
+            output_feats=["label"],
+        )
+        with loader:
+            for count, batch in enumerate(loader):
+                input_nodes, output_nodes, _ = batch
+                torch.testing.assert_close(batch.input_data["feat"], g.ndata["feat"][input_nodes])
+                torch.testing.assert_close(batch.output_data["label"], g.ndata["label"][output_nodes])
+                assert batch.timing["sample"] >= 0 and batch.timing["fetch"] >= 0
+                if count == 3:
+                    break
+        with pytest.raises(Exception, match="no node data"):
+            DistNodeDataLoader(g, torch.arange(10), NeighborSampler([2]), BATCH, input_feats=["nope"])
     finally:
         g.context.close()

@@ -183,3 +183,24 @@ def test_cluster_weighted_sampling_skips_zero_weight_edges(cluster_graph) -> Non
         np.testing.assert_array_equal(counts, np.minimum(nonzero[orig_nid[seeds]], 3))
     finally:
         g.context.close()
+
+
+def test_torch_parallel_kernels_stay_correct_after_local_sampling(small_graph: Graph) -> None:
+    """Sampling in the trainer's own thread must not change how torch runs its parallel CPU kernels
+    (the OpenMP settings of the C++ sampler leak into the calling thread)."""
+    from distgnn.nn import aggregate
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        g = InProcessGraph(small_graph)
+        NeighborSampler([10, 10]).sample_blocks(g, np.arange(0, 3000, 2), rng_seed=1)
+        block = NeighborSampler([-1]).sample_blocks(g, np.arange(3000), rng_seed=1)[2][0]
+        x = torch.randn(block.num_src, 64, generator=torch.Generator().manual_seed(0))
+        adj = torch.zeros(block.num_dst, block.num_src)
+        adj.index_put_((block.dst_index(), block.indices), torch.ones(block.num_edges), accumulate=True)
+        want = adj @ x / adj.sum(1, keepdim=True).clamp(min=1)
+        for _ in range(3):
+            torch.testing.assert_close(aggregate.mean(block, x), want, atol=1e-4, rtol=1e-4)
+    finally:
+        torch.set_num_threads(threads)

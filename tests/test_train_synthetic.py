@@ -25,12 +25,18 @@ def load_example():
 
 def test_graphsage_clearly_beats_mlp_on_the_synthetic_graph() -> None:
     example = load_example()
-    results = {
-        model: example.single_main(example.parse_args([*SMALL, "--single", "--epochs=5", f"--model={model}"]))
-        for model in ("sage", "mlp")
-    }
-    assert results["sage"]["test_acc"] > results["mlp"]["test_acc"] + 0.15, results
-    assert results["sage"]["test_acc"] > 0.7, results
+    accuracy = {}
+    for model in ("sage", "mlp"):
+        runs = [
+            example.single_main(
+                example.parse_args([*SMALL, "--single", "--epochs=10", f"--model={model}", f"--seed={seed}"])
+            )
+            for seed in (0, 1)  # two graphs, two initialisations: the mean is steadier than one run
+        ]
+        accuracy[model] = sum(r["test_acc"] for r in runs) / len(runs)
+    # Own features alone are mostly noise; neighbours (mostly of the same class) average it out.
+    assert accuracy["sage"] > accuracy["mlp"] + 0.2, accuracy
+    assert accuracy["sage"] > 0.85, accuracy
 
 
 def run_local(tmp_path: Path, num_workers: int) -> tuple[dict, list[str]]:

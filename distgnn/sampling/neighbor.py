@@ -224,8 +224,18 @@ def _sample_local(
         if prob not in local.edge_weights:
             raise InputError(f"no edge array {prob!r} to sample by (have {sorted(local.edge_weights)})")
         weights = local.edge_weights[prob]
+    # An explicit thread count matters beyond speed: with the default (None) the kernel turns on
+    # OpenMP dynamic teams for the calling thread, and torch's parallel CPU kernels that split work
+    # by the requested team size (the CSR product among them) then silently skip chunks.
     counts, positions = kernels.sample_neighbors(
-        local.indptr, local.indices, seeds - local.node_start, fanout, replace, weights, rng_seed
+        local.indptr,
+        local.indices,
+        seeds - local.node_start,
+        fanout,
+        replace,
+        weights,
+        rng_seed,
+        num_threads=torch.get_num_threads(),
     )
     src = local.local2global[local.indices[positions]]
     return counts, src, np.asarray(local.eids[positions], dtype=np.int64)

@@ -59,7 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--part-method", default="metis", choices=("metis", "random"))
     p.add_argument("--trainers-per-machine", type=int, default=1)
     p.add_argument("--servers-per-machine", type=int, default=1)
-    p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: sample inline)")
+    p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: a thread)")
+    p.add_argument(
+        "--prefetch", type=int, default=2, help="batches made ahead per worker (0 with 0 workers: sample inline)"
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
     p.add_argument("--batch-size", type=int, default=1000)
@@ -238,8 +241,11 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         args.batch_size,
         shuffle=True,
         num_workers=args.num_workers,
+        prefetch=args.prefetch,
         device=device,
         seed=args.seed,
+        input_feats=("feat",) if args.prefetch or args.num_workers else (),
+        output_feats=("label",) if args.prefetch or args.num_workers else (),
     )
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     feat, label = g.ndata["feat"], g.ndata["label"]
@@ -248,16 +254,17 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         for epoch in range(args.epochs):
             model.train()
             progress = Progress(num_batches, f"epoch {epoch:3d}", verbose and not args.quiet)
-            t_sample = t_fetch = t_compute = 0.0
+            t_wait = t_sample = t_fetch = t_compute = 0.0
             loss_sum = correct = seen = edges = 0.0
             start = time.perf_counter()
             batches = iter(loader)
             for step in range(num_batches):
                 t0 = time.perf_counter()
-                input_nodes, seeds, blocks = next(batches)
+                batch = next(batches)
+                input_nodes, seeds, blocks = batch
                 t1 = time.perf_counter()
-                x = feat[input_nodes].to(device)
-                y = label[seeds].to(device)
+                x = batch.input_data["feat"] if "feat" in batch.input_data else feat[input_nodes].to(device)
+                y = batch.output_data["label"] if "label" in batch.output_data else label[seeds].to(device)
                 t2 = time.perf_counter()
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
@@ -265,7 +272,12 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 loss.backward()
                 optimizer.step()
                 t3 = time.perf_counter()
-                t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+                # Sampling and fetching happen in the background when prefetching; "wait" is what they
+                # cost the trainer (time blocked on the loader plus any fetch left in this loop).
+                t_wait += t1 - t0 + t2 - t1
+                t_sample += batch.timing["sample"]
+                t_fetch += batch.timing["fetch"] + (t2 - t1)
+                t_compute += t3 - t2
                 loss_sum += loss.item() * len(seeds)
                 correct += float((logits.argmax(1) == y).sum())
                 seen += len(seeds)
@@ -274,14 +286,17 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             del batches  # an epoch cut short by --max-batches: the loader cancels the rest
             elapsed = time.perf_counter() - start
             loss_sum, correct, seen, edges = all_reduce([loss_sum, correct, seen, edges])
-            slowest = all_reduce([elapsed, t_sample, t_fetch, t_compute], dist.ReduceOp.MAX if world > 1 else None)
+            slowest = all_reduce(
+                [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
+            )
             epoch_times.append(slowest[0])
             seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
             if verbose:
                 print(
                     f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | train acc {correct / max(seen, 1):.4f} | "
                     f"time {slowest[0]:.2f}s (sample {slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, "
-                    f"compute {slowest[3]:.2f}s) | {seps_list[-1]:,.0f} sampled edges/s",
+                    f"compute {slowest[3]:.2f}s, waited for batches {slowest[4]:.2f}s) | "
+                    f"{seps_list[-1]:,.0f} sampled edges/s",
                     flush=True,
                 )
     finally:
