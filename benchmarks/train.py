@@ -282,6 +282,7 @@ def dgl_trainer(args) -> int:
         ddp.train()
         t_sample = t_fetch = t_compute = 0.0
         edges = 0
+        loss_sum = correct = seen = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
@@ -291,27 +292,32 @@ def dgl_trainer(args) -> int:
             x = g.ndata["feat"][input_nodes]
             y = g.ndata["label"][seeds]
             t2 = time.perf_counter()
-            loss = F.cross_entropy(ddp(blocks, x), y)
+            logits = ddp(blocks, x)
+            loss = F.cross_entropy(logits, y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             t3 = time.perf_counter()
             t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
             edges += sum(b.num_edges() for b in blocks)
-        # Finish the interrupted epoch's iterator so the next one starts cleanly.
-        for _ in it:
-            pass
+            loss_sum += loss.item() * len(seeds)
+            correct += float((logits.argmax(1) == y).sum())
+            seen += len(seeds)
         elapsed = time.perf_counter() - start
+        if args.num_workers:
+            # DistDGL's sampler processes must finish the cut epoch before the next starts (not timed).
+            for _ in it:
+                pass
         stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
-        total_edges = torch.tensor([float(edges)])
-        dist.all_reduce(total_edges)
+        totals = torch.tensor([float(edges), loss_sum, correct, seen], dtype=torch.float64)
+        dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
-        seps.append(float(total_edges) / float(stats[0]))
+        seps.append(float(totals[0]) / float(stats[0]))
         if rank == 0:
             print(
-                f"epoch {epoch} | loss {loss.item():.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
-                f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"epoch {epoch} | loss {totals[1] / totals[3]:.4f} | train acc {totals[2] / totals[3]:.4f} | "
+                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -320,6 +326,7 @@ def dgl_trainer(args) -> int:
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
         "seps": statistics.median(seps),
+        "train_loss": float(totals[1] / totals[3]),
     }
     if not args.no_eval:
         t = time.perf_counter()
@@ -376,7 +383,10 @@ def print_table(args, results: dict[str, dict]) -> None:
         f"{args.num_nodes:,} nodes / ~{int(args.num_nodes * args.avg_degree):,} edges, "
         f"2 machines x 1 trainer, {args.epochs} epochs, {cap}, {args.num_workers} sampler workers"
     )
-    header = f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} {'val acc':>8} {'test acc':>9}"
+    header = (
+        f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
+        f"{'train loss':>10} {'val acc':>8} {'test acc':>9}"
+    )
     print(header)
     print("-" * len(header))
     for name, r in results.items():
@@ -385,7 +395,7 @@ def print_table(args, results: dict[str, dict]) -> None:
         test = f"{r['test_acc']:.4f}" if "test_acc" in r else "-"
         print(
             f"{name:<10} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
-            f"{r['seps']:>12,.0f} {val:>8} {test:>9}"
+            f"{r['seps']:>12,.0f} {r.get('train_loss', float('nan')):>10.4f} {val:>8} {test:>9}"
         )
     if len(results) == 2:
         a, b = results["distgnn"], results["DistDGL"]
