@@ -224,7 +224,7 @@ def test_forked_child_can_sample_after_parent_used_threads():
     if child.is_alive():
         child.kill()
         child.join()
-        pytest.fail("sampling in a forked child hung (OpenMP after fork)")
+        pytest.fail("sampling in a forked child hung (threads after fork)")
     assert child.exitcode == 0 and queue.get(timeout=5)
 
 

@@ -135,7 +135,7 @@ py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge)
 }  // namespace
 
 PYBIND11_MODULE(_sampling_cpu, m) {
-  m.doc() = "distgnn CPU sampling kernels (OpenMP); use distgnn.sampling.kernels, not this module.";
+  m.doc() = "distgnn CPU sampling kernels (multi-threaded); use distgnn.sampling.kernels, not this module.";
   m.attr("build_key") = DISTGNN_BUILD_KEY;
   m.def("sample_neighbors", &sample_neighbors, py::arg("indptr"), py::arg("indices"), py::arg("seeds"),
         py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"), py::arg("return_neighbors") = false,

@@ -1,7 +1,7 @@
 // Counter-based random streams for the CPU sampling kernels.
 //
 // Each seed of a sampling call gets its own stream, derived from
-// (rng_seed, seed index) alone, so a result never depends on how OpenMP
+// (rng_seed, seed index) alone, so a result never depends on how the thread pool
 // splits the seeds over threads. The generator is splitmix64: a Weyl
 // sequence passed through a 64-bit finaliser; streams start at scrambled
 // points of the 2^64 cycle, so short streams do not overlap in practice.

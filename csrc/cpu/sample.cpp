@@ -1,8 +1,8 @@
 // Neighbour sampling kernel: a counting pass, a prefix sum, a filling pass.
 //
-// Both passes run in parallel over seeds (parallel.h); every seed draws from its own
-// counter-based stream (rng.h), so results are identical for any thread
-// count. Uniform picks without replacement use Floyd's algorithm (small
+// Both passes run in parallel over seeds (parallel.h); every seed draws from
+// its own counter-based stream (rng.h), so results are identical for any
+// thread count. Uniform picks without replacement use Floyd's algorithm (small
 // fanouts) or a partial Fisher-Yates shuffle; weighted picks without
 // replacement use exponential keys (Efraimidis-Spirakis, as DGL does);
 // weighted picks with replacement invert the cumulative weights.
@@ -143,7 +143,7 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
                               bool replace, const float* prob, uint64_t rng_seed, int num_threads,
                               bool gather_neighbors, int64_t* counts) {
   if (fanout < -1) throw std::invalid_argument("fanout must be -1 (all) or >= 0, got " + std::to_string(fanout));
-  const int threads = resolve_num_threads(num_threads);
+  const int threads = num_threads;
   FaultLog faults;
 
   // Pass 1: validate each seed's range and count its picks. Graph reads are
@@ -237,7 +237,7 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
 template <typename T>
 void take(const T* values, int64_t num_values, const int64_t* positions, int64_t n, int num_threads, int64_t* out) {
   std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
-  parallel_for(n, resolve_num_threads(num_threads), 1 << 14, [&] {
+  parallel_for(n, num_threads, 1 << 14, [&] {
     return [&](int64_t first, int64_t last) {
       for (int64_t k = first; k < last; ++k) {
         if (k + 16 < last) {

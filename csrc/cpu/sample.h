@@ -1,4 +1,4 @@
-// Neighbour sampling on a CSC graph (in-edges of each node), CPU/OpenMP.
+// Neighbour sampling on a CSC graph (in-edges of each node), multi-threaded CPU.
 //
 // Assumptions: indptr has num_nodes + 1 entries; the kernel checks, per seed,
 // that the seed is a valid node and that its indptr range lies inside

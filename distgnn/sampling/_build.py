@@ -24,8 +24,8 @@ from types import ModuleType
 
 EXTENSION_NAME = "distgnn._sampling_cpu"
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
-COMPILE_ARGS = ["-O3", "-fopenmp", "-std=c++17", "-fvisibility=hidden"]
-LINK_ARGS = ["-fopenmp"]
+COMPILE_ARGS = ["-O3", "-pthread", "-std=c++17", "-fvisibility=hidden"]
+LINK_ARGS = ["-pthread"]
 CACHE_ENV = "DISTGNN_CACHE_DIR"
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def _compile(source_dir: Path, target: Path) -> None:
             command.run()
         except Exception as err:
             raise ExtensionBuildError(
-                f"building distgnn's C++ sampler failed: {err}. It needs a C++17 compiler with OpenMP "
+                f"building distgnn's C++ sampler failed: {err}. It needs a C++17 compiler "
                 "(g++ >= 9) and pybind11 headers; install them or reinstall distgnn with `pip install -e .`"
             ) from err
         os.replace(command.get_ext_fullpath("_sampling_cpu"), target)

@@ -1,7 +1,7 @@
 """Dispatch point of the sampling kernels: neighbour sampling and block relabelling.
 
-The work runs in the C++/OpenMP extension ``distgnn._sampling_cpu`` (built at
-install time, or once on first use, see :mod:`distgnn.sampling._build`);
+The work runs in the multi-threaded C++ extension ``distgnn._sampling_cpu``
+(built at install time, or once on first use, see :mod:`distgnn.sampling._build`);
 :mod:`distgnn.sampling.reference` holds plain numpy versions with the same
 semantics. Inputs are numpy arrays on a CSC graph (the in-edges of each node),
 such as a partition's ``indptr``/``indices`` in shared memory; they are read in
@@ -56,7 +56,8 @@ def sample_neighbors(
         rng_seed: seed of the random streams. Seed ``i`` draws from a stream
             keyed by ``(rng_seed, i)`` alone, so the result does not depend on
             ``num_threads``; pass a fresh ``rng_seed`` per call for fresh samples.
-        num_threads: OpenMP threads; ``None`` uses the OpenMP default (``OMP_NUM_THREADS``).
+        num_threads: threads to use; ``None`` follows ``torch.get_num_threads()``
+            (so ``torch.set_num_threads(1)`` in a worker process keeps it single-threaded).
         return_neighbors: also return ``indices[positions]`` as int64, gathered
             in parallel inside the kernel (faster than numpy's gather).
 
@@ -82,7 +83,7 @@ def sample_neighbors(
         bool(replace),
         prob,
         int(rng_seed) % 2**64,
-        0 if num_threads is None else int(num_threads),
+        _thread_count(num_threads),
         bool(return_neighbors),
     )
 
@@ -102,7 +103,7 @@ def take(values: np.ndarray, positions: np.ndarray, num_threads: int | None = No
         ValueError: a dtype is wrong or a position is out of range.
     """
     positions = _as_int64_ids(positions, "positions")
-    return extension().take(values, positions, 0 if num_threads is None else int(num_threads))
+    return extension().take(values, positions, _thread_count(num_threads))
 
 
 def to_block(
@@ -149,6 +150,14 @@ def to_block(
         indices=torch.from_numpy(indices),
         eids=torch.from_numpy(eids),
     )
+
+
+def _thread_count(num_threads: int | None) -> int:
+    if num_threads is None:
+        return torch.get_num_threads()
+    if int(num_threads) < 1:
+        raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
+    return int(num_threads)
 
 
 def _as_int64_ids(ids: np.ndarray, name: str) -> np.ndarray:
