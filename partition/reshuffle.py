@@ -88,7 +88,8 @@ def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray
     np.cumsum(np.bincount(new_dst, minlength=num_nodes), out=indptr[1:])
     orig_eid = _stable_order(new_dst, num_nodes)  # reuses new_dst's memory
     new_src = src[orig_eid]
-    np.take(old2new, new_src, out=new_src)
+    for start in range(0, new_src.shape[0], _CHUNK):  # in chunks: take(out=) on its own input copies it whole
+        new_src[start : start + _CHUNK] = old2new[new_src[start : start + _CHUNK]]
     edge_map = np.stack([indptr[node_map[:, 0]], indptr[node_map[:, 1]]], axis=1)
     return Reshuffled(orig_nid, orig_eid, node_map, edge_map, indptr, new_src)
 
