@@ -48,6 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: full epochs)")
     p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (both sides)")
+    p.add_argument(
+        "--distgnn-prefetch",
+        default="0,2",
+        help="distgnn runs to make, by loader prefetch depth (0 with 0 workers: sample inline; 2: background thread)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
     p.add_argument("--skip-dgl", action="store_true")
@@ -68,7 +73,7 @@ def synthetic_graph(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args) -> dict:
+def run_distgnn(args, prefetch: int) -> dict:
     cmd = [
         sys.executable,
         str(TRAIN_DIST),
@@ -88,6 +93,7 @@ def run_distgnn(args) -> dict:
         f"--epochs={args.epochs}",
         f"--max-batches={args.max_batches}",
         f"--num-workers={args.num_workers}",
+        f"--prefetch={prefetch}",
         f"--seed={args.seed}",
         f"--workdir={Path(args.workdir) / 'distgnn'}",
         "--quiet",
@@ -384,7 +390,7 @@ def print_table(args, results: dict[str, dict]) -> None:
         f"2 machines x 1 trainer, {args.epochs} epochs, {cap}, {args.num_workers} sampler workers"
     )
     header = (
-        f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
+        f"{'system':<22} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
         f"{'train loss':>10} {'val acc':>8} {'test acc':>9}"
     )
     print(header)
@@ -394,14 +400,18 @@ def print_table(args, results: dict[str, dict]) -> None:
         val = f"{r['val_acc']:.4f}" if "val_acc" in r else "-"
         test = f"{r['test_acc']:.4f}" if "test_acc" in r else "-"
         print(
-            f"{name:<10} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
+            f"{name:<22} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
             f"{r['seps']:>12,.0f} {r.get('train_loss', float('nan')):>10.4f} {val:>8} {test:>9}"
         )
-    if len(results) == 2:
-        a, b = results["distgnn"], results["DistDGL"]
-        print(f"distgnn epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f}")
-        if "test_acc" in a and "test_acc" in b:
-            print(f"test accuracy difference (distgnn - DistDGL): {a['test_acc'] - b['test_acc']:+.4f}")
+    if "DistDGL" in results:
+        b = results["DistDGL"]
+        for name, a in results.items():
+            if name == "DistDGL":
+                continue
+            line = f"{name} epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f}"
+            if "test_acc" in a and "test_acc" in b:
+                line += f"; test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
+            print(line)
 
 
 def main(argv=None) -> int:
@@ -416,7 +426,9 @@ def main(argv=None) -> int:
         return roles[args.role](args) or 0
     results = {}
     if not args.skip_distgnn:
-        results["distgnn"] = run_distgnn(args)
+        for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
+            mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
+            results[f"distgnn ({mode})"] = run_distgnn(args, prefetch)
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)
