@@ -287,6 +287,7 @@ def test_sample_neighbors_rejects_bad_input():
         "prob must have dtype float32": dict(prob=np.ones(len(indices))),
         "one weight per edge": dict(prob=np.ones(len(indices) + 1, dtype=np.float32)),
         "fanout must be": dict(fanout=-2),
+        "num_threads must be": dict(num_threads=0),
     }
     for message, override in cases.items():
         args = dict(indptr=indptr, indices=indices, seeds=seeds, fanout=3) | override
