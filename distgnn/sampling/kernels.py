@@ -119,7 +119,8 @@ def to_block(
         counts: ``(num_dst,)`` int64 sampled in-edges per destination node.
         src_nids_per_edge: ``(num_edges,)`` int64 global source id of each
             edge, grouped by destination in ``dst_nids`` order.
-        eids: ``(num_edges,)`` int64 global edge ids.
+        eids: ``(num_edges,)`` int64 global edge ids; an int64 contiguous array
+            becomes ``block.eids`` without a copy (shared memory).
 
     Returns:
         A block whose ``src_nids`` are ``dst_nids`` followed by the other
