@@ -133,6 +133,9 @@ def run_dgl(graph, work: Path, latency_reps: int, timeout_s: float) -> dict:
         if client.returncode != 0:
             raise RuntimeError(f"DGL client failed:\n{client.stderr[-3000:]}")
         return json.loads(client.stdout.strip().splitlines()[-1])
+    except subprocess.TimeoutExpired:
+        logs = "\n".join((work / f"dgl_server{i}.log").read_text(errors="replace")[-1500:] for i in range(2))
+        raise RuntimeError(f"DGL client did not finish within {timeout_s}s; server logs end:\n{logs}") from None
     finally:
         for p in servers:
             try:
@@ -180,7 +183,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=100, help="feature dimension (float32)")
     parser.add_argument("--latency-reps", type=int, default=2000, help="1-row pulls for p50/p99")
     parser.add_argument("--skip-dgl", action="store_true", help="do not run DistDGL")
-    parser.add_argument("--dgl-timeout", type=float, default=600.0)
+    parser.add_argument("--dgl-timeout", type=float, default=300.0, help="seconds the DGL client may take")
     args = parser.parse_args()
     if args.nodes // 2 < max(SIZES):
         parser.error(f"--nodes must be at least {2 * max(SIZES)} so a 100k-row request is all remote")
@@ -189,11 +192,15 @@ def main() -> None:
 
     graph = synthetic(num_nodes=args.nodes, avg_degree=4, feat_dim=args.dim, num_classes=4, seed=0)
     work = Path(tempfile.mkdtemp(prefix="distgnn-bench-rpc-"))
+    dgl_error = None
     try:
         rows = {}
         rows["distgnn"], rows["memcpy (np.take)"] = run_distgnn(graph, work, args.latency_reps)
         if not args.skip_dgl:
-            rows["DistDGL 1.1.3"] = run_dgl(graph, work, args.latency_reps, args.dgl_timeout)
+            try:
+                rows["DistDGL 1.1.3"] = run_dgl(graph, work, args.latency_reps, args.dgl_timeout)
+            except RuntimeError as exc:
+                dgl_error = str(exc)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"remote pulls of {args.dim}-dim float32 rows, 2 machines x 1 server on loopback, {args.nodes} nodes")
@@ -203,6 +210,8 @@ def main() -> None:
     for name, r in rows.items():
         cells = [f"{r[f'gbps_{s}']:.2f}" for s in SIZES] + [f"{r['p50_us']:.0f}", f"{r['p99_us']:.0f}"]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    if dgl_error is not None:
+        print(f"DistDGL 1.1.3 could not be measured: {dgl_error}")
     if "DistDGL 1.1.3" in rows:
         big = f"gbps_{max(SIZES)}"
         print(f"distgnn / DistDGL at 100k rows: {rows['distgnn'][big] / rows['DistDGL 1.1.3'][big]:.2f}x")
