@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,12 +92,14 @@ def test_servers_die_with_the_process_that_started_them(graph):
         import os, signal, sys
         from distgnn.cluster import LocalCluster
         c = LocalCluster({str(graph.json_path)!r}, servers_per_machine=2, job_id="life-orphan").start()
-        print(" ".join(str(p.pid) for p in c.processes.values()), flush=True)
+        print(c.workdir, " ".join(str(p.pid) for p in c.processes.values()), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    pids = [int(p) for p in out.stdout.split()]
+    workdir, *pids = out.stdout.split()
+    shutil.rmtree(workdir)  # the ip_config and logs; the killed parent had no chance to remove them
+    pids = [int(p) for p in pids]
     assert len(pids) == 4, out.stderr
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (job_files("life-orphan") or any(_alive(p) for p in pids)):
