@@ -106,7 +106,13 @@ def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
 
 def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     _arrays(arrays, 1, "pull")
-    policy, _, table = _tensor(state, header)
+    policy, name, table = _tensor(state, header)
+    reply_bytes = len(arrays[0]) * table.itemsize * math.prod(table.shape[1:]) if arrays[0].ndim == 1 else 0
+    if reply_bytes > wire.MAX_MESSAGE_BYTES:
+        raise InputError(
+            f"pulling {len(arrays[0])} rows of {policy} tensor {name!r} makes a {reply_bytes}-byte reply; "
+            f"the limit is {wire.MAX_MESSAGE_BYTES}: split the request"
+        )
     local = _local_ids(arrays[0], state.partition.owned_range(policy), "pull ids")
     return {}, [np.take(table, local, axis=0)]
 
@@ -183,8 +189,16 @@ def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) ->
         raise InputError(f"seed must be in [0, 2**63), got {seed}")
     part = state.partition
     seeds = _local_ids(arrays[0], part.node_range, "sample seeds")
-    if replace and len(seeds) * max(fanout, 0) > MAX_SAMPLED_EDGES:
-        raise InputError(f"{len(seeds)} seeds x fanout {fanout} exceeds {MAX_SAMPLED_EDGES} sampled edges")
+    indptr = part.graph["indptr"]
+    degrees = indptr[seeds + 1] - indptr[seeds]
+    if fanout < 0:
+        most = int(degrees.sum())
+    elif replace:
+        most = len(seeds) * fanout
+    else:
+        most = int(np.minimum(degrees, fanout).sum())
+    if most > MAX_SAMPLED_EDGES:
+        raise InputError(f"this request may sample {most} edges, more than {MAX_SAMPLED_EDGES}: split the seeds")
     prob = None
     if prob_name is not None:
         prob = part.tensor("edge", shm.check_name(prob_name))
