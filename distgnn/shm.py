@@ -97,7 +97,8 @@ def attach_array(job_id: str, part_id: int, name: str, writable: bool) -> np.nda
         arr = np.load(path, mmap_mode="r+" if writable else "r", allow_pickle=False)
     except FileNotFoundError:
         return None
-    return arr
+    # A plain ndarray view (its base keeps the mapping alive): results of indexing it are plain arrays.
+    return arr.view(np.ndarray)
 
 
 def write_manifest(job_id: str, part_id: int, content: dict) -> None:
