@@ -99,3 +99,8 @@ def test_chunked_pulls_spread_over_main_and_backup_servers(served, monkeypatch):
         g = distgnn.DistGraph(graph.name, json_path, context=ctx)
         ids = np.random.default_rng(2).integers(0, graph.num_nodes, 97)
         np.testing.assert_array_equal(g.ndata["feat"][ids].numpy(), graph.ndata["feat"][orig_nid[ids]])
+
+
+def test_initialize_without_a_launcher_environment_says_what_is_missing():
+    with pytest.raises(ConfigError, match="no ip_config"):
+        distgnn.initialize(environ={})

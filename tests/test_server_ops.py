@@ -227,3 +227,28 @@ def test_sample_equals_the_kernel_run_on_the_partition_files(served, replace):
     np.testing.assert_array_equal(got[0], counts)
     np.testing.assert_array_equal(got[1], arrays["local2global"][arrays["indices"][positions]])
     np.testing.assert_array_equal(got[2], arrays["eids"][positions])
+
+
+def test_one_client_used_from_several_threads_keeps_replies_apart(served):
+    import threading
+
+    graph, _, client = served
+    errors = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                machine = int(rng.integers(2))
+                ids = _owned(graph, machine, rng, int(rng.integers(1, 30)))
+                got = client.call(machine, "pull", {"policy": "node", "name": "feat"}, [ids], server_id=seed % 2)
+                np.testing.assert_array_equal(got.arrays[0], graph.ndata["feat"][ids])
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
