@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from distgnn.config import JobConfig
@@ -21,4 +22,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    # Everything the server owns (shared memory, sockets, auth thread) is released by now. Skip the
+    # interpreter's teardown: once the sample op has loaded torch it takes seconds, stalling every stop.
+    os._exit(code)

@@ -89,7 +89,8 @@ class GraphServer:
                 shm.remove_segments(cfg.job_id, cfg.machine_id)
             if auth is not None:
                 auth.stop()
-            sock.close(linger=0)
+            # After 'shutdown' give its reply a moment to leave; otherwise drop whatever is queued.
+            sock.close(linger=1000 if self.state is not None and self.state.stopping else 0)
             ctx.term()
             signal.signal(signal.SIGTERM, previous)
 
