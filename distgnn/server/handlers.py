@@ -5,6 +5,18 @@ for the reply, or raises ``InputError``/``ProtocolError`` naming what was
 wrong; the server loop turns that into ``{ok: false, error}``. Ids are global
 and must be owned by this partition; nothing a client sends can index outside
 a tensor. ``barrier`` is not here: its reply is deferred, so the loop owns it.
+
+Requests (header fields; arrays) -> reply arrays:
+
+* ``meta`` () -> header ``machine_id, server_id, num_nodes, num_edges, node_range, edge_range``
+* ``pull`` (``policy, name``; ids int64) -> rows
+* ``push`` (``policy, name, mode`` "assign"|"add"; ids int64, rows of the tensor's dtype) -> (); main server only
+* ``init_data`` (``policy, name, dtype, shape, init, low, high, seed``) -> (); main server only, idempotent
+* ``sample`` (``fanout, replace, seed, prob`` edge tensor name or None, ``edge_dir`` "in"; seeds int64)
+  -> counts int64, neighbour global ids int64, global edge ids int64
+* ``degrees`` (ids int64) -> in-degrees int64
+* ``barrier`` (``name, parties``) -> () once ``parties`` requests of that name arrived
+* ``shutdown`` () -> (); the server then exits
 """
 
 from __future__ import annotations
