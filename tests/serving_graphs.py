@@ -119,13 +119,19 @@ def job_files(job_id: str) -> list[str]:
 
 
 def child_processes() -> list[str]:
-    """Live (non-zombie) child processes of this one, as ``"pid command"`` (``ps`` itself excluded)."""
+    """Live (non-zombie) child processes of this one, as ``"pid command"``.
+
+    ``ps`` itself is excluded, and so are multiprocessing's resource tracker and
+    forkserver: the first test that uses a spawn context starts them once for the
+    whole pytest process, so they are no test's leftover.
+    """
     out = subprocess.run(
         ["ps", "-o", "pid=,stat=,args=", "--ppid", str(os.getpid())], capture_output=True, text=True, check=False
     )
     live = []
     for line in out.stdout.splitlines():
         pid, stat, args = line.split(None, 2)
-        if not stat.startswith("Z") and not args.startswith("ps "):
+        service = "multiprocessing.resource_tracker" in args or "multiprocessing.forkserver" in args
+        if not stat.startswith("Z") and not args.startswith("ps ") and not service:
             live.append(f"{pid} {args}")
     return live
