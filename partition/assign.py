@@ -79,33 +79,49 @@ _METIS_OK = 1
 _METIS_STATUS = {-2: "input error", -3: "out of memory", -4: "error"}
 
 
-def _metis_kway_multi(xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray, num_parts: int, seed: int):
-    """``METIS_PartGraphKway`` with ``ncon = vweights.shape[1]``; returns ``(part, edge_cut)``."""
+def metis_kway(
+    xadj: np.ndarray,
+    adjncy: np.ndarray,
+    vweights: np.ndarray | None,
+    adjwgt: np.ndarray | None,
+    num_parts: int,
+    seed: int,
+    ncuts: int = 1,
+) -> tuple[np.ndarray, int]:
+    """``METIS_PartGraphKway`` on int64 CSR with ``ncon = vweights.shape[1]`` constraints and optional edge weights.
+
+    ``ncuts``: METIS computes that many partitions and keeps the best. Returns ``(part, edge_cut)``.
+    """
     import pymetis
     from pymetis import _internal
 
     if _internal._idx_type_width() != 64:
-        raise InputError("balance constraints need pymetis built with 64-bit METIS indices")
+        raise InputError("this METIS call needs pymetis built with 64-bit METIS indices")
     lib = ctypes.CDLL(_internal.__file__)
     idx = ctypes.c_int64
 
-    def ptr(arr: np.ndarray):
+    def ptr(arr: np.ndarray | None):
+        if arr is None:
+            return None
+        assert arr.dtype == np.int64 and arr.flags.c_contiguous
         return arr.ctypes.data_as(ctypes.POINTER(idx))
 
     options = np.zeros(64, dtype=np.int64)  # METIS_NOPTIONS is 40; room to spare
     lib.METIS_SetDefaultOptions(ptr(options))
     options[int(pymetis.OptionKey.SEED)] = seed
     options[int(pymetis.OptionKey.NUMBERING)] = 0
+    options[int(pymetis.OptionKey.NCUTS)] = ncuts
     part = np.empty(xadj.shape[0] - 1, dtype=np.int64)
-    nvtxs, ncon, nparts, edge_cut = idx(part.shape[0]), idx(vweights.shape[1]), idx(num_parts), idx(0)
+    ncon = 1 if vweights is None else vweights.shape[1]
+    nvtxs, ncon_c, nparts, edge_cut = idx(part.shape[0]), idx(ncon), idx(num_parts), idx(0)
     status = lib.METIS_PartGraphKway(
         ctypes.byref(nvtxs),
-        ctypes.byref(ncon),
+        ctypes.byref(ncon_c),
         ptr(xadj),
         ptr(adjncy),
         ptr(vweights),
         None,
-        None,
+        ptr(adjwgt),
         ctypes.byref(nparts),
         None,
         None,
@@ -114,10 +130,13 @@ def _metis_kway_multi(xadj: np.ndarray, adjncy: np.ndarray, vweights: np.ndarray
         ptr(part),
     )
     if status != _METIS_OK:
-        raise InputError(
-            f"METIS failed ({_METIS_STATUS.get(status, status)}) with {vweights.shape[1]} balance constraints"
-        )
+        raise InputError(f"METIS failed ({_METIS_STATUS.get(status, status)}) with {ncon} balance constraints")
     return part, int(edge_cut.value)
+
+
+COARSEN_MODES = ("auto", "on", "off")
+# "auto" coarsens when METIS would see at least this many adjacency entries.
+COARSEN_MIN_ENTRIES = 2_000_000
 
 
 def metis_assignment(
@@ -128,17 +147,33 @@ def metis_assignment(
     train_mask: np.ndarray | None = None,
     balance_edges: bool = False,
     seed: int = 0,
+    coarsen: str = "auto",
 ) -> tuple[np.ndarray, int]:
-    """``(part (N,) int64, METIS edge cut of the symmetrised graph)``."""
+    """``(part (N,) int64, edge cut of the symmetrised graph)``.
+
+    ``coarsen``: ``"off"`` hands the whole symmetrised graph to METIS; ``"on"``
+    first clusters and contracts it in numpy (``distgnn.partition.coarsen``),
+    runs METIS on the small graph and refines on the way back, which needs a
+    fraction of METIS's memory; ``"auto"`` does that from
+    ``COARSEN_MIN_ENTRIES`` adjacency entries on.
+    """
     import pymetis
 
+    if coarsen not in COARSEN_MODES:
+        raise InputError(f"unknown coarsen mode {coarsen!r}; expected one of {', '.join(COARSEN_MODES)}")
     if num_parts == 1:
         return np.zeros(num_nodes, dtype=np.int64), 0
     xadj, adjncy = symmetric_csr(num_nodes, src, dst)
     logger.info("METIS input: %d nodes, %d adjacency entries (symmetrised)", num_nodes, adjncy.shape[0])
     vweights = _vertex_weights(dst, num_nodes, train_mask, balance_edges)
+    if coarsen == "on" or (coarsen == "auto" and adjncy.shape[0] >= COARSEN_MIN_ENTRIES):
+        from distgnn.partition.coarsen import coarsened_metis
+
+        if num_nodes < np.iinfo(np.int32).max:
+            adjncy = adjncy.astype(np.int32)
+        return coarsened_metis(xadj, adjncy, vweights, num_parts, seed)
     if vweights is not None and vweights.shape[1] > 1:
-        return _metis_kway_multi(xadj, adjncy, vweights, num_parts, seed)
+        return metis_kway(xadj, adjncy, vweights, None, num_parts, seed)
     try:
         result = pymetis.part_graph(
             num_parts,

@@ -91,6 +91,7 @@ def partition_graph(
     halo_hops: int = 1,
     seed: int = 0,
     overwrite: bool = False,
+    metis_coarsen: str = "auto",
 ) -> Path:
     """Partition ``graph`` into ``num_parts`` and write it under ``out_dir``.
 
@@ -105,6 +106,9 @@ def partition_graph(
         balance_edges: METIS balances in-edges per part.
         halo_hops: HALO nodes are the non-owned nodes within this many in-hops.
         seed: METIS / random seed.
+        metis_coarsen: ``"auto"`` (large graphs are clustered and contracted in numpy
+            before METIS, which needs a fraction of METIS's memory), ``"on"`` or
+            ``"off"`` (the whole graph to METIS); see ``distgnn.partition.coarsen``.
 
     Returns:
         Path of the written ``<graph_name>.json``.
@@ -126,7 +130,9 @@ def partition_graph(
                 if "train_mask" not in graph.ndata:
                     raise InputError("balance_train needs a node array 'train_mask'; the graph has none")
                 train_mask = graph.ndata["train_mask"].astype(bool, copy=False)
-            part, edge_cut = metis_assignment(n, src, dst, num_parts, train_mask, balance_edges, seed)
+            part, edge_cut = metis_assignment(
+                n, src, dst, num_parts, train_mask, balance_edges, seed, coarsen=metis_coarsen
+            )
         else:
             part = random_assignment(n, num_parts, seed)
     with _Phase("reshuffle"):
