@@ -164,3 +164,17 @@ def test_jet_refinement_keeps_the_best_cut_within_the_bound():
     assert _cut(xadj, adjncy, part) < before
     np.testing.assert_array_equal(part_w[:, 0], np.bincount(part, minlength=3))
     assert part_w.max() <= bound[0]
+
+
+def test_rebalance_brings_every_part_under_the_bound():
+    g, xadj, adjncy = _community_graph(5000, seed=8)
+    rng = np.random.default_rng(2)
+    vwgt = np.stack([np.ones(5000, dtype=np.int64), g.ndata["train_mask"].astype(np.int64)], axis=1)
+    wg = coarsen.WeightedGraph(xadj, adjncy, None, vwgt)
+    part = np.where(rng.random(5000) < 0.55, 0, rng.integers(1, 4, 5000)).astype(np.int8)
+    part_w = np.stack([np.bincount(part, weights=vwgt[:, j], minlength=4) for j in range(2)], axis=1).astype(np.int64)
+    bound = np.ceil(1.03 * vwgt.sum(axis=0) / 4).astype(np.int64)
+    assert np.any(part_w > bound)
+    assert coarsen.rebalance(wg, part, part_w, bound, 4) > 0
+    np.testing.assert_array_equal(part_w[:, 0], np.bincount(part, minlength=4))
+    assert np.all(part_w <= bound)
