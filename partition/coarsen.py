@@ -175,8 +175,13 @@ def _propagate_batch(
         del keys
         is_cur = cand == cur[own]
         stay = np.bincount(own[is_cur], weights=conn[is_cur], minlength=b) + 0.5
-        fits = np.all(label_w[cand] + node_w[own] <= cap, axis=1)
-        score = np.where(fits & ~is_cur, conn + rng.random(conn.shape[0]) * 0.5, -1.0)
+        if cap.shape[0] == 1:
+            fits = label_w[cand, 0] + node_w[own, 0] <= cap[0]
+        else:
+            fits = np.all(label_w[cand] + node_w[own] <= cap, axis=1)
+        fits &= ~is_cur
+        score = conn + rng.random(conn.shape[0]) * 0.5
+        score[~fits] = -1.0
         del fits, is_cur
         # Entries are grouped by owner; every batch node has at least one entry.
         starts = np.flatnonzero(np.diff(own, prepend=-1))
@@ -473,7 +478,7 @@ def coarsened_metis(
     coarse_nodes: int | None = None,
     max_levels: int = 4,
     cluster_rounds: int = 2,
-    refine_rounds: int = 3,
+    refine_rounds: int = 1,
     imbalance: float = 1.03,
     metis_ncuts: int = 4,
     cluster_frac: float | None = None,
