@@ -101,7 +101,9 @@ def _worker(tool: str, scale: str, out: Path) -> dict:
         orig_nid = orig_nids.numpy()
         node_ranges = json.loads((out / "bench.json").read_text())["node_map"]["_N"]
     cut = _cut(graph.src, graph.dst, _part_of_orig(orig_nid, node_ranges))
+    largest = max(end - start for start, end in node_ranges)
     return {
+        "balance": largest * NUM_PARTS / graph.num_nodes,
         "seconds": seconds,
         "edge_cut": cut,
         "num_edges": graph.num_edges,
@@ -165,6 +167,8 @@ def _fmt(cell: dict | None, key: str) -> str:
         return f"{value:.1f}"
     if key == "edge_cut":
         return f"{value:,} ({100 * value / cell['num_edges']:.1f}%)"
+    if key == "balance":
+        return f"{value:.3f}"
     return str(value)
 
 
@@ -177,6 +181,7 @@ def _table(results: dict[tuple[str, str], dict], scales: list[str], tools: list[
         "RSS before GiB",
         "peak - before",
         "edge cut",
+        "max part / avg",
         "disk GiB",
         "note",
     ]
@@ -187,7 +192,8 @@ def _table(results: dict[tuple[str, str], dict], scales: list[str], tools: list[
         for tool in tools:
             cell = results.get((scale, tool))
             row = [label, tool] + [
-                _fmt(cell, k) for k in ("seconds", "peak_rss", "rss_before", "extra", "edge_cut", "disk_bytes")
+                _fmt(cell, k)
+                for k in ("seconds", "peak_rss", "rss_before", "extra", "edge_cut", "balance", "disk_bytes")
             ]
             rows.append([*row, (cell or {}).get("failed", "")])
         for base in ("dgl", "distgnn-exact"):
@@ -202,6 +208,7 @@ def _table(results: dict[tuple[str, str], dict], scales: list[str], tools: list[
                         "",
                         f"{ours['extra'] / theirs['extra']:.2f}x",
                         f"{ours['edge_cut'] / theirs['edge_cut']:.3f}x",
+                        "",
                         f"{ours['disk_bytes'] / theirs['disk_bytes']:.2f}x",
                         "",
                     ]
