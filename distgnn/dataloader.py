@@ -3,8 +3,10 @@
 The loader only orchestrates. It splits this trainer's seed ids into batches
 (the same number on every trainer, agreed through torch.distributed, so DDP
 never waits on a trainer that ran out of batches) and hands them to worker
-processes, or to one background thread (``num_workers=0``), or makes them
-inline when asked for (``num_workers=0, prefetch=0``). A worker gets a small
+processes, or makes them inline when asked for (``num_workers=0``, the
+default), or in one background thread of the trainer (``num_workers=0,
+prefetch>0``: worth it where the trainer's compute leaves CPU idle, e.g. on a
+GPU; on a box with few cores it competes with the compute). A worker gets a small
 picklable description (how to open the graph, the sampler's spec, the seeds),
 opens its own connections, and makes the batches ``i`` with
 ``i % num_workers == worker_id`` (sampling, then optionally fetching node
@@ -327,8 +329,9 @@ class _Workers:
         deadline = time.monotonic() + 5.0
         for proc, out in zip(self.procs, self.outputs, strict=True):
             while proc.is_alive() and time.monotonic() < deadline:
-                # Keep its queue empty so a final put cannot block it.
-                with contextlib.suppress(queue.Empty, OSError, ValueError):
+                # Keep its queue empty so a final put cannot block it. Discarded items may fail to
+                # unpickle (a tensor's file descriptor is gone with its exited sender): ignore that.
+                with contextlib.suppress(Exception):
                     while True:
                         out.get_nowait()
                 proc.join(0.05)
@@ -356,9 +359,10 @@ class DistNodeDataLoader:
         batch_size: seeds per batch (at most; see :func:`agreed_num_batches`).
         shuffle: reshuffle the seeds every epoch.
         drop_last: drop the incomplete last batch (every trainer then makes full batches only).
-        num_workers: sampler processes. With 0, batches are made by one background
-            thread of this process (or, with ``prefetch=0``, inline when asked for).
-        prefetch: batches each worker (or the thread) may have ready ahead of the trainer.
+        num_workers: sampler processes. With 0, batches are made inline when asked
+            for, or by one background thread of this process if ``prefetch > 0``.
+        prefetch: batches each worker (or the thread) may have ready ahead of the
+            trainer; default 2 with workers, 0 (inline) without.
         device: where the batches are put.
         seed: base seed of shuffling and sampling; with the same seed, rank and
             cluster shape, the batches are the same in every run, whatever
@@ -383,7 +387,7 @@ class DistNodeDataLoader:
         shuffle: bool = False,
         drop_last: bool = False,
         num_workers: int = 0,
-        prefetch: int = 2,
+        prefetch: int | None = None,
         device: torch.device | str = "cpu",
         seed: int = 0,
         rank: int | None = None,
@@ -396,6 +400,8 @@ class DistNodeDataLoader:
         seeds = np.ascontiguousarray(nids, dtype=np.int64)
         if seeds.ndim != 1:
             raise InputError(f"nids must be a 1-D array of node ids, got shape {seeds.shape}")
+        if prefetch is None:
+            prefetch = 2 if num_workers > 0 else 0
         if num_workers < 0 or prefetch < 0:
             raise ConfigError(f"num_workers and prefetch must be >= 0, got {num_workers} and {prefetch}")
         for name in (*input_feats, *output_feats):

@@ -42,13 +42,15 @@ class SAGEConv(nn.Module):
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         x_dst = x[: block.num_dst]
         if self.out_feats < self.in_feats:
-            neigh = aggregate.mean(block, self.fc_neigh(x))
+            out = aggregate.mean(block, self.fc_neigh(x))
+            if self.bias is not None:
+                out = out + self.bias
+        elif self.bias is not None:
+            # addmm folds the bias and the sum into the products (no extra passes over the output).
+            out = torch.addmm(self.bias, aggregate.mean(block, x), self.fc_neigh.weight.t())
         else:
-            neigh = self.fc_neigh(aggregate.mean(block, x))
-        out = self.fc_self(x_dst) + neigh
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+            out = self.fc_neigh(aggregate.mean(block, x))
+        return torch.addmm(out, x_dst, self.fc_self.weight.t())
 
 
 class GATConv(nn.Module):

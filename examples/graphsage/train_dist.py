@@ -61,7 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--servers-per-machine", type=int, default=1)
     p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: a thread)")
     p.add_argument(
-        "--prefetch", type=int, default=2, help="batches made ahead per worker (0 with 0 workers: sample inline)"
+        "--prefetch",
+        type=int,
+        default=None,
+        help="batches made ahead per worker (default 2); with 0 workers, > 0 samples in a background thread",
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
@@ -362,7 +365,9 @@ def trainer_main(args: argparse.Namespace) -> dict:
             )
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl"
+        # NCCL for the model's CUDA tensors (DDP); gloo for the small CPU collectives
+        # (batch counts, class count, timings) that NCCL cannot carry.
+        backend = "cpu:gloo,cuda:nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend)
