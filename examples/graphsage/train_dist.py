@@ -310,7 +310,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "backend": dist.get_backend() if dist.is_initialized() else None,
         "model": args.model,
         "num_trainers": world,
-        "num_parts": args.num_parts if not args.single else 1,
+        "num_parts": g.get_partition_book().num_partitions,
         "epochs": args.epochs,
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
@@ -357,7 +357,8 @@ def single_main(args: argparse.Namespace) -> dict:
 def trainer_main(args: argparse.Namespace) -> dict:
     """One trainer of a running job: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* and the distgnn env are set."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    set_threads(args, args.trainers_per_machine)
+    # torchrun (under distgnn-launch) says how many trainers share this host.
+    set_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine)))
     if args.device == "cuda":
         if local_rank >= torch.cuda.device_count():
             raise SystemExit(
