@@ -39,7 +39,7 @@ def test_graphsage_clearly_beats_mlp_on_the_synthetic_graph() -> None:
     assert accuracy["sage"] > 0.85, accuracy
 
 
-def run_local(tmp_path: Path, num_workers: int) -> tuple[dict, list[str]]:
+def run_local(tmp_path: Path, num_workers: int) -> tuple[dict, list[str], str]:
     args = [*SMALL, "--local", "--num-parts=2", "--epochs=2", f"--num-workers={num_workers}"]
     args += [f"--workdir={tmp_path}", "--part-method=random"]
     proc = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=240, cwd=ROOT)
@@ -47,13 +47,14 @@ def run_local(tmp_path: Path, num_workers: int) -> tuple[dict, list[str]]:
     lines = proc.stdout.splitlines()
     result = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT ") :])
     losses = [line.split("|")[1] for line in lines if line.startswith("epoch")]
-    return result, losses
+    return result, losses, proc.stderr
 
 
 @pytest.mark.slow
 def test_cluster_training_is_reproducible_for_a_seed_whatever_the_worker_count(tmp_path) -> None:
-    first, first_losses = run_local(tmp_path, num_workers=0)
-    second, second_losses = run_local(tmp_path, num_workers=1)  # also reuses the partition
+    first, first_losses, first_err = run_local(tmp_path, num_workers=0)
+    second, second_losses, second_err = run_local(tmp_path, num_workers=1)
+    assert "partitioned" in first_err and "reusing partition" in second_err
     assert len(first_losses) == 2
     assert first_losses == second_losses
     for key in ("train_loss", "val_acc", "test_acc"):
