@@ -266,8 +266,10 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 batch = next(batches)
                 input_nodes, seeds, blocks = batch
                 t1 = time.perf_counter()
-                x = batch.input_data["feat"] if "feat" in batch.input_data else feat[input_nodes].to(device)
-                y = batch.output_data["label"] if "label" in batch.output_data else label[seeds].to(device)
+                if batch.input_data:
+                    x, y = batch.input_data["feat"], batch.output_data["label"]
+                else:
+                    x, y = feat[input_nodes.cpu()].to(device), label[seeds.cpu()].to(device)
                 t2 = time.perf_counter()
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
