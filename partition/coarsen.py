@@ -13,11 +13,14 @@ numpy instead, the way multilevel partitioners (KaMinPar, Mt-KaHyPar) do them:
   every constraint column, edge weight = summed parallel edges; intra-cluster
   edges vanish);
 * METIS partitions the contracted graph (multi-constraint vertex weights and
-  edge weights) with its usual 3% imbalance;
-* the assignment is projected level by level back to the input, and each level
-  runs a few rounds of label-propagation refinement whose labels are the parts
-  (a node moves to the part it has strictly more edges to, when the move keeps
-  every part under the balance bound of the METIS result).
+  edge weights, best of a few cuts) with its usual 3% imbalance;
+* the assignment is projected level by level back to the input; each level is
+  rebalanced if a part is above the 3% bound, then refined: one round of label
+  propagation whose labels are the parts (a node moves to the part it has
+  strictly more edges to), then a few iterations of Jet-style refinement
+  (Gilbert et al. 2023: small negative gains allowed, an afterburner that
+  re-scores each move as if the better-ranked moves had happened, best cut
+  kept). No move takes a part above the bound.
 
 Graphs are CSR ``(xadj int64, adjncy, adjwgt or None for unit weights)``, both
 directions of every edge, no self loops. ``vwgt`` is ``(N, ncon)`` int64.
@@ -26,7 +29,6 @@ directions of every edge, no self loops. ``vwgt`` is ``(N, ncon)`` int64.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 
@@ -486,10 +488,12 @@ def coarsened_metis(
 ) -> tuple[np.ndarray, int]:
     """Partition the graph ``(xadj, adjncy)`` (symmetric, unit edge weights) into ``num_parts``.
 
-    Clusters and contracts until the graph has at most ``coarse_nodes`` vertices
-    (default ``max(2000, 64 * num_parts)``... grown to keep the cluster size cap
-    at 1/(16 * num_parts) of the total), hands that graph to METIS, then projects
-    back with refinement. ``adjncy`` may be int32. Returns ``(part (N,) int64,
+    Clusters (cluster weight at most ``cluster_frac`` of the total in every
+    ``vwgt`` column; default ``(imbalance - 1) / num_parts``) and contracts, at
+    most ``max_levels`` times and until at most ``coarse_nodes`` vertices remain
+    (default ``max(4096, 256 * num_parts)``), hands that graph to METIS, then
+    projects back with rebalancing and refinement. ``adjncy`` may be int32;
+    ``vwgt`` is ``(N, ncon)`` or None (node counts). Returns ``(part (N,) int64,
     edge cut of the input graph)``.
     """
     n = xadj.shape[0] - 1
@@ -502,7 +506,7 @@ def coarsened_metis(
     g = WeightedGraph(xadj, adjncy, None, vwgt)
     levels: list[tuple[WeightedGraph, np.ndarray]] = []
     while g.num_nodes > coarse_nodes and len(levels) < max_levels:
-        # Cap a cluster so the coarse graph keeps at least ~coarse_nodes / 2 vertices' worth of granularity.
+        # A cluster is at most the 3% slack of one part, so METIS can still balance the coarse graph.
         frac = cluster_frac if cluster_frac is not None else (imbalance - 1) / num_parts
         cap = np.maximum(np.ceil(total * frac).astype(np.int64), 1)
         start = time.perf_counter()
@@ -526,7 +530,6 @@ def coarsened_metis(
         g = coarse
     start = time.perf_counter()
     part = _metis(g, num_parts, seed, metis_ncuts).astype(np.int8 if num_parts < 128 else np.int64)
-    # Balance bound: METIS's 3% (or what METIS reached on the coarse graph, if more).
     part_w = np.stack([np.bincount(part, weights=g.vwgt[:, j], minlength=num_parts) for j in range(total.shape[0])], 1)
     part_w = part_w.astype(np.int64)
     target = np.ceil(imbalance * total / num_parts).astype(np.int64)
@@ -561,4 +564,4 @@ def balance(part: np.ndarray, vwgt: np.ndarray | None, num_parts: int) -> float:
     for j in range(vwgt.shape[1]):
         w = np.bincount(part, weights=vwgt[:, j], minlength=num_parts)
         worst = max(worst, float(w.max() * num_parts / max(w.sum(), 1)))
-    return worst if not math.isnan(worst) else 0.0
+    return worst
