@@ -8,8 +8,11 @@ train), with ``balance_edges`` the in-degree (per train class when both are
 on). Arrays are int64 throughout because that is pymetis' zero-copy index type.
 
 pymetis 2025.2 passes ``ncon = 1`` to METIS whatever the length of
-``vweights``, so several constraints go straight to the METIS library that
-pymetis bundles, through ctypes, with the same arrays.
+``vweights``, so several constraints (and edge weights) go straight to the
+METIS library that pymetis bundles, through ctypes, with the same arrays.
+
+Large graphs (``coarsen="auto"``) are first clustered and contracted in numpy
+(``distgnn.partition.coarsen``), so METIS sees a small weighted graph.
 """
 
 from __future__ import annotations
