@@ -157,7 +157,7 @@ def _dist_graph_description(g) -> dict:
     return {
         "env": ctx.config.to_env(),
         "graph_name": g.graph_name,
-        "part_config": str(g._meta.json_path),
+        "part_config": str(g.part_config),
         "rank": ctx.rank,
         "world_size": ctx.world_size,
     }

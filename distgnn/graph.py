@@ -101,6 +101,11 @@ class DistGraph:
     def rpc(self) -> RpcClient:
         return self.context.client
 
+    @property
+    def part_config(self) -> Path:
+        """Path of the partition JSON this graph was opened from."""
+        return self._meta.json_path
+
     def num_nodes(self) -> int:
         return self._meta.num_nodes
 

@@ -126,7 +126,7 @@ def child_processes() -> list[str]:
     whole pytest process, so they are no test's leftover.
     """
     out = subprocess.run(
-        ["ps", "-o", "pid=,stat=,args=", "--ppid", str(os.getpid())], capture_output=True, text=True, check=False
+        ["ps", "-ww", "-o", "pid=,stat=,args=", "--ppid", str(os.getpid())], capture_output=True, text=True, check=False
     )
     live = []
     for line in out.stdout.splitlines():

@@ -31,6 +31,11 @@ def _kernel():
     return kernels.sample_neighbors
 
 
+def prepare() -> None:
+    """Load the sampling kernel now (building it once if needed) instead of on the first request."""
+    _kernel()
+
+
 def sample_neighbors(
     indptr: np.ndarray,
     indices: np.ndarray,

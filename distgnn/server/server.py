@@ -25,6 +25,7 @@ from distgnn.errors import ConfigError, DistGNNError
 from distgnn.partition.format import read_meta
 from distgnn.rpc import wire
 from distgnn.rpc.auth import secure_server
+from distgnn.server import sampling
 from distgnn.server.handlers import HANDLERS, ServerState
 from distgnn.server.store import load_partition
 
@@ -77,6 +78,9 @@ class GraphServer:
         auth = None
         try:
             self.state = ServerState(cfg, self._open_partition())
+            # Load (or build, once) the sampling kernel before listening: a first build inside a
+            # client's sample call could outlast that call's deadline.
+            sampling.prepare()
             auth = secure_server(ctx, sock, cfg.token, cfg.curve)
             host, port = cfg.server_address(cfg.machine_id, cfg.server_id)
             sock.bind(f"tcp://{host}:{port}")
