@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import distgnn.rpc.wire as wire
 from distgnn import shm
 from distgnn.context import DistContext, get_context
 from distgnn.errors import InputError
-from distgnn.rpc import wire
 
 # Remote pulls travel in requests of about this many bytes (see DistTensor.__getitem__).
 PULL_CHUNK_BYTES = 4 << 20

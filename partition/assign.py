@@ -7,9 +7,8 @@ multi-constraint vertex weights, again as DistDGL builds them: with
 train), with ``balance_edges`` the in-degree (per train class when both are
 on). Arrays are int64 throughout because that is pymetis' zero-copy index type.
 
-pymetis 2025.2 passes ``ncon = 1`` to METIS whatever the length of
-``vweights``, so several constraints (and edge weights) go straight to the
-METIS library that pymetis bundles, through ctypes, with the same arrays.
+Several constraints (and edge weights) go through ``distgnn.partition.metis``,
+since pymetis itself passes METIS only one.
 
 Large graphs (``coarsen="auto"``) are first clustered and contracted in numpy
 (``distgnn.partition.coarsen``), so METIS sees a small weighted graph.
@@ -17,12 +16,13 @@ Large graphs (``coarsen="auto"``) are first clustered and contracted in numpy
 
 from __future__ import annotations
 
-import ctypes
 import logging
 
 import numpy as np
 
 from distgnn.errors import InputError
+from distgnn.partition.coarsen import coarsened_metis
+from distgnn.partition.metis import metis_kway
 
 logger = logging.getLogger(__name__)
 
@@ -78,65 +78,6 @@ def _vertex_weights(
     return np.ascontiguousarray(np.stack(columns, axis=1))
 
 
-_METIS_OK = 1
-_METIS_STATUS = {-2: "input error", -3: "out of memory", -4: "error"}
-
-
-def metis_kway(
-    xadj: np.ndarray,
-    adjncy: np.ndarray,
-    vweights: np.ndarray | None,
-    adjwgt: np.ndarray | None,
-    num_parts: int,
-    seed: int,
-    ncuts: int = 1,
-) -> tuple[np.ndarray, int]:
-    """``METIS_PartGraphKway`` on int64 CSR with ``ncon = vweights.shape[1]`` constraints and optional edge weights.
-
-    ``ncuts``: METIS computes that many partitions and keeps the best. Returns ``(part, edge_cut)``.
-    """
-    import pymetis
-    from pymetis import _internal
-
-    if _internal._idx_type_width() != 64:
-        raise InputError("this METIS call needs pymetis built with 64-bit METIS indices")
-    lib = ctypes.CDLL(_internal.__file__)
-    idx = ctypes.c_int64
-
-    def ptr(arr: np.ndarray | None):
-        if arr is None:
-            return None
-        assert arr.dtype == np.int64 and arr.flags.c_contiguous
-        return arr.ctypes.data_as(ctypes.POINTER(idx))
-
-    options = np.zeros(64, dtype=np.int64)  # METIS_NOPTIONS is 40; room to spare
-    lib.METIS_SetDefaultOptions(ptr(options))
-    options[int(pymetis.OptionKey.SEED)] = seed
-    options[int(pymetis.OptionKey.NUMBERING)] = 0
-    options[int(pymetis.OptionKey.NCUTS)] = ncuts
-    part = np.empty(xadj.shape[0] - 1, dtype=np.int64)
-    ncon = 1 if vweights is None else vweights.shape[1]
-    nvtxs, ncon_c, nparts, edge_cut = idx(part.shape[0]), idx(ncon), idx(num_parts), idx(0)
-    status = lib.METIS_PartGraphKway(
-        ctypes.byref(nvtxs),
-        ctypes.byref(ncon_c),
-        ptr(xadj),
-        ptr(adjncy),
-        ptr(vweights),
-        None,
-        ptr(adjwgt),
-        ctypes.byref(nparts),
-        None,
-        None,
-        ptr(options),
-        ctypes.byref(edge_cut),
-        ptr(part),
-    )
-    if status != _METIS_OK:
-        raise InputError(f"METIS failed ({_METIS_STATUS.get(status, status)}) with {ncon} balance constraints")
-    return part, int(edge_cut.value)
-
-
 COARSEN_MODES = ("auto", "on", "off")
 # "auto" coarsens when METIS would see at least this many adjacency entries.
 COARSEN_MIN_ENTRIES = 2_000_000
@@ -170,8 +111,6 @@ def metis_assignment(
     logger.info("METIS input: %d nodes, %d adjacency entries (symmetrised)", num_nodes, adjncy.shape[0])
     vweights = _vertex_weights(dst, num_nodes, train_mask, balance_edges)
     if coarsen == "on" or (coarsen == "auto" and adjncy.shape[0] >= COARSEN_MIN_ENTRIES):
-        from distgnn.partition.coarsen import coarsened_metis
-
         if num_nodes < np.iinfo(np.int32).max:
             adjncy = adjncy.astype(np.int32)
         return coarsened_metis(xadj, adjncy, vweights, num_parts, seed)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distgnn.partition.metis import metis_kway
+
 logger = logging.getLogger(__name__)
 
 # Adjacency entries handled at once when contracting (bounds the scratch arrays).
@@ -456,8 +458,6 @@ def rebalance(
 
 
 def _metis(g: WeightedGraph, num_parts: int, seed: int, ncuts: int) -> np.ndarray:
-    from distgnn.partition.assign import metis_kway
-
     part, _ = metis_kway(
         g.xadj,
         g.adjncy.astype(np.int64),

@@ -8,7 +8,8 @@ import pytest
 from distgnn.data import synthetic
 from distgnn.errors import InputError
 from distgnn.partition import coarsen
-from distgnn.partition.assign import _vertex_weights, metis_assignment, metis_kway, symmetric_csr
+from distgnn.partition.assign import _vertex_weights, metis_assignment, symmetric_csr
+from distgnn.partition.metis import metis_kway
 
 
 def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distgnn.nn import aggregate
+import distgnn.nn.aggregate as aggregate
 from distgnn.sampling.block import Block
 
 

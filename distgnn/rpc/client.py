@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import zmq
 
+import distgnn.rpc.wire as wire
 from distgnn.config import JobConfig
 from distgnn.errors import ProtocolError, RpcError, RpcTimeoutError
-from distgnn.rpc import wire
 from distgnn.rpc.auth import secure_client
 
 log = logging.getLogger(__name__)

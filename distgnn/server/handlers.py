@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+import distgnn.rpc.wire as wire
 from distgnn import shm
 from distgnn.config import JobConfig
 from distgnn.errors import InputError, ProtocolError
-from distgnn.rpc import wire
 from distgnn.server.sampling import sample_neighbors
 from distgnn.server.store import create_tensor
 

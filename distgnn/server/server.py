@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import zmq
 
+import distgnn.rpc.wire as wire
 from distgnn import shm
 from distgnn.config import JobConfig
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.partition.format import read_meta
-from distgnn.rpc import wire
 from distgnn.rpc.auth import secure_server
 from distgnn.server import sampling
 from distgnn.server.handlers import HANDLERS, ServerState
