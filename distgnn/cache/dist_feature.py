@@ -1,0 +1,183 @@
+"""``CachedFeature``: a node feature ``DistTensor`` read through the tiered gather on the trainer's device.
+
+``cf[ids]`` equals ``dist_tensor[ids]`` but lands on ``device`` and reads each row from the cheapest tier:
+hot rows from the GPU cache, rows of this machine's partition zero-copy from the shared-memory mapping
+(registered with ``cudaHostRegister`` on a GPU), and only the remaining remote rows are pulled over RPC into a
+staging tier. One :func:`distgnn.cache.gather` call then fills the batch. On a CPU device (or without the CUDA
+extension) the same code runs the torch reference path, with identical rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from distgnn.cache.extension import extension_available
+from distgnn.cache.feature_cache import FeatureCache
+from distgnn.cache.gather import gather, remote_misses
+from distgnn.cache.host_memory import HostRegistration
+from distgnn.cache.hot_set import choose_hot_set
+from distgnn.cache.tiers import FEATURE_DTYPES, HostTier, StagingTier
+from distgnn.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from distgnn.tensor import DistTensor
+
+POLICIES = ("replicate",)
+
+
+def _as_id_tensor(ids: Any, bound: int, what: str) -> torch.Tensor:
+    """``ids`` as a 1-D int64 CPU tensor; InputError unless every id is in ``[0, bound)``."""
+    ids = ids.detach().cpu() if isinstance(ids, torch.Tensor) else torch.as_tensor(ids)
+    if ids.dim() != 1 or (
+        ids.numel() and (ids.dtype.is_floating_point or ids.dtype in (torch.bool, torch.complex64, torch.complex128))
+    ):
+        raise InputError(f"{what} ids must be a 1-d integer tensor, got {ids.dtype}{list(ids.shape)}")
+    ids = ids.to(torch.int64)
+    if ids.numel():
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high >= bound:
+            raise InputError(f"{what} id {low if low < 0 else high} out of range [0, {bound})")
+    return ids
+
+
+class CachedFeature:
+    """Reads rows of a node ``DistTensor`` onto ``device`` through a hot-row cache.
+
+    Args:
+        tensor: a 2-D float32/float16/bfloat16 node tensor (for instance ``g.ndata["feat"]``).
+        device: where ``__getitem__`` puts the rows (and the cache lives).
+        budget_bytes: cache bytes on ``device``; 0 caches nothing (local and remote tiers only).
+        hot_ids: ids to cache, hottest first (cut to the budget); None ranks every node by in-degree.
+        graph: the ``DistGraph`` whose in-degrees rank the nodes when ``hot_ids`` is None.
+        policy: ``"replicate"`` (each trainer's GPU holds its own copy of the hot rows).
+        impl: passed to :func:`distgnn.cache.gather` (``"auto"``, ``"cuda"`` or ``"torch"``).
+
+    Counters (since construction or :meth:`reset_stats`): ``lookups`` ids asked for, ``cache_hits``,
+    ``local_rows`` read from this machine's partition, ``remote_rows`` ids answered by the staging tier and
+    ``remote_fetched`` distinct rows pulled over RPC. Call :meth:`close` (or use ``with``) to unregister the
+    host memory.
+    """
+
+    def __init__(
+        self,
+        tensor: DistTensor,
+        device: torch.device | str,
+        budget_bytes: int,
+        *,
+        hot_ids: torch.Tensor | None = None,
+        graph: Any = None,
+        policy: str = "replicate",
+        impl: str = "auto",
+    ) -> None:
+        if policy not in POLICIES:
+            raise ConfigError(f"CachedFeature policy must be one of {POLICIES}, got {policy!r}")
+        if tensor.part_policy != "node" or len(tensor.shape) != 2 or tensor.dtype not in FEATURE_DTYPES:
+            raise InputError(f"CachedFeature needs a 2-D float32/float16/bfloat16 node tensor, got {tensor!r}")
+        if budget_bytes < 0:
+            raise ConfigError(f"budget_bytes must be >= 0, got {budget_bytes}")
+        self.tensor = tensor
+        self.device = torch.device(device)
+        self.impl = impl
+        num_nodes, width = tensor.shape
+        row_bytes = width * torch.empty(0, dtype=tensor.dtype).element_size()
+
+        with warnings.catch_warnings():  # the shared-memory rows are read-only; nothing here writes them
+            warnings.simplefilter("ignore", UserWarning)
+            local_rows = torch.from_numpy(tensor._local)
+        self.host = HostTier(local_rows, tensor._local_start)
+        self._registration: HostRegistration | None = None
+        self._pin = self.device.type == "cuda" and extension_available() and impl != "torch"
+        if self._pin:
+            self._registration = HostRegistration(local_rows)
+
+        self.cache: FeatureCache | None = None
+        capacity = min(num_nodes, budget_bytes // row_bytes)
+        if capacity > 0:
+            if hot_ids is None:
+                if graph is None:
+                    raise ConfigError("CachedFeature needs hot_ids or a graph (to rank nodes by in-degree)")
+                in_degree = graph.in_degrees(torch.arange(num_nodes))
+                hot_ids = choose_hot_set(budget_bytes, row_bytes, num_nodes, in_degree=in_degree)
+            hot_ids = torch.as_tensor(hot_ids, dtype=torch.int64).cpu()[:capacity]
+            self.cache = FeatureCache.replicate(hot_ids, tensor[hot_ids], num_nodes, self.device)
+        self.reset_stats()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tensor.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensor.dtype
+
+    def __len__(self) -> int:
+        return self.tensor.shape[0]
+
+    def __getitem__(self, ids: Any) -> torch.Tensor:
+        """Rows ``ids`` (1-D integer ids, any order, repeats allowed, any device) as a ``(len(ids), F)`` tensor on the device."""
+        ids_cpu = _as_id_tensor(ids, len(self), self.tensor.name)
+        misses = remote_misses(ids_cpu, cache=self.cache, host=self.host)
+        staging = None
+        if misses.numel():
+            rows = self.tensor[misses]
+            staging = StagingTier(misses, rows.pin_memory() if self._pin else rows)
+        out = torch.empty((ids_cpu.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
+        device_ids = ids if isinstance(ids, torch.Tensor) and ids.device == self.device else ids_cpu.to(self.device)
+        gather(out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl)
+        self.lookups += ids_cpu.shape[0]
+        self.remote_fetched += misses.numel()
+        if misses.numel():
+            self._remote_rows += torch.isin(ids_cpu, misses).sum()
+        return out
+
+    @property
+    def cache_hits(self) -> int:
+        return self.cache.stats.hits if self.cache is not None else 0
+
+    @property
+    def remote_rows(self) -> int:
+        return int(self._remote_rows)
+
+    @property
+    def local_rows(self) -> int:
+        return self.lookups - self.cache_hits - self.remote_rows
+
+    def hit_rate(self) -> float:
+        """Fraction of looked-up ids served by the GPU cache (0.0 before any lookup)."""
+        return self.cache_hits / self.lookups if self.lookups else 0.0
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "lookups": self.lookups,
+            "cache_hits": self.cache_hits,
+            "local_rows": self.local_rows,
+            "remote_rows": self.remote_rows,
+            "remote_fetched": self.remote_fetched,
+            "hit_rate": self.hit_rate(),
+        }
+
+    def reset_stats(self) -> None:
+        self.lookups = 0
+        self.remote_fetched = 0
+        self._remote_rows = torch.zeros((), dtype=torch.int64)
+        if self.cache is not None:
+            self.cache.stats.reset()
+
+    def close(self) -> None:
+        """Unregisters the host rows; safe to call twice."""
+        if self._registration is not None:
+            self._registration.close()
+            self._registration = None
+
+    def __enter__(self) -> CachedFeature:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        rows = self.cache.capacity if self.cache is not None else 0
+        return f"CachedFeature({self.tensor.name!r}, device={self.device}, cached_rows={rows}, policy=replicate)"

@@ -1,0 +1,154 @@
+"""CachedFeature on a 2-machine cluster: rows equal the plain DistTensor's; counters split hits/local/remote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from serving_graphs import child_processes, job_files, small_graph
+
+import distgnn
+from distgnn.cache.dist_feature import CachedFeature
+from distgnn.cluster import LocalCluster
+from distgnn.context import connect
+from distgnn.errors import ConfigError, InputError
+from distgnn.partition.format import read_meta
+from distgnn.tensor import DistTensor
+
+NUM_NODES = 500
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    graph = small_graph(tmp_path_factory.mktemp("cached") / "out", num_parts=2, num_nodes=NUM_NODES, num_edges=4000)
+    with LocalCluster(graph.json_path, servers_per_machine=1, rpc_timeout_s=20, num_trainers=1) as cluster:
+        contexts = [connect(cluster.config(m), rank=m, world_size=2) for m in range(2)]
+        try:
+            yield graph, contexts
+        finally:
+            for ctx in contexts:
+                ctx.close()
+    assert job_files(cluster.job_id) == []
+    assert child_processes() == []
+
+
+def _feat(graph, ctx) -> DistTensor:
+    return DistTensor.attach(graph.ndata["feat"].shape, torch.float32, "feat", "node", ctx)
+
+
+def _cases(graph, machine, rng):
+    start, end = graph.node_map[machine]
+    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
+    return {
+        "random_with_repeats": rng.integers(0, graph.num_nodes, 700),
+        "unsorted_unique": rng.permutation(graph.num_nodes)[:300],
+        "empty": np.zeros(0, np.int64),
+        "all_local": rng.integers(start, end, 120),
+        "all_remote": rng.choice(other, 150),
+        "single": np.array([graph.num_nodes - 1]),
+    }
+
+
+@pytest.mark.parametrize("machine", [0, 1])
+@pytest.mark.parametrize("cached_rows", [0, 37, NUM_NODES])
+def test_rows_equal_the_plain_dist_tensor(served, machine, cached_rows):
+    graph, contexts = served
+    feat = _feat(graph, contexts[machine])
+    rng = np.random.default_rng(10 * machine + cached_rows)
+    hot = torch.from_numpy(rng.permutation(graph.num_nodes)[:cached_rows])
+    row_bytes = 4 * feat.shape[1]
+    with CachedFeature(feat, "cpu", cached_rows * row_bytes, hot_ids=hot) as cf:
+        for case, ids in _cases(graph, machine, rng).items():
+            ids = torch.from_numpy(ids.astype(np.int64))
+            got = cf[ids]
+            assert got.shape == (len(ids), feat.shape[1]) and got.dtype == torch.float32, case
+            torch.testing.assert_close(got, feat[ids], rtol=0, atol=0, msg=case)
+            np.testing.assert_array_equal(got.numpy(), graph.ndata["feat"][ids.numpy()], err_msg=case)
+
+
+def test_counters_split_hits_local_and_remote(served):
+    graph, contexts = served
+    machine = 0
+    feat = _feat(graph, contexts[machine])
+    start, end = graph.node_map[machine]
+    rng = np.random.default_rng(3)
+    hot = rng.permutation(graph.num_nodes)[:60]
+    cf = CachedFeature(feat, "cpu", 60 * 4 * feat.shape[1], hot_ids=torch.from_numpy(hot))
+    ids = rng.integers(0, graph.num_nodes, 900)  # repeats on purpose: every lookup counts
+    cf[torch.from_numpy(ids)]
+    cf[ids[:100].tolist()]  # a plain list works too
+    looked_up = np.concatenate([ids, ids[:100]])
+    hit = np.isin(looked_up, hot)
+    local = ~hit & (looked_up >= start) & (looked_up < end)
+    remote = ~hit & ~local
+    assert cf.lookups == len(looked_up)
+    assert cf.cache_hits == int(hit.sum())
+    assert cf.local_rows == int(local.sum())
+    assert cf.remote_rows == int(remote.sum())
+    fetched = len(np.unique(ids[~np.isin(ids, hot) & ((ids < start) | (ids >= end))]))
+    fetched += len(np.unique(ids[:100][~np.isin(ids[:100], hot) & ((ids[:100] < start) | (ids[:100] >= end))]))
+    assert cf.remote_fetched == fetched
+    assert cf.hit_rate() == pytest.approx(hit.mean())
+    cf.reset_stats()
+    assert cf.stats() == {
+        "lookups": 0,
+        "cache_hits": 0,
+        "local_rows": 0,
+        "remote_rows": 0,
+        "remote_fetched": 0,
+        "hit_rate": 0.0,
+    }
+
+
+def test_hot_set_by_in_degree_from_the_dist_graph(served):
+    graph, contexts = served
+    machine = 1
+    g = distgnn.DistGraph(read_meta(graph.json_path).graph_name, graph.json_path, context=contexts[machine])
+    degree = np.bincount(graph.dst, minlength=graph.num_nodes)
+    k = 25
+    cf = CachedFeature(g.ndata["feat"], "cpu", k * 4 * 8 + 3, graph=g)  # a partial row's bytes buy nothing
+    top = np.lexsort((np.arange(graph.num_nodes), -degree))[:k]
+    ids = torch.from_numpy(top)
+    torch.testing.assert_close(cf[ids], g.ndata["feat"][ids], rtol=0, atol=0)
+    assert cf.cache.capacity == k and cf.cache_hits == k and cf.hit_rate() == 1.0
+    rest = torch.from_numpy(np.setdiff1d(np.arange(graph.num_nodes), top))
+    torch.testing.assert_close(cf[rest], g.ndata["feat"][rest], rtol=0, atol=0)
+    assert cf.cache_hits == k
+
+
+def test_bad_input_raises(served):
+    graph, contexts = served
+    feat = _feat(graph, contexts[0])
+    with pytest.raises(ConfigError, match="hot_ids or a graph"):
+        CachedFeature(feat, "cpu", 1 << 20)
+    with pytest.raises(ConfigError, match="policy"):
+        CachedFeature(feat, "cpu", 0, policy="clique")
+    label = DistTensor.attach((NUM_NODES,), torch.int64, "label", "node", contexts[0])
+    with pytest.raises(InputError, match="node tensor"):
+        CachedFeature(label, "cpu", 0)
+    cf = CachedFeature(feat, "cpu", 0)
+    assert cf.cache is None
+    with pytest.raises(InputError, match="out of range"):
+        cf[torch.tensor([0, NUM_NODES])]
+    with pytest.raises(InputError, match="1-d integer"):
+        cf[torch.tensor([0.5])]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("impl", ["auto", "torch"])
+def test_cuda_rows_equal_the_plain_dist_tensor(served, impl):
+    graph, contexts = served
+    machine = 1
+    feat = _feat(graph, contexts[machine])
+    rng = np.random.default_rng(7)
+    hot = torch.from_numpy(rng.permutation(graph.num_nodes)[:90])
+    with CachedFeature(feat, "cuda", 90 * 4 * feat.shape[1], hot_ids=hot, impl=impl) as cf:
+        if impl == "auto" and distgnn.cache.extension_available():
+            assert cf._registration is not None and cf._registration.registered
+        for case, ids in _cases(graph, machine, rng).items():
+            for ids_device in ("cpu", "cuda"):
+                ids_t = torch.from_numpy(ids.astype(np.int64)).to(ids_device)
+                got = cf[ids_t]
+                assert got.device.type == "cuda", case
+                np.testing.assert_array_equal(got.cpu().numpy(), graph.ndata["feat"][ids], err_msg=case)
+        assert 0 < cf.hit_rate() < 1
