@@ -79,6 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=4, help="gat: attention heads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument(
+        "--cache-gb",
+        type=float,
+        default=None,
+        help="GB of hot feature rows (by in-degree) cached on each trainer's device; 'feat' is then read\n"
+        "through distgnn.cache (default: 1.0 with --device cuda, 0 = off on cpu)",
+    )
     p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
     p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
@@ -88,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument("--single", action="store_true", help="single-process reference run")
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
+    if args.cache_gb is None:
+        args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     return args
 
 
@@ -237,6 +246,12 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     sampler = NeighborSampler(args.fanouts)
+    feat, label = g.ndata["feat"], g.ndata["label"]
+    cached = None
+    if args.cache_gb > 0 and isinstance(feat, distgnn.DistTensor):
+        from distgnn.cache.dist_feature import CachedFeature
+
+        cached = CachedFeature(feat, device, int(args.cache_gb * 1e9), graph=g)
     loader = DistNodeDataLoader(
         g,
         train_nids,
@@ -247,12 +262,13 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         prefetch=args.prefetch,
         device=device,
         seed=args.seed,
-        input_feats=("feat",) if args.prefetch or args.num_workers else (),
+        # With the cache, features are gathered in this loop on the device instead of by the loader.
+        input_feats=("feat",) if (args.prefetch or args.num_workers) and cached is None else (),
         output_feats=("label",) if args.prefetch or args.num_workers else (),
     )
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
-    feat, label = g.ndata["feat"], g.ndata["label"]
     epoch_times, seps_list = [], []
+    cache_counts = [0.0, 0.0]  # hits, lookups over all trainers and epochs
     try:
         for epoch in range(args.epochs):
             model.train()
@@ -266,10 +282,13 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 batch = next(batches)
                 input_nodes, seeds, blocks = batch
                 t1 = time.perf_counter()
-                if batch.input_data:
-                    x, y = batch.input_data["feat"], batch.output_data["label"]
+                if "feat" in batch.input_data:
+                    x = batch.input_data["feat"]
+                elif cached is not None:
+                    x = cached[input_nodes]
                 else:
-                    x, y = feat[input_nodes.cpu()].to(device), label[seeds.cpu()].to(device)
+                    x = feat[input_nodes.cpu()].to(device)
+                y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
                 t2 = time.perf_counter()
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
@@ -295,17 +314,25 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
             )
             epoch_times.append(slowest[0])
+            cache_note = ""
+            if cached is not None:
+                hits, lookups = all_reduce([cached.cache_hits, cached.lookups])
+                cached.reset_stats()
+                cache_counts = [cache_counts[0] + hits, cache_counts[1] + lookups]
+                cache_note = f" | cache hit {hits / max(lookups, 1):.1%}"
             seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
             if verbose:
                 print(
                     f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | train acc {correct / max(seen, 1):.4f} | "
                     f"time {slowest[0]:.2f}s (sample {slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, "
                     f"compute {slowest[3]:.2f}s, waited for batches {slowest[4]:.2f}s) | "
-                    f"{seps_list[-1]:,.0f} sampled edges/s",
+                    f"{seps_list[-1]:,.0f} sampled edges/s{cache_note}",
                     flush=True,
                 )
     finally:
         loader.close()
+        if cached is not None:
+            cached.close()
     result = {
         "dataset": args.dataset,
         "device": str(device),
@@ -319,6 +346,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "epoch_times_s": [round(t, 4) for t in epoch_times],
         "seps": statistics.median(seps_list) if seps_list else None,
         "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
+        "cache_gb": args.cache_gb if cached is not None else 0.0,
+        "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
     if not args.no_eval:
         t = time.perf_counter()
