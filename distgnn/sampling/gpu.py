@@ -1,0 +1,167 @@
+"""Uniform neighbour sampling on the GPU, with the semantics of :func:`distgnn.sampling.kernels.sample_neighbors`.
+
+The CSC graph (``indptr``, ``indices``) lives either in GPU memory or in pinned host memory that the kernel
+reads zero-copy over PCIe (UVA), so a partition larger than the GPU can still be sampled there; each tensor
+may sit in either tier. The kernel (``csrc/cuda/sample.cu``) runs two passes: count the picks per seed,
+scan, fill the positions (and optionally the neighbour ids). It is built on first use with
+``torch.utils.cpp_extension.load`` into ``~/.cache/distgnn/extensions/sample-<torch>-<cuda>-<sm>``.
+
+Differences from the CPU kernel: the same counts and the same per-seed groups in seed order, but a
+different random stream, and within a group the picks come in draw order (ascending only when every edge
+is taken). On a machine where torch has no CUDA, :func:`sample_neighbors` runs the C++ CPU kernel instead
+(same results as :func:`distgnn.sampling.kernels.sample_neighbors` for the same ``rng_seed``) and returns
+CPU tensors.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from distgnn.errors import ExtensionBuildError
+
+logger = logging.getLogger(__name__)
+
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cuda"
+SOURCES = ("sample_binding.cpp", "sample.cu")
+EXTENSION_NAME = "distgnn_sample_cuda"
+
+
+def build_directory() -> Path:
+    """Where the extension for this torch/CUDA/GPU combination is built and cached."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "distgnn" / "extensions"
+    major, minor = torch.cuda.get_device_capability()
+    tag = f"torch{torch.__version__.split('+')[0]}-cu{torch.version.cuda}-sm{major}{minor}"
+    return root / f"sample-{tag}"
+
+
+@functools.lru_cache(maxsize=1)
+def _load_once() -> ModuleType | ExtensionBuildError:
+    """Loads the extension, or returns (not raises) why it cannot be, so a failure is remembered too."""
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return ExtensionBuildError("CUDA is not available to torch")
+    missing = [name for name in SOURCES if not (SOURCE_DIR / name).is_file()]
+    if missing:
+        return ExtensionBuildError(f"CUDA sources {missing} not found under {SOURCE_DIR}")
+    from torch.utils import cpp_extension
+
+    build_dir = build_directory()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if not (build_dir / f"{EXTENSION_NAME}.so").exists():
+        logger.warning("building the distgnn CUDA sampling extension in %s (first use here)", build_dir)
+    try:
+        return cpp_extension.load(
+            name=EXTENSION_NAME,
+            sources=[str(SOURCE_DIR / name) for name in SOURCES],
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=["-O3", "-lineinfo"],
+            build_directory=str(build_dir),
+            verbose=logger.isEnabledFor(logging.DEBUG),
+        )
+    except (RuntimeError, OSError, ImportError) as exc:
+        return ExtensionBuildError(f"building the CUDA sampling extension in {build_dir} failed: {exc}")
+
+
+def load_extension() -> ModuleType:
+    """The compiled extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
+    result = _load_once()
+    if isinstance(result, ExtensionBuildError):
+        raise result
+    return result
+
+
+def sample_neighbors(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    seeds: torch.Tensor,
+    fanout: int,
+    replace: bool = False,
+    rng_seed: int = 0,
+    return_neighbors: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Pick up to ``fanout`` in-neighbours of each seed, uniformly, on the GPU.
+
+    Args:
+        indptr: ``(num_nodes + 1,)`` int64 CSC row pointer, on the GPU or in pinned host memory.
+        indices: ``(num_edges,)`` int32 or int64 source node per edge position, on the GPU or pinned.
+        seeds: ``(num_seeds,)`` integer node ids (``0 <= seed < num_nodes``), repeats allowed, anywhere
+            (copied to the sampling GPU when elsewhere).
+        fanout: picks per seed, ``-1`` for all.
+        replace: draw with replacement.
+        rng_seed: seed of the random streams; seed ``i`` draws from a stream keyed by ``(rng_seed, i)``.
+        return_neighbors: also return ``indices[positions]`` as int64 (read in the fill pass, so
+            zero-copy ``indices`` need not be copied to the GPU).
+
+    Returns:
+        ``counts`` ``(num_seeds,)`` int64 and ``positions`` ``(counts.sum(),)`` int64 on the sampling GPU:
+        ``min(fanout, degree)`` picks without replacement, ``fanout`` with replacement when the degree is
+        positive, every edge for ``fanout=-1``; positions grouped by seed in seed order (order inside a
+        group: see the module docstring); with ``return_neighbors`` a third tensor, the neighbour ids.
+        The sampling GPU is ``indptr``'s, else ``indices``', else ``seeds``', else the current device.
+        Without CUDA: the CPU kernel's result, as CPU tensors.
+
+    Raises:
+        TypeError: an argument is not a tensor.
+        ValueError: a dtype or shape is wrong, a seed is out of range, ``indptr`` is corrupt, or a CPU
+            tensor is not pinned while CUDA is available.
+        ExtensionBuildError: CUDA is available but the extension could not be built.
+    """
+    for name, tensor in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
+    if indptr.dtype != torch.int64 or len(indptr) < 1:
+        raise ValueError(f"indptr must be int64 with num_nodes + 1 >= 1 entries, got {indptr.dtype} of {len(indptr)}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices must be int32 or int64, got {indices.dtype}")
+    if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
+        raise ValueError(f"seeds must be an integer tensor, got {seeds.dtype}")
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < -1:
+        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
+
+    if not torch.cuda.is_available():
+        return _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors)
+
+    device = next((t.device for t in (indptr, indices, seeds) if t.is_cuda), None)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    for name, tensor in (("indptr", indptr), ("indices", indices)):
+        if not tensor.is_cuda and not tensor.is_pinned():
+            raise ValueError(f"{name} is in pageable host memory: move it to the GPU or pin it (tensor.pin_memory())")
+        if not tensor.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    seeds = seeds.to(device=device, dtype=torch.int64).contiguous()
+    return tuple(
+        load_extension().sample_neighbors(
+            indptr,
+            indices,
+            seeds,
+            int(fanout),
+            bool(replace),
+            int(rng_seed) % 2**64,
+            bool(return_neighbors),
+            device.index,
+        )
+    )
+
+
+def _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors):
+    """The C++ CPU kernel on the same tensors (machines without CUDA)."""
+    from distgnn.sampling import kernels
+
+    result = kernels.sample_neighbors(
+        indptr.contiguous().numpy(),
+        indices.contiguous().numpy(),
+        seeds.to(torch.int64).contiguous().numpy(),
+        fanout,
+        replace=replace,
+        rng_seed=rng_seed,
+        return_neighbors=return_neighbors,
+    )
+    return tuple(torch.from_numpy(array) for array in result)
