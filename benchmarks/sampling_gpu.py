@@ -69,7 +69,7 @@ def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads):
     rng = np.random.default_rng(0)
     rng_seed = 0
 
-    def batch(_timed_calls=False):
+    def batch():
         nonlocal rng_seed
         frontier = rng.integers(0, num_nodes, batch_size)
         edges = 0
@@ -101,7 +101,7 @@ def measure(untimed_batch, timed_batch, seconds, sync):
     pipeline = time.perf_counter() - start
     sample_edges = sample_time = 0.0
     for _ in range(batches):
-        e, t = timed_batch(True)
+        e, t = timed_batch()
         sample_edges += e
         sample_time += t
     return {

@@ -137,18 +137,31 @@ def sample_neighbors(
         if not tensor.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     seeds = seeds.to(device=device, dtype=torch.int64).contiguous()
-    return tuple(
-        load_extension().sample_neighbors(
-            indptr,
-            indices,
-            seeds,
-            int(fanout),
-            bool(replace),
-            int(rng_seed) % 2**64,
-            bool(return_neighbors),
-            device.index,
-        )
+    counts, positions, bits, *neighbors = load_extension().sample_neighbors(
+        indptr,
+        indices,
+        seeds,
+        int(fanout),
+        bool(replace),
+        int(rng_seed) % 2**64,
+        bool(return_neighbors),
+        device.index,
     )
+    _raise_for(int(bits.item()), len(indptr) - 1, len(indices))
+    return (counts, positions, *neighbors)
+
+
+# Error bits of the count pass (SampleFlag in csrc/cuda/sample.h).
+_SEED_OUT_OF_RANGE, _CORRUPT_INDPTR, _INDPTR_END = 1, 2, 4
+
+
+def _raise_for(bits: int, num_nodes: int, num_edges: int) -> None:
+    if bits & _INDPTR_END:
+        raise ValueError(f"indptr[-1] must equal len(indices) = {num_edges}")
+    if bits & _SEED_OUT_OF_RANGE:
+        raise ValueError(f"seeds must be node ids in [0, {num_nodes})")
+    if bits & _CORRUPT_INDPTR:
+        raise ValueError("indptr is corrupt: a seed's range is decreasing or leaves [0, len(indices)]")
 
 
 def _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors):
