@@ -128,6 +128,9 @@ def sample_neighbors(
     if not torch.cuda.is_available():
         return _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors)
 
+    graph_devices = {t.device for t in (indptr, indices) if t.is_cuda}
+    if len(graph_devices) > 1:
+        raise ValueError(f"indptr and indices are on different GPUs ({indptr.device}, {indices.device})")
     device = next((t.device for t in (indptr, indices, seeds) if t.is_cuda), None)
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
