@@ -12,33 +12,24 @@ from distgnn.nn.conv import GATConv, SAGEConv
 from distgnn.sampling.block import Block
 
 
-class GraphSAGE(nn.Module):
-    """``num_layers`` SAGEConv layers with ReLU and dropout between them.
+class _LayerStack(nn.Module):
+    """What the models share: ``self.layers`` and ``forward_layer(i, block, x)`` make ``forward``.
 
-    ``forward(blocks, x)`` takes ``len(blocks) == num_layers`` Blocks and the
-    input features ``(blocks[0].num_src, in_feats)``; returns logits
+    ``forward(blocks, x)`` takes ``len(blocks) == num_layers`` Blocks, input layer
+    first, and the input features ``(blocks[0].num_src, in_feats)``; returns
     ``(blocks[-1].num_dst, num_classes)``. ``forward_layer`` runs one layer, for
-    layer-wise inference over all nodes.
+    layer-wise inference over all nodes; ``layer_dims[i]`` is its output width.
     """
 
-    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5):
-        super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
-        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
-        self.layers = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
-        self.dropout = nn.Dropout(dropout)
-        self.layer_dims = dims[1:]
+    layers: nn.ModuleList
+    layer_dims: list[int]
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
-        h = self.layers[i](block, x)
-        if i != self.num_layers - 1:
-            h = self.dropout(F.relu(h))
-        return h
+        raise NotImplementedError
 
     def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
         if len(blocks) != self.num_layers:
@@ -49,7 +40,26 @@ class GraphSAGE(nn.Module):
         return h
 
 
-class GAT(nn.Module):
+class GraphSAGE(_LayerStack):
+    """``num_layers`` SAGEConv layers with ReLU and dropout between them."""
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
+        self.dropout = nn.Dropout(dropout)
+        self.layer_dims = dims[1:]
+
+    def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
+        h = self.layers[i](block, x)
+        if i != self.num_layers - 1:
+            h = self.dropout(F.relu(h))
+        return h
+
+
+class GAT(_LayerStack):
     """``num_layers`` GATConv layers; hidden layers concatenate heads (ELU), the output layer averages them."""
 
     def __init__(
@@ -74,26 +84,14 @@ class GAT(nn.Module):
             dim = out * heads
         self.layer_dims = [layer.out_feats * layer.num_heads for layer in self.layers[:-1]] + [num_classes]
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = self.layers[i](block, x)
         if i != self.num_layers - 1:
             return F.elu(h.flatten(1))
         return h.mean(1)
 
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
-        if len(blocks) != self.num_layers:
-            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
-        h = x
-        for i, block in enumerate(blocks):
-            h = self.forward_layer(i, block, h)
-        return h
 
-
-class MLP(nn.Module):
+class MLP(_LayerStack):
     """A baseline that ignores the graph: each node's own features through ``num_layers`` linear layers.
 
     Takes the same Blocks as the GNNs (destination nodes come first among the
@@ -103,25 +101,15 @@ class MLP(nn.Module):
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5):
         super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
         self.dropout = nn.Dropout(dropout)
         self.layer_dims = dims[1:]
 
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = self.layers[i](x[: block.num_dst])
         if i != self.num_layers - 1:
             h = self.dropout(F.relu(h))
-        return h
-
-    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
-        if len(blocks) != self.num_layers:
-            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
-        h = x
-        for i, block in enumerate(blocks):
-            h = self.forward_layer(i, block, h)
         return h
