@@ -18,7 +18,7 @@ import numpy as np
 
 from distgnn import shm
 from distgnn.config import JobConfig
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, InputError
 from distgnn.rpc.client import RpcClient
 
 log = logging.getLogger(__name__)
@@ -35,14 +35,16 @@ class DistContext:
         config: the job configuration (this trainer's machine is ``config.machine_id``).
         client: RPC client to every server.
         rank, world_size: this trainer's place among all trainers of the job.
+        id_range_ends: per policy (``"node"``/``"edge"``), the ``(num_machines,)`` int64 end of each
+            machine's id range, as the servers reported it when the context connected.
     """
 
     config: JobConfig
     client: RpcClient
     rank: int
     world_size: int
+    id_range_ends: dict[str, np.ndarray] = field(repr=False)
     _partition: shm.SharedPartition | None = field(default=None, repr=False)
-    _range_ends: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def machine_id(self) -> int:
@@ -61,11 +63,9 @@ class DistContext:
 
         The owner of id ``i`` is ``searchsorted(ends, i, side="right")``.
         """
-        if policy not in self._range_ends:
-            replies = self.client.wait([self.client.send(m, "meta") for m in range(self.config.num_machines)])
-            for key in shm.POLICIES:
-                self._range_ends[key] = np.array([r.header[f"{key}_range"][1] for r in replies], dtype=np.int64)
-        return self._range_ends[policy]
+        if policy not in self.id_range_ends:
+            raise InputError(f"partition policy must be one of {shm.POLICIES}, got {policy!r}")
+        return self.id_range_ends[policy]
 
     def read_server(self, machine_id: int) -> int:
         """The server of ``machine_id`` this trainer reads from: trainers are spread over all servers."""
@@ -135,11 +135,14 @@ def connect(config: JobConfig, rank: int = 0, world_size: int = 1) -> DistContex
         raise ConfigError(f"rank {rank} out of range for world size {world_size}")
     client = RpcClient(config)
     try:
-        client.wait([client.send(m, "meta") for m in range(config.num_machines)])
+        replies = client.wait([client.send(m, "meta") for m in range(config.num_machines)])
     except BaseException:
         client.close()
         raise
-    return DistContext(config, client, rank, world_size)
+    ends = {
+        policy: np.array([r.header[f"{policy}_range"][1] for r in replies], dtype=np.int64) for policy in shm.POLICIES
+    }
+    return DistContext(config, client, rank, world_size, ends)
 
 
 def get_context() -> DistContext:
