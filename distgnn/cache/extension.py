@@ -2,7 +2,8 @@
 
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
-minute) and later processes load the cached library.
+minute) and later processes load the cached library. :func:`cuda_extension` does this for every CUDA extension
+of distgnn (the GPU sampler in :mod:`distgnn.sampling.gpu` too).
 """
 
 from __future__ import annotations
@@ -24,54 +25,67 @@ SOURCES = ("binding.cpp", "gather.cu", "plan.cu")
 EXTENSION_NAME = "distgnn_gather_cuda"
 
 
-def build_directory() -> Path:
-    """Where the extension for this torch/CUDA/GPU combination is built and cached."""
+def build_directory(prefix: str = "gather") -> Path:
+    """Where extension ``prefix`` (default: the gather's) is built and cached for this torch/CUDA/GPU combination."""
     root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "distgnn" / "extensions"
     major, minor = torch.cuda.get_device_capability()
     tag = f"torch{torch.__version__.split('+')[0]}-cu{torch.version.cuda}-sm{major}{minor}"
-    return root / f"gather-{tag}"
+    return root / f"{prefix}-{tag}"
 
 
-@functools.lru_cache(maxsize=1)
-def _load_once() -> ModuleType | ExtensionBuildError:
+@functools.cache
+def _build_once(name: str, sources: tuple[str, ...], prefix: str) -> ModuleType | ExtensionBuildError:
     """Loads the extension, or returns (not raises) why it cannot be, so a failure is remembered too."""
     if not torch.cuda.is_available() or torch.version.cuda is None:
-        return ExtensionBuildError("CUDA is not available to torch; the gather runs its torch reference path")
-    missing = [name for name in SOURCES if not (SOURCE_DIR / name).is_file()]
+        return ExtensionBuildError(f"CUDA is not available to torch, so the {prefix} extension cannot be built")
+    missing = [source for source in sources if not (SOURCE_DIR / source).is_file()]
     if missing:
         return ExtensionBuildError(
             f"CUDA sources {missing} not found under {SOURCE_DIR}; install distgnn from a source checkout"
         )
     from torch.utils import cpp_extension
 
-    build_dir = build_directory()
+    build_dir = build_directory(prefix)
     build_dir.mkdir(parents=True, exist_ok=True)
-    if not (build_dir / f"{EXTENSION_NAME}.so").exists():
-        logger.warning("building the distgnn CUDA gather extension in %s (first use here, about a minute)", build_dir)
+    if not (build_dir / f"{name}.so").exists():
+        logger.warning(
+            "building the distgnn CUDA %s extension in %s (first use here, about a minute)", prefix, build_dir
+        )
     try:
         module = cpp_extension.load(
-            name=EXTENSION_NAME,
-            sources=[str(SOURCE_DIR / name) for name in SOURCES],
+            name=name,
+            sources=[str(SOURCE_DIR / source) for source in sources],
             extra_cflags=["-O3"],
             extra_cuda_cflags=["-O3", "-lineinfo"],
             build_directory=str(build_dir),
             verbose=logger.isEnabledFor(logging.DEBUG),
         )
     except (RuntimeError, OSError, ImportError) as exc:
-        logger.warning("building the CUDA gather extension failed; gathers use the torch reference path: %s", exc)
-        return ExtensionBuildError(f"building the CUDA gather extension in {build_dir} failed: {exc}")
-    logger.info("loaded the distgnn CUDA gather extension from %s", build_dir)
+        logger.warning("building the CUDA %s extension failed: %s", prefix, exc)
+        return ExtensionBuildError(f"building the CUDA {prefix} extension in {build_dir} failed: {exc}")
+    logger.info("loaded the distgnn CUDA %s extension from %s", prefix, build_dir)
     return module
 
 
-def load_extension() -> ModuleType:
-    """The compiled extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
-    result = _load_once()
+def cuda_extension(name: str, sources: tuple[str, ...], prefix: str) -> ModuleType:
+    """Extension ``name`` built from ``sources`` in csrc/cuda into the cache directory ``prefix-<torch/CUDA/GPU>``.
+
+    Built once per machine and loaded once per process; a failure is remembered too.
+
+    Raises:
+        ExtensionBuildError: CUDA is absent, a source is missing, or the build failed.
+    """
+    result = _build_once(name, sources, prefix)
     if isinstance(result, ExtensionBuildError):
         raise result
     return result
 
 
+def load_extension() -> ModuleType:
+    """The compiled gather extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
+    return cuda_extension(EXTENSION_NAME, SOURCES, "gather")
+
+
 def extension_available() -> bool:
     """Whether the CUDA gather extension can be used in this process (builds it on first call)."""
-    return not isinstance(_load_once(), ExtensionBuildError)
+    return not isinstance(_build_once(EXTENSION_NAME, SOURCES, "gather"), ExtensionBuildError)

@@ -15,64 +15,25 @@ CPU tensors.
 
 from __future__ import annotations
 
-import functools
-import logging
-import os
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
-from distgnn.errors import ExtensionBuildError
+from distgnn.cache import extension
 
-logger = logging.getLogger(__name__)
-
-SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cuda"
 SOURCES = ("sample_binding.cpp", "sample.cu")
 EXTENSION_NAME = "distgnn_sample_cuda"
 
 
 def build_directory() -> Path:
-    """Where the extension for this torch/CUDA/GPU combination is built and cached."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "distgnn" / "extensions"
-    major, minor = torch.cuda.get_device_capability()
-    tag = f"torch{torch.__version__.split('+')[0]}-cu{torch.version.cuda}-sm{major}{minor}"
-    return root / f"sample-{tag}"
-
-
-@functools.lru_cache(maxsize=1)
-def _load_once() -> ModuleType | ExtensionBuildError:
-    """Loads the extension, or returns (not raises) why it cannot be, so a failure is remembered too."""
-    if not torch.cuda.is_available() or torch.version.cuda is None:
-        return ExtensionBuildError("CUDA is not available to torch")
-    missing = [name for name in SOURCES if not (SOURCE_DIR / name).is_file()]
-    if missing:
-        return ExtensionBuildError(f"CUDA sources {missing} not found under {SOURCE_DIR}")
-    from torch.utils import cpp_extension
-
-    build_dir = build_directory()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    if not (build_dir / f"{EXTENSION_NAME}.so").exists():
-        logger.warning("building the distgnn CUDA sampling extension in %s (first use here)", build_dir)
-    try:
-        return cpp_extension.load(
-            name=EXTENSION_NAME,
-            sources=[str(SOURCE_DIR / name) for name in SOURCES],
-            extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "-lineinfo"],
-            build_directory=str(build_dir),
-            verbose=logger.isEnabledFor(logging.DEBUG),
-        )
-    except (RuntimeError, OSError, ImportError) as exc:
-        return ExtensionBuildError(f"building the CUDA sampling extension in {build_dir} failed: {exc}")
+    """Where the sampling extension for this torch/CUDA/GPU combination is built and cached."""
+    return extension.build_directory("sample")
 
 
 def load_extension() -> ModuleType:
-    """The compiled extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
-    result = _load_once()
-    if isinstance(result, ExtensionBuildError):
-        raise result
-    return result
+    """The compiled sampling extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
+    return extension.cuda_extension(EXTENSION_NAME, SOURCES, "sample")
 
 
 def sample_neighbors(
