@@ -64,13 +64,13 @@ def test_merge_scatters_owner_groups_back_into_seed_order() -> None:
     owner = rng.integers(0, 3, num_seeds)
     counts = rng.integers(0, 5, num_seeds)
     # Each seed's edges are (seed * 100 + j): easy to check the order.
-    groups, results = [], []
+    wheres, results = [], []
     for part in range(3):
         where = np.flatnonzero(owner == part)
         src = np.concatenate([s * 100 + np.arange(counts[s]) for s in where]) if len(where) else np.zeros(0, np.int64)
-        groups.append((where, part))
+        wheres.append(where)
         results.append((counts[where], src.astype(np.int64), -src.astype(np.int64)))
-    got_counts, got_src, got_eids = _merge(num_seeds, groups, results)
+    got_counts, got_src, got_eids = _merge(num_seeds, wheres, results)
     want = np.concatenate([s * 100 + np.arange(counts[s]) for s in range(num_seeds)])
     np.testing.assert_array_equal(got_counts, counts)
     np.testing.assert_array_equal(got_src, want)

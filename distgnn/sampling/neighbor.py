@@ -193,27 +193,28 @@ def sample_layer(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One layer over the whole cluster: ``(counts, src global ids, edge ids)`` in seed order."""
     owners = book.nid2partid(seeds)
-    groups: list[tuple[np.ndarray, int]] = []  # (positions of the group's seeds in `seeds`, owner)
+    local_where = None
+    remote_wheres: list[np.ndarray] = []  # positions in `seeds` of each remote owner's seeds
     handles = []
-    remote_groups = []
     for part in np.unique(owners).tolist():
         where = np.flatnonzero(owners == part)
         if part == local.part_id:
-            groups.insert(0, (where, part))
+            local_where = where
             continue
         if remote is None:
             raise InputError(f"seed owned by partition {part} but this graph has no remote access")
         # Each machine's stream is seeded apart so that results do not depend on the batching.
         handles.append(remote.send_sample(part, seeds[where], fanout, replace, prob, derive_seed(rng_seed, part)))
-        remote_groups.append((where, part))
-    results = []
-    if groups:
-        where, _ = groups[0]
-        results.append(_sample_local(local, seeds[where], fanout, replace, prob, derive_seed(rng_seed, local.part_id)))
+        remote_wheres.append(where)
+    wheres, results = [], []
+    if local_where is not None:
+        wheres.append(local_where)
+        local_seed = derive_seed(rng_seed, local.part_id)
+        results.append(_sample_local(local, seeds[local_where], fanout, replace, prob, local_seed))
     if handles:
+        wheres.extend(remote_wheres)
         results.extend(remote.wait_sample(handles))
-    groups.extend(remote_groups)
-    return _merge(len(seeds), groups, results)
+    return _merge(len(seeds), wheres, results)
 
 
 def _sample_local(
@@ -227,7 +228,8 @@ def _sample_local(
     # An explicit thread count matters beyond speed: with the default (None) the kernel turns on
     # OpenMP dynamic teams for the calling thread, and torch's parallel CPU kernels that split work
     # by the requested team size (the CSR product among them) then silently skip chunks.
-    counts, positions = kernels.sample_neighbors(
+    threads = torch.get_num_threads()
+    counts, positions, neighbors = kernels.sample_neighbors(
         local.indptr,
         local.indices,
         seeds - local.node_start,
@@ -235,29 +237,30 @@ def _sample_local(
         replace,
         weights,
         rng_seed,
-        num_threads=torch.get_num_threads(),
+        num_threads=threads,
+        return_neighbors=True,
     )
-    src = local.local2global[local.indices[positions]]
-    return counts, src, np.asarray(local.eids[positions], dtype=np.int64)
+    src = kernels.take(local.local2global, neighbors, num_threads=threads)
+    return counts, src, kernels.take(local.eids, positions, num_threads=threads)
 
 
 def _merge(
     num_seeds: int,
-    groups: list[tuple[np.ndarray, int]],
+    wheres: list[np.ndarray],
     results: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Scatter per-owner results (each grouped by seed in group order) into global seed order."""
-    if len(groups) == 1:
+    """Scatter per-owner results (each grouped by seed in ``where`` order) into global seed order."""
+    if len(wheres) == 1:
         return results[0]
     counts = np.zeros(num_seeds, dtype=np.int64)
-    for (where, _), (group_counts, _, _) in zip(groups, results, strict=True):
+    for where, (group_counts, _, _) in zip(wheres, results, strict=True):
         counts[where] = group_counts
     offsets = np.zeros(num_seeds + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     total = int(offsets[-1])
     src = np.empty(total, dtype=np.int64)
     eids = np.empty(total, dtype=np.int64)
-    for (where, _), (group_counts, group_src, group_eids) in zip(groups, results, strict=True):
+    for where, (group_counts, group_src, group_eids) in zip(wheres, results, strict=True):
         # Edge k of the group, the j-th pick of seed where[i], lands at offsets[where[i]] + j.
         starts = np.zeros(len(group_counts), dtype=np.int64)
         np.cumsum(group_counts[:-1], out=starts[1:])
