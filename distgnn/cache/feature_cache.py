@@ -150,10 +150,19 @@ class FeatureCache:
             raise InputError("hot ids repeat; each cached id needs exactly one slot")
         num_shards = len(devices)
         shards = [rows[g::num_shards].to(device).contiguous() for g, device in enumerate(devices)]
-        index_dtype = torch.int32 if hot_ids.numel() < 2**31 else torch.int64
-        views = []
-        for rank, device in enumerate(devices):
-            table = torch.full((num_nodes,), -1, dtype=index_dtype, device=device)
-            table[hot_ids.to(device)] = torch.arange(hot_ids.numel(), dtype=index_dtype, device=device)
-            views.append(cls(shards, table, local_rank=rank))
-        return views
+        return [
+            cls(shards, slot_table(hot_ids, num_nodes, device), local_rank=rank) for rank, device in enumerate(devices)
+        ]
+
+
+def slot_table(hot_ids: torch.Tensor, num_nodes: int, device: torch.device | str) -> torch.Tensor:
+    """``(num_nodes,)`` table on ``device`` giving ``hot_ids[k]`` logical slot ``k`` and every other id -1.
+
+    int32 while the slots fit, else int64.
+    """
+    index_dtype = torch.int32 if hot_ids.numel() < 2**31 else torch.int64
+    table = torch.full((num_nodes,), -1, dtype=index_dtype, device=device)
+    table[hot_ids.to(device=device, dtype=torch.int64)] = torch.arange(
+        hot_ids.numel(), dtype=index_dtype, device=device
+    )
+    return table

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from distgnn.cache.extension import load_extension
-from distgnn.cache.feature_cache import FeatureCache
+from distgnn.cache.feature_cache import FeatureCache, slot_table
 from distgnn.cache.tiers import check_rows
 from distgnn.errors import InputError
 
@@ -71,8 +71,4 @@ def clique_over_processes(
             shards.append(torch.empty((0, rows.shape[1]), dtype=rows.dtype, device=device))
         else:
             shards.append(open_shard(bytes(handle.cpu().tolist()), peer_rows, rows.shape[1], rows.dtype, device))
-    hot_ids = hot_ids.to(device=device, dtype=torch.int64)
-    index_dtype = torch.int32 if hot_ids.numel() < 2**31 else torch.int64
-    table = torch.full((num_nodes,), -1, dtype=index_dtype, device=device)
-    table[hot_ids] = torch.arange(hot_ids.numel(), dtype=index_dtype, device=device)
-    return FeatureCache(shards, table, local_rank=rank)
+    return FeatureCache(shards, slot_table(hot_ids, num_nodes, device), local_rank=rank)
