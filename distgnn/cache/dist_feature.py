@@ -82,7 +82,7 @@ class CachedFeature:
         self.device = torch.device(device)
         self.impl = impl
         num_nodes, width = tensor.shape
-        row_bytes = width * torch.empty(0, dtype=tensor.dtype).element_size()
+        row_bytes = width * tensor.dtype.itemsize
 
         with warnings.catch_warnings():  # the shared-memory rows are read-only; nothing here writes them
             warnings.simplefilter("ignore", UserWarning)

@@ -29,7 +29,7 @@ def open_shard(blob: bytes, rows: int, width: int, dtype: torch.dtype, device: t
     if len(blob) != SHARED_HANDLE_BYTES:
         raise InputError(f"a shared shard handle has {SHARED_HANDLE_BYTES} bytes, got {len(blob)}")
     device = torch.device(device)
-    nbytes = rows * width * torch.empty(0, dtype=dtype).element_size()
+    nbytes = rows * width * dtype.itemsize
     offset = int.from_bytes(blob[IPC_HANDLE_BYTES:], "little")
     raw = load_extension().ipc_open(blob[:IPC_HANDLE_BYTES], offset, nbytes, device.index or 0)
     return raw.view(dtype).view(rows, width)
