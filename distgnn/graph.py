@@ -21,7 +21,7 @@ from distgnn.errors import ConfigError
 from distgnn.partition.format import read_meta
 from distgnn.partition_book import RangePartitionBook
 from distgnn.rpc.client import RpcClient
-from distgnn.tensor import DistTensor, as_ids
+from distgnn.tensor import DistTensor, as_ids, positions_by_owner
 
 
 @dataclass(frozen=True)
@@ -119,11 +119,9 @@ class DistGraph:
         """In-degree of each global node id (int64), local ones read from shared memory."""
         ids = as_ids(ids, self.num_nodes(), "node")
         out = np.empty(len(ids), dtype=np.int64)
-        owners = self._book.nid2partid(ids)
         client, local = self.rpc, self.local_partition
         pending = []
-        for m in np.unique(owners).tolist():
-            positions = np.flatnonzero(owners == m)
+        for m, positions in positions_by_owner(self.context.range_ends("node"), ids).items():
             if m == self.machine_id:
                 lids = ids[positions] - local.node_range[0]
                 out[positions] = local.indptr[lids + 1] - local.indptr[lids]

@@ -31,6 +31,20 @@ def _sub(positions: np.ndarray | slice, begin: int, end: int) -> np.ndarray | sl
     return positions[begin:end]
 
 
+def positions_by_owner(range_ends: np.ndarray, ids: np.ndarray) -> dict[int, np.ndarray | slice]:
+    """Positions into ``ids`` per owning machine (only machines with ids); ``slice(None)`` when one owns all.
+
+    ``range_ends`` is the ``(num_machines,)`` end of each machine's id range (``DistContext.range_ends``).
+    """
+    if ids.size == 0:
+        return {}
+    owners = np.searchsorted(range_ends, ids, side="right")
+    first = int(owners[0])
+    if (owners == first).all():
+        return {first: slice(None)}
+    return {int(m): np.flatnonzero(owners == m) for m in np.unique(owners)}
+
+
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype of a torch dtype that can live in a DistTensor."""
     try:
@@ -144,12 +158,7 @@ class DistTensor:
         )
 
     def _by_owner(self, ids: np.ndarray) -> dict[int, np.ndarray | slice]:
-        """Positions into ``ids`` per owning machine (only machines with ids); ``slice(None)`` when one owns all."""
-        owners = np.searchsorted(self.context.range_ends(self.part_policy), ids, side="right")
-        first = int(owners[0])
-        if (owners == first).all():
-            return {first: slice(None)}
-        return {int(m): np.flatnonzero(owners == m) for m in np.unique(owners)}
+        return positions_by_owner(self.context.range_ends(self.part_policy), ids)
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
         """Rows ``ids`` (1-d int ids, any order, repeats allowed) as a new ``(len(ids), ...)`` tensor."""
