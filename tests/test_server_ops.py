@@ -190,6 +190,12 @@ def test_init_data_twice_maps_the_same_tensor_and_refuses_another_shape(served):
         ("sample", {"fanout": 10**9}, [np.array([0])], "fanout"),
         ("sample", {"fanout": True}, [np.array([0])], "int"),
         ("frobnicate", {}, [], "unknown op"),
+        (
+            "init_data",
+            {"policy": "node", "name": "wide", "dtype": "float64", "shape": [290, 2**30]},
+            [],
+            "narrower rows",
+        ),
     ],
 )
 def test_bad_requests_get_error_replies(served, op, fields, arrays, message):

@@ -119,13 +119,13 @@ def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
 def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     _arrays(arrays, 1, "pull")
     policy, name, table = _tensor(state, header)
-    reply_bytes = len(arrays[0]) * table.itemsize * math.prod(table.shape[1:]) if arrays[0].ndim == 1 else 0
+    local = _local_ids(arrays[0], state.partition.owned_range(policy), "pull ids")
+    reply_bytes = len(local) * table.itemsize * math.prod(table.shape[1:])
     if reply_bytes > wire.MAX_MESSAGE_BYTES:
         raise InputError(
-            f"pulling {len(arrays[0])} rows of {policy} tensor {name!r} makes a {reply_bytes}-byte reply; "
+            f"pulling {len(local)} rows of {policy} tensor {name!r} makes a {reply_bytes}-byte reply; "
             f"the limit is {wire.MAX_MESSAGE_BYTES}: split the request"
         )
-    local = _local_ids(arrays[0], state.partition.owned_range(policy), "pull ids")
     return {}, [np.take(table, local, axis=0)]
 
 
@@ -164,10 +164,15 @@ def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray])
     if not 1 <= len(shape) <= wire.MAX_NDIM or not all(type(d) is int and 0 <= d < 2**40 for d in shape):
         raise ProtocolError(f"shape must be 1 to {wire.MAX_NDIM} non-negative ints, got {shape!r}")
     row_bytes = math.prod(shape[1:]) * np.dtype(dtype).itemsize
+    if row_bytes > wire.MAX_MESSAGE_BYTES:
+        raise InputError(
+            f"a row of tensor {name!r} ({shape} {dtype}) is {row_bytes} bytes, more than one message carries "
+            f"({wire.MAX_MESSAGE_BYTES}); use narrower rows"
+        )
     start, end = state.partition.owned_range(policy)
     need = row_bytes * (end - start)
     stat = os.statvfs(shm.SHM_DIR)
-    if need > stat.f_bavail * stat.f_frsize or row_bytes > wire.MAX_MESSAGE_BYTES:
+    if need > stat.f_bavail * stat.f_frsize:
         raise InputError(
             f"tensor {name!r} of shape {shape} {dtype} needs {need} bytes of shared memory on partition "
             f"{state.partition.part_id}; {stat.f_bavail * stat.f_frsize} are free"
@@ -228,7 +233,7 @@ def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -
     _arrays(arrays, 1, "degrees")
     local = _local_ids(arrays[0], state.partition.node_range, "degree ids")
     indptr = state.partition.graph["indptr"]
-    return {}, [(indptr[local + 1] - indptr[local]).astype(np.int64)]
+    return {}, [(indptr[local + 1] - indptr[local]).astype(np.int64, copy=False)]
 
 
 def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
