@@ -213,7 +213,7 @@ class LocalCluster:
                             f"its log ends:\n{self.server_log(*key)}"
                         )
                     try:
-                        client.call(*key[:1], "meta", server_id=key[1], timeout_s=min(0.25, remaining))
+                        client.call(key[0], "meta", server_id=key[1], timeout_s=min(0.25, remaining))
                         break
                     except RpcTimeoutError:
                         continue
