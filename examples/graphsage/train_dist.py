@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 import distgnn
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
+from distgnn.partition.format import read_meta
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
 
 PLANETOID = ("cora", "citeseer", "pubmed")
@@ -133,7 +134,6 @@ def load_dataset(args: argparse.Namespace) -> distgnn.data.Graph:
 
 def ensure_partition(args: argparse.Namespace) -> Path:
     """The partition JSON in the workdir, partitioning only when no matching one is there."""
-    from distgnn.partition import format as fmt
     from distgnn.partition import partition_graph
 
     name = graph_name(args)
@@ -141,7 +141,7 @@ def ensure_partition(args: argparse.Namespace) -> Path:
     json_path = out_dir / f"{name}.json"
     if json_path.exists():
         try:
-            meta = fmt.read_meta(json_path)
+            meta = read_meta(json_path)
             if (meta.graph_name, meta.part_method, meta.num_parts) == (name, args.part_method, args.num_parts):
                 print(f"reusing partition {json_path}", file=sys.stderr)
                 return json_path
@@ -274,7 +274,10 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             model.train()
             progress = Progress(num_batches, f"epoch {epoch:3d}", verbose and not args.quiet)
             t_wait = t_sample = t_fetch = t_compute = 0.0
-            loss_sum = correct = seen = edges = 0.0
+            # Loss and accuracy add up on the device: no host sync per batch.
+            loss_total = torch.zeros((), dtype=torch.float64, device=device)
+            correct_total = torch.zeros((), dtype=torch.int64, device=device)
+            seen = edges = 0.0
             start = time.perf_counter()
             batches = iter(loader)
             for step in range(num_batches):
@@ -298,18 +301,18 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 t3 = time.perf_counter()
                 # Sampling and fetching happen in the background when prefetching; "wait" is what they
                 # cost the trainer (time blocked on the loader plus any fetch left in this loop).
-                t_wait += t1 - t0 + t2 - t1
+                t_wait += t2 - t0
                 t_sample += batch.timing["sample"]
                 t_fetch += batch.timing["fetch"] + (t2 - t1)
                 t_compute += t3 - t2
-                loss_sum += loss.item() * len(seeds)
-                correct += float((logits.argmax(1) == y).sum())
+                loss_total += loss.detach() * len(seeds)
+                correct_total += (logits.argmax(1) == y).sum()
                 seen += len(seeds)
                 edges += sum(b.num_edges for b in blocks)
                 progress.update(step + 1)
             del batches  # an epoch cut short by --max-batches: the loader cancels the rest
             elapsed = time.perf_counter() - start
-            loss_sum, correct, seen, edges = all_reduce([loss_sum, correct, seen, edges])
+            loss_sum, correct, seen, edges = all_reduce([float(loss_total), float(correct_total), seen, edges])
             slowest = all_reduce(
                 [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
             )
@@ -407,7 +410,7 @@ def trainer_main(args: argparse.Namespace) -> dict:
     try:
         if ctx.config.part_config is None:
             raise SystemExit("error: no partition config: start trainers through distgnn-launch or --local")
-        g = distgnn.DistGraph(_graph_name_of(ctx.config.part_config))
+        g = distgnn.DistGraph(read_meta(ctx.config.part_config).graph_name)
         book = g.get_partition_book()
         machine = ctx.config.machine_id
         trainers = ctx.config.num_trainers
@@ -429,10 +432,6 @@ def trainer_main(args: argparse.Namespace) -> dict:
     finally:
         distgnn.shutdown()
         dist.destroy_process_group()
-
-
-def _graph_name_of(part_config) -> str:
-    return json.loads(Path(part_config).read_text())["graph_name"]
 
 
 def _free_port() -> int:
