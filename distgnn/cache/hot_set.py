@@ -33,8 +33,10 @@ def access_frequency(samples: Samples, num_nodes: int, num_batches: int = 200) -
         batch = batch.reshape(-1).to(torch.int64)
         if counts is None:
             counts = torch.zeros(num_nodes, dtype=torch.int64, device=batch.device)
-        if batch.numel() and (int(batch.min()) < 0 or int(batch.max()) >= num_nodes):
-            raise InputError(f"sampled ids must lie in [0, {num_nodes}), got [{int(batch.min())}, {int(batch.max())}]")
+        if batch.numel():
+            low, high = (int(v) for v in torch.aminmax(batch))
+            if low < 0 or high >= num_nodes:
+                raise InputError(f"sampled ids must lie in [0, {num_nodes}), got [{low}, {high}]")
         counts += torch.bincount(batch.to(counts.device), minlength=num_nodes)
     return torch.zeros(num_nodes, dtype=torch.int64) if counts is None else counts
 
