@@ -95,8 +95,7 @@ class JobConfig:
         """Read the launcher's environment (``distgnn.launch.env``); ``overrides`` win."""
         environ = os.environ if environ is None else environ
 
-        def get(name: str, default: str | None = None) -> str | None:
-            return environ.get(name, default)
+        get = environ.get
 
         def get_int(name: str, default: int) -> int:
             value = get(name)
