@@ -18,7 +18,6 @@ yields the same batches whatever the worker count.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import queue
 import signal
@@ -34,10 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from distgnn.errors import ConfigError, DistGNNError, InputError
-from distgnn.sampling.neighbor import NeighborSampler, derive_seed
-
-log = logging.getLogger(__name__)
+from distgnn.errors import ConfigError, DistGNNError
+from distgnn.sampling.neighbor import NeighborSampler, as_node_ids, derive_seed
 
 _POLL_S = 0.5
 _WORKER_START_TIMEOUT_S = 120.0
@@ -395,11 +392,7 @@ class DistNodeDataLoader:
         output_feats: tuple[str, ...] | list[str] = (),
         timeout_s: float = 300.0,
     ):
-        if isinstance(nids, torch.Tensor):
-            nids = nids.detach().cpu().numpy()
-        seeds = np.ascontiguousarray(nids, dtype=np.int64)
-        if seeds.ndim != 1:
-            raise InputError(f"nids must be a 1-D array of node ids, got shape {seeds.shape}")
+        seeds = as_node_ids(nids, "nids")
         if prefetch is None:
             prefetch = 2 if num_workers > 0 else 0
         if num_workers < 0 or prefetch < 0:

@@ -167,7 +167,7 @@ class NeighborSampler:
         """
         book = g.get_partition_book()
         local, remote = sampling_view(g)
-        frontier = _as_ids(seeds)
+        frontier = as_node_ids(seeds)
         output_nodes = frontier
         blocks: list[Block] = []
         for layer in reversed(range(len(self.fanouts))):
@@ -270,12 +270,13 @@ def _merge(
     return counts, src, eids
 
 
-def _as_ids(ids: torch.Tensor | np.ndarray) -> np.ndarray:
+def as_node_ids(ids: torch.Tensor | np.ndarray, name: str = "seeds") -> np.ndarray:
+    """``ids`` (a tensor on any device or an array) as a contiguous 1-D int64 numpy array."""
     if isinstance(ids, torch.Tensor):
         ids = ids.detach().cpu().numpy()
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if ids.ndim != 1:
-        raise InputError(f"seeds must be a 1-D array of node ids, got shape {ids.shape}")
+        raise InputError(f"{name} must be a 1-D array of node ids, got shape {ids.shape}")
     return ids
 
 
