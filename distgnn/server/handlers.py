@@ -223,10 +223,7 @@ def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) ->
             raise InputError(f"no edge tensor named {prob_name!r} to use as sampling probability")
         if prob.dtype.kind != "f" or prob.ndim != 1:
             raise InputError(f"prob tensor {prob_name!r} must be 1-d float, got {prob.dtype}{list(prob.shape)}")
-    graph = part.graph
-    counts, positions = sample_neighbors(graph["indptr"], graph["indices"], seeds, fanout, replace, prob, seed)
-    neighbours = graph["local2global"][graph["indices"][positions]]
-    return {}, [np.asarray(counts, np.int64), neighbours.astype(np.int64, copy=False), graph["eids"][positions]]
+    return {}, list(sample_neighbors(part.graph, seeds, fanout, replace, prob, seed))
 
 
 def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:

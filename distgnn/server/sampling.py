@@ -1,15 +1,17 @@
 """Neighbour sampling on a partition's CSC, as the ``sample`` op runs it.
 
-``sample_neighbors`` is the one switch point: the compiled kernel of
+``sample_neighbors`` is the one switch point: the compiled kernels of
 ``distgnn.sampling.kernels`` (same results as trainers sampling their local
-seeds with it, for the same ``rng_seed``), or, where the extension cannot be
-built, the plain numpy reference ``distgnn.sampling.reference`` (correct, slower).
+seeds with them, for the same ``rng_seed``; neighbours and edge ids gathered
+in parallel as the trainer does), or, where the extension cannot be built,
+the plain numpy reference ``distgnn.sampling.reference`` (correct, slower).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from types import ModuleType
 
 import numpy as np
 
@@ -19,38 +21,54 @@ log = logging.getLogger(__name__)
 
 
 @functools.cache
-def _kernel():
+def _kernels() -> ModuleType | None:
     # Imported on first use: the kernels pull in torch, which a server that never samples does not need.
-    from distgnn.sampling import kernels, reference
+    from distgnn.sampling import kernels
 
     try:
         kernels.extension()  # build or load now, so a broken toolchain falls back instead of failing each call
     except ExtensionBuildError as exc:
         log.warning("compiled sampling kernel unavailable (%s); the sample op uses the numpy reference", exc)
-        return reference.sample_neighbors
-    return kernels.sample_neighbors
+        return None
+    return kernels
 
 
 def prepare() -> None:
     """Load the sampling kernel now (building it once if needed) instead of on the first request."""
-    _kernel()
+    _kernels()
 
 
 def sample_neighbors(
-    indptr: np.ndarray,
-    indices: np.ndarray,
+    graph: dict[str, np.ndarray],
     seeds: np.ndarray,
     fanout: int,
     replace: bool,
     prob: np.ndarray | None,
     rng_seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(counts, positions)`` for local ``seeds`` (see ``distgnn.sampling.kernels.sample_neighbors``)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sample in-neighbours of local ``seeds`` on a partition's ``graph`` arrays (see the format module).
+
+    Returns ``counts`` int64 ``(len(seeds),)`` and, grouped by seed in seed order, the picked
+    neighbours' global ids and the picked edges' global ids (int64); picks follow
+    ``distgnn.sampling.kernels.sample_neighbors``.
+    """
+    indptr, indices = graph["indptr"], graph["indices"]
     if prob is not None:
         if prob.ndim != 1 or len(prob) != len(indices):
             raise InputError(f"prob must be one weight per edge of the partition ({len(indices)},), got {prob.shape}")
         prob = prob.astype(np.float32, copy=False)
+    kernels = _kernels()
     try:
-        return _kernel()(indptr, indices, seeds, fanout, replace=replace, prob=prob, rng_seed=rng_seed)
+        if kernels is None:
+            from distgnn.sampling import reference
+
+            counts, positions = reference.sample_neighbors(
+                indptr, indices, seeds, fanout, replace=replace, prob=prob, rng_seed=rng_seed
+            )
+            return counts, graph["local2global"][indices[positions]], graph["eids"][positions]
+        counts, positions, neighbours = kernels.sample_neighbors(
+            indptr, indices, seeds, fanout, replace, prob, rng_seed, return_neighbors=True
+        )
     except ValueError as exc:  # the kernel's input checks (negative weights, corrupt ranges)
         raise InputError(f"sampling failed: {exc}") from None
+    return counts, kernels.take(graph["local2global"], neighbours), kernels.take(graph["eids"], positions)
