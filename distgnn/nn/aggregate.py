@@ -59,18 +59,21 @@ class _WeightedSum(torch.autograd.Function):
         return None, None, None, grad_weight, grad_x
 
 
-def weighted_sum(block: Block, x: torch.Tensor, edge_weight: torch.Tensor) -> torch.Tensor:
+def weighted_sum(
+    block: Block, x: torch.Tensor, edge_weight: torch.Tensor, dst: torch.Tensor | None = None
+) -> torch.Tensor:
     """``out[d] = sum over in-edges e=(s, d) of edge_weight[e] * x[s]``.
 
     Args:
         x: ``(num_src, F)`` float source features.
         edge_weight: ``(num_edges,)`` float, same dtype as ``x``.
+        dst: ``block.dst_index()`` where the caller already has it (computed here otherwise).
     Returns:
         ``(num_dst, F)``.
     """
     if block.num_edges == 0:
         return x.new_zeros((block.num_dst, x.shape[1]))
-    return _WeightedSum.apply(block.indptr, block.indices, block.dst_index(), edge_weight, x)
+    return _WeightedSum.apply(block.indptr, block.indices, block.dst_index() if dst is None else dst, edge_weight, x)
 
 
 def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
@@ -80,9 +83,10 @@ def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     return weighted_sum(block, x, torch.repeat_interleave(inv, deg, output_size=block.num_edges))
 
 
-def edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
-    """Softmax of ``scores`` (``(num_edges, H)``) over each destination's in-edges."""
-    dst = block.dst_index()
+def edge_softmax(block: Block, scores: torch.Tensor, dst: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax of ``scores`` (``(num_edges, H)``) over each destination's in-edges (``dst`` as in :func:`weighted_sum`)."""
+    if dst is None:
+        dst = block.dst_index()
     heads = scores.shape[1]
     index = dst[:, None].expand(-1, heads)
     peak = scores.new_full((block.num_dst, heads), float("-inf"))

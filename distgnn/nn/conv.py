@@ -104,8 +104,11 @@ class GATConv(nn.Module):
         er = (z_dst * self.attn_r).sum(-1)
         src, dst = block.indices, block.dst_index()
         scores = F.leaky_relu(el[src] + er[dst], self.negative_slope)
-        alpha = self.attn_drop(aggregate.edge_softmax(block, scores))
-        out = torch.stack([aggregate.weighted_sum(block, z[:, h], alpha[:, h]) for h in range(self.num_heads)], dim=1)
+        # One dst index serves the softmax and every head's sum.
+        alpha = self.attn_drop(aggregate.edge_softmax(block, scores, dst))
+        out = torch.stack(
+            [aggregate.weighted_sum(block, z[:, h], alpha[:, h], dst) for h in range(self.num_heads)], dim=1
+        )
         if self.res_fc is not None:
             out = out + self.res_fc(x[: block.num_dst]).view(-1, self.num_heads, self.out_feats)
         if self.bias is not None:
