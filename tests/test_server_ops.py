@@ -116,6 +116,15 @@ def test_sample_with_probability_never_picks_zero_weight_edges(served):
     np.testing.assert_array_equal(graph.dst[eids], np.repeat(seeds, counts))
 
 
+def test_sample_refuses_a_probability_tensor_that_is_not_float32(served):
+    graph, _, client = served
+    fields = {"policy": "edge", "name": "w64", "dtype": "float64", "shape": [len(graph.src)], "init": "ones"}
+    client.call(0, "init_data", fields)
+    seeds = np.arange(*graph.node_map[0], dtype=np.int64)
+    with pytest.raises(RpcError, match="float32"):
+        client.call(0, "sample", {"fanout": 2, "prob": "w64"}, [seeds])
+
+
 def test_sample_is_deterministic_for_a_seed(served):
     graph, _, client = served
     seeds = np.arange(*graph.node_map[0], dtype=np.int64)

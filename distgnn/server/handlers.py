@@ -221,8 +221,12 @@ def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) ->
         prob = part.tensor("edge", shm.check_name(prob_name))
         if prob is None:
             raise InputError(f"no edge tensor named {prob_name!r} to use as sampling probability")
-        if prob.dtype.kind != "f" or prob.ndim != 1:
-            raise InputError(f"prob tensor {prob_name!r} must be 1-d float, got {prob.dtype}{list(prob.shape)}")
+        if prob.dtype != np.float32 or prob.ndim != 1:
+            # The kernel reads float32; converting here would copy every edge weight on every request.
+            raise InputError(
+                f"prob tensor {prob_name!r} must be 1-d float32 (one weight per edge), got "
+                f"{prob.dtype}{list(prob.shape)}; store sampling weights as float32"
+            )
     return {}, list(sample_neighbors(part.graph, seeds, fanout, replace, prob, seed))
 
 

@@ -50,13 +50,11 @@ def sample_neighbors(
 
     Returns ``counts`` int64 ``(len(seeds),)`` and, grouped by seed in seed order, the picked
     neighbours' global ids and the picked edges' global ids (int64); picks follow
-    ``distgnn.sampling.kernels.sample_neighbors``.
+    ``distgnn.sampling.kernels.sample_neighbors``. ``prob``: float32 weight per edge position, or None.
     """
     indptr, indices = graph["indptr"], graph["indices"]
-    if prob is not None:
-        if prob.ndim != 1 or len(prob) != len(indices):
-            raise InputError(f"prob must be one weight per edge of the partition ({len(indices)},), got {prob.shape}")
-        prob = prob.astype(np.float32, copy=False)
+    if prob is not None and prob.shape != indices.shape:
+        raise InputError(f"prob must be one weight per edge of the partition ({len(indices)},), got {prob.shape}")
     kernels = _kernels()
     try:
         if kernels is None:
