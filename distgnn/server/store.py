@@ -9,6 +9,7 @@ per-row Python work. Backups and trainers only map what the main server wrote
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import numpy as np
@@ -20,6 +21,8 @@ from distgnn.partition.format import PartitionMeta, load_edge_feature, load_node
 log = logging.getLogger(__name__)
 
 INIT_KINDS = ("zeros", "ones", "uniform", "normal")
+# Random initial values are drawn (as float64) in blocks of about this many bytes.
+_FILL_BLOCK_BYTES = 64 << 20
 
 
 def _copy_segment(job_id: str, part_id: int, name: str, src: np.ndarray) -> None:
@@ -98,10 +101,13 @@ def create_tensor(
             arr.fill(0)
         elif init == "ones":
             arr.fill(1)
-        elif init == "uniform":
-            arr[...] = rng.uniform(low, high, size=arr.shape)
         else:
-            arr[...] = rng.normal(low, high, size=arr.shape)
+            draw = rng.uniform if init == "uniform" else rng.normal
+            # Block by block: one draw for the whole table would hold a float64 copy of all of it.
+            block = max(1, _FILL_BLOCK_BYTES // (8 * max(1, math.prod(arr.shape[1:]))))
+            for begin in range(0, len(arr), block):
+                rows = arr[begin : begin + block]
+                rows[...] = draw(low, high, size=rows.shape)
 
     shm.create_array(partition.job_id, partition.part_id, f"{policy}.{shm.check_name(name)}", dtype, rows_shape, fill)
     return partition.tensor(policy, name)
