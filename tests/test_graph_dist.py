@@ -68,8 +68,11 @@ def test_in_degrees_local_and_remote(served):
         new_dst = np.empty(graph.num_nodes, np.int64)
         new_dst[orig_nid] = np.arange(graph.num_nodes)
         expected = np.bincount(new_dst[graph.dst[orig_eid]], minlength=graph.num_nodes)
-        ids = np.random.default_rng(0).integers(0, graph.num_nodes, 500)
-        np.testing.assert_array_equal(g.in_degrees(torch.from_numpy(ids)).numpy(), expected[ids])
+        rng = np.random.default_rng(0)
+        start, end = g.get_partition_book().node_range(0)
+        mixed = rng.integers(0, graph.num_nodes, 500)
+        for ids in (mixed, rng.integers(start, end, 50), rng.integers(end, graph.num_nodes, 50)):
+            np.testing.assert_array_equal(g.in_degrees(torch.from_numpy(ids)).numpy(), expected[ids])
         assert g.in_degrees(torch.zeros(0, dtype=torch.int64)).shape == (0,)
 
 
