@@ -88,8 +88,7 @@ def _local_ids(ids: np.ndarray, owned: tuple[int, int], what: str) -> np.ndarray
 def _tensor(state: ServerState, header: dict) -> tuple[str, str, np.ndarray]:
     policy = _field(header, "policy", str)
     name = shm.check_name(_field(header, "name", str))
-    state.partition.owned_range(policy)
-    table = state.partition.tensor(policy, name)
+    table = state.partition.tensor(policy, name)  # refuses an unknown policy
     if table is None:
         raise InputError(f"no {policy} tensor named {name!r} on partition {state.partition.part_id}")
     return policy, name, table
