@@ -78,12 +78,7 @@ class DistGraph:
         self._meta = meta
         self._book = meta.partition_book()
         shared = self.context.local_partition()
-        self.local_partition = LocalPartition(
-            shared.part_id,
-            tuple(shared.node_range),
-            tuple(shared.edge_range),
-            **{name: shared.graph[name] for name in ("indptr", "indices", "eids", "local2global")},
-        )
+        self.local_partition = LocalPartition(shared.part_id, shared.node_range, shared.edge_range, **shared.graph)
         self.ndata: dict[str, DistTensor] = {
             name: DistTensor.attach(spec.shape, _torch_dtype(spec.dtype), name, "node", self.context)
             for name, spec in meta.node_feats.items()
