@@ -220,14 +220,15 @@ def _sample_loop(
             epoch = int(command)
             batches = plan.batches(epoch)
             for index in range(worker_id, len(batches), num_workers):
-                if _cancelled(commands):
+                if _cancelled(commands) or not parent_alive():
                     break
                 batch = maker(g, sampler, batches[index], plan.batch_rng_seed(epoch, index))
                 if not _put(out, ("batch", epoch, index, batch), commands, parent_alive):
                     break
-            out.put(("end", epoch))
+            if not _put(out, ("end", epoch), None, parent_alive):
+                return
     except Exception:
-        out.put(("error", worker_id, traceback.format_exc()))
+        _put(out, ("error", worker_id, traceback.format_exc()), None, parent_alive)
 
 
 def _cancelled(commands: mp.Queue) -> bool:
@@ -240,14 +241,14 @@ def _cancelled(commands: mp.Queue) -> bool:
     return True
 
 
-def _put(out: mp.Queue, item, commands: mp.Queue, parent_alive) -> bool:
-    """Blocking put that gives up when the epoch is cancelled or the parent is gone."""
+def _put(out: mp.Queue, item, commands: mp.Queue | None, parent_alive) -> bool:
+    """Blocking put that gives up when the parent is gone or (given ``commands``) the epoch is cancelled."""
     while True:
         try:
             out.put(item, timeout=_POLL_S)
             return True
         except queue.Full:
-            if not parent_alive() or _cancelled(commands):
+            if not parent_alive() or (commands is not None and _cancelled(commands)):
                 return False
 
 
@@ -257,15 +258,20 @@ class _Workers:
     def __init__(self, num_workers: int, g, maker: BatchMaker, plan: BatchPlan, prefetch: int):
         if num_workers == 0:
             # One thread in this process: sampling and fetching overlap the trainer's compute
-            # (the C++ kernel, ZeroMQ waits and torch ops all release the GIL).
+            # (the C++ kernel, ZeroMQ waits and torch ops all release the GIL). Not a daemon: a
+            # daemon thread still inside a GIL-releasing call when the interpreter finalizes is
+            # killed by pthread_exit from a noexcept destructor, which aborts the whole process
+            # ("terminate called without an active exception"). It ends by itself once the main
+            # thread has (Python joins non-daemon threads before finalizing), also when the
+            # loader was never closed.
             self.commands = [queue.Queue()]
             self.outputs = [queue.Queue(maxsize=max(1, prefetch))]
             self.procs = [
                 threading.Thread(
                     target=_sample_loop,
-                    args=(g, 0, 1, maker, plan, self.commands[0], self.outputs[0], lambda: True),
+                    args=(g, 0, 1, maker, plan, self.commands[0], self.outputs[0], threading.main_thread().is_alive),
                     name="distgnn-prefetch",
-                    daemon=True,
+                    daemon=False,
                 )
             ]
             self.procs[0].start()

@@ -193,3 +193,45 @@ def test_prefetched_node_data_matches_the_dist_tensors(cluster, num_workers: int
             DistNodeDataLoader(g, torch.arange(10), NeighborSampler([2]), BATCH, input_feats=["nope"])
     finally:
         g.context.close()
+
+
+EXIT_MID_EPOCH = """
+import sys, time, torch
+from distgnn.data import synthetic
+from distgnn.dataloader import DistNodeDataLoader
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+
+slow = torch.randn(700, 700)
+original = NeighborSampler.sample_blocks
+calls = []
+
+def slow_sample_blocks(self, g, seeds, *args, **kwargs):
+    calls.append(1)
+    end = time.monotonic() + (6.0 if len(calls) > 1 else 0.0)
+    while time.monotonic() < end:  # GIL-free torch work for longer than the loader's 5 s stop deadline
+        slow @ slow
+    return original(self, g, seeds, *args, **kwargs)
+
+NeighborSampler.sample_blocks = slow_sample_blocks
+torch.set_num_threads(1)
+g = InProcessGraph(synthetic(2000, 6, feat_dim=4, num_classes=3, seed=1))
+loader = DistNodeDataLoader(g, torch.arange(2000), NeighborSampler([3]), 16, num_workers=0, prefetch=2)
+batches = iter(loader)
+next(batches)
+print("left mid-epoch", flush=True)
+"""
+
+
+def test_leaving_mid_epoch_without_close_exits_cleanly_with_the_prefetch_thread_busy() -> None:
+    # The script returns while the prefetch thread is inside torch work and never closes the loader;
+    # the process must end on its own, quickly and with status 0 (no abort from the thread at exit).
+    import subprocess
+    import sys
+    import time
+
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", EXIT_MID_EPOCH], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "left mid-epoch" in proc.stdout
+    assert "terminate called" not in proc.stderr
+    assert time.monotonic() - start < 30

@@ -23,6 +23,7 @@ DistTensor, then all meet at a barrier before the next layer.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -390,6 +391,8 @@ def single_main(args: argparse.Namespace) -> dict:
 
 def trainer_main(args: argparse.Namespace) -> dict:
     """One trainer of a running job: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* and the distgnn env are set."""
+    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
+    faulthandler.enable()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     # torchrun (under distgnn-launch) says how many trainers share this host.
     set_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine)))
