@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn_ops.h"
 #include "relabel.h"
 #include "sample.h"
 
@@ -132,6 +133,83 @@ py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge)
   return py::make_tuple(to_numpy(std::move(nids)), indices);
 }
 
+// A C-contiguous float32 array of `ndim` dimensions (writable when asked), else ValueError naming it.
+float* float_data(const py::array& a, const char* name, int ndim, bool writable) {
+  if (a.ndim() != ndim)
+    throw std::invalid_argument(std::string(name) + " must be " + std::to_string(ndim) + "-D, got " +
+                                std::to_string(a.ndim()) + " dimensions");
+  if (!has_dtype<float>(a)) throw std::invalid_argument(std::string(name) + " must have dtype float32, got " + dtype_name(a));
+  if (!(a.flags() & py::array::c_style)) throw std::invalid_argument(std::string(name) + " must be C-contiguous");
+  if (writable && !a.writeable()) throw std::invalid_argument(std::string(name) + " must be writable");
+  return static_cast<float*>(const_cast<void*>(a.data()));
+}
+
+void check_columns(int64_t col, int64_t f, int64_t stride, const char* name) {
+  if (col < -1 || col + f > stride)
+    throw std::invalid_argument(std::string(name) + " " + std::to_string(col) + " with width " + std::to_string(f) +
+                                " does not fit a row of " + std::to_string(stride));
+}
+
+void mean_aggregate(const py::array& indptr, const py::array& indices, const py::array& x, const py::array& out,
+                    int64_t mean_col, int64_t self_col, int num_threads) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
+  const float* x_data = float_data(x, "x", 2, false);
+  float* out_data = float_data(out, "out", 2, true);
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must hold at least one entry");
+  const int64_t num_dst = indptr.shape(0) - 1, f = x.shape(1), stride = out.shape(1);
+  if (out.shape(0) != num_dst)
+    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " + std::to_string(num_dst) +
+                                " destinations");
+  if (mean_col < 0) throw std::invalid_argument("mean_col must be >= 0");
+  check_columns(mean_col, f, stride, "mean_col");
+  check_columns(self_col, f, stride, "self_col");
+  if (self_col >= 0 && x.shape(0) < num_dst)
+    throw std::invalid_argument("x has " + std::to_string(x.shape(0)) + " rows, fewer than the " +
+                                std::to_string(num_dst) + " destinations it must start with");
+  py::gil_scoped_release release;
+  distgnn::mean_aggregate(indptr_data, indices_data, num_dst, indices.shape(0), x_data, x.shape(0), f, out_data, stride,
+                          mean_col, self_col, num_threads);
+}
+
+void mean_aggregate_backward(const py::array& indptr, const py::array& indices, const py::array& grad,
+                             int64_t mean_col, int64_t self_col, const py::array& grad_x, int num_threads) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
+  const float* grad_data = float_data(grad, "grad", 2, false);
+  float* grad_x_data = float_data(grad_x, "grad_x", 2, true);
+  const int64_t num_dst = indptr.shape(0) - 1, f = grad_x.shape(1), stride = grad.shape(1);
+  if (grad.shape(0) != num_dst)
+    throw std::invalid_argument("grad has " + std::to_string(grad.shape(0)) + " rows for " + std::to_string(num_dst) +
+                                " destinations");
+  check_columns(mean_col, f, stride, "mean_col");
+  check_columns(self_col, f, stride, "self_col");
+  py::gil_scoped_release release;
+  distgnn::mean_aggregate_backward(indptr_data, indices_data, num_dst, grad_data, stride, mean_col, self_col,
+                                   grad_x_data, grad_x.shape(0), f, num_threads);
+}
+
+void relu_dropout(const py::array& x, const py::array& out, uint32_t drop_threshold, float scale, uint64_t rng_seed,
+                  int num_threads) {
+  const float* x_data = float_data(x, "x", 1, false);
+  float* out_data = float_data(out, "out", 1, true);
+  if (out.shape(0) != x.shape(0)) throw std::invalid_argument("out and x differ in length");
+  if (drop_threshold > 65536) throw std::invalid_argument("drop_threshold must be at most 65536");
+  py::gil_scoped_release release;
+  distgnn::relu_dropout(x_data, out_data, x.shape(0), drop_threshold, scale, rng_seed, num_threads);
+}
+
+void relu_dropout_backward(const py::array& out, const py::array& grad, const py::array& grad_in, float scale,
+                           int num_threads) {
+  const float* out_data = float_data(out, "out", 1, false);
+  const float* grad_data = float_data(grad, "grad", 1, false);
+  float* grad_in_data = float_data(grad_in, "grad_in", 1, true);
+  if (grad.shape(0) != out.shape(0) || grad_in.shape(0) != out.shape(0))
+    throw std::invalid_argument("out, grad and grad_in differ in length");
+  py::gil_scoped_release release;
+  distgnn::relu_dropout_backward(out_data, grad_data, grad_in_data, out.shape(0), scale, num_threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_sampling_cpu, m) {
@@ -144,4 +222,14 @@ PYBIND11_MODULE(_sampling_cpu, m) {
         "values[positions] as int64, gathered in parallel; ValueError on an out-of-range position.");
   m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
         "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
+  m.def("mean_aggregate", &mean_aggregate, py::arg("indptr"), py::arg("indices"), py::arg("x"), py::arg("out"),
+        py::arg("mean_col"), py::arg("self_col"), py::arg("num_threads"),
+        "Fills out[:, mean_col:+F] with the in-neighbour mean of x's rows (and out[:, self_col:+F] with x[:num_dst]).");
+  m.def("mean_aggregate_backward", &mean_aggregate_backward, py::arg("indptr"), py::arg("indices"), py::arg("grad"),
+        py::arg("mean_col"), py::arg("self_col"), py::arg("grad_x"), py::arg("num_threads"),
+        "Overwrites grad_x with the gradient of mean_aggregate for the upstream gradient grad.");
+  m.def("relu_dropout", &relu_dropout, py::arg("x"), py::arg("out"), py::arg("drop_threshold"), py::arg("scale"),
+        py::arg("rng_seed"), py::arg("num_threads"), "out = relu(x) * keep * scale (see nn_ops.h); out may be x.");
+  m.def("relu_dropout_backward", &relu_dropout_backward, py::arg("out"), py::arg("grad"), py::arg("grad_in"),
+        py::arg("scale"), py::arg("num_threads"), "grad_in = grad * scale where out > 0, else 0.");
 }

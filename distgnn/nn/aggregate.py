@@ -1,9 +1,12 @@
 """Message aggregation over a Block's CSC: the sparse kernels the layers share.
 
-Everything here is plain torch and runs on any device. Sums and means go
-through a CSR sparse-dense product (no ``(num_edges, F)`` message tensor is
-materialised); the attention softmax is a segment softmax over each
-destination's in-edges.
+The torch versions run on any device. Sums and means go through a CSR
+sparse-dense product (no ``(num_edges, F)`` message tensor is materialised);
+the attention softmax is a segment softmax over each destination's in-edges.
+On the CPU, float32 means run in the C++ kernels of ``csrc/cpu/nn_ops.cpp``
+(one pass over the edges, a scatter backward, the ``[self | mean]`` input of a
+SAGE layer written in the same pass); :func:`mean_reference` and
+:func:`self_and_mean_reference` are the torch versions they are tested against.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import warnings
 
 import torch
 
+from distgnn.sampling import kernels
 from distgnn.sampling.block import Block
 
 
@@ -78,9 +82,72 @@ def weighted_sum(
 
 def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """Mean of the in-neighbours' rows of ``x`` (``(num_src, F)``) per destination; 0 where none."""
+    if _native(block, x):
+        return _MeanAggregate.apply(block.indptr, block.indices, x, False)
+    return mean_reference(block, x)
+
+
+def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """``(num_dst, 2F)``: each destination's own row of ``x`` (the first ``num_dst`` rows), then its neighbour mean.
+
+    The input of a SAGE layer's single product with ``[W_self | W_neigh]``.
+    """
+    if _native(block, x):
+        return _MeanAggregate.apply(block.indptr, block.indices, x, True)
+    return self_and_mean_reference(block, x)
+
+
+def mean_reference(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """:func:`mean` in torch ops (any device and dtype)."""
     deg = in_degrees(block)
     inv = 1.0 / deg.clamp(min=1).to(x.dtype)
     return weighted_sum(block, x, torch.repeat_interleave(inv, deg, output_size=block.num_edges))
+
+
+def self_and_mean_reference(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """:func:`self_and_mean` in torch ops (any device and dtype)."""
+    return torch.cat([x[: block.num_dst], mean_reference(block, x)], dim=1)
+
+
+def _native(block: Block, x: torch.Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.dim() == 2
+        and block.indptr.device.type == "cpu"
+        and block.indptr.dtype == torch.int64
+        and block.indices.dtype == torch.int64
+    )
+
+
+class _MeanAggregate(torch.autograd.Function):
+    """The C++ mean (``with_self``: ``[x[:num_dst] | mean]``) and its scatter backward."""
+
+    @staticmethod
+    def forward(ctx, indptr, indices, x, with_self):
+        x = x.detach().contiguous()
+        num_dst, width = indptr.shape[0] - 1, x.shape[1]
+        out = x.new_empty((num_dst, 2 * width if with_self else width))
+        layout = (width, 0) if with_self else (0, -1)  # (mean column, self column)
+        kernels.extension().mean_aggregate(
+            indptr.numpy(), indices.numpy(), x.numpy(), out.numpy(), *layout, torch.get_num_threads()
+        )
+        ctx.save_for_backward(indptr, indices)
+        ctx.num_src, ctx.layout = x.shape[0], layout
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if not ctx.needs_input_grad[2]:
+            return None, None, None, None
+        indptr, indices = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        width = grad_out.shape[1] // 2 if ctx.layout[1] >= 0 else grad_out.shape[1]
+        grad_x = grad_out.new_empty((ctx.num_src, width))
+        kernels.extension().mean_aggregate_backward(
+            indptr.numpy(), indices.numpy(), grad_out.numpy(), *ctx.layout, grad_x.numpy(), torch.get_num_threads()
+        )
+        return None, None, grad_x, None
 
 
 def edge_softmax(block: Block, scores: torch.Tensor, dst: torch.Tensor | None = None) -> torch.Tensor:

@@ -40,17 +40,18 @@ class SAGEConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        x_dst = x[: block.num_dst]
         if self.out_feats < self.in_feats:
             out = aggregate.mean(block, self.fc_neigh(x))
             if self.bias is not None:
                 out = out + self.bias
-        elif self.bias is not None:
-            # addmm folds the bias and the sum into the products (no extra passes over the output).
-            out = torch.addmm(self.bias, aggregate.mean(block, x), self.fc_neigh.weight.t())
-        else:
-            out = self.fc_neigh(aggregate.mean(block, x))
-        return torch.addmm(out, x_dst, self.fc_self.weight.t())
+            return torch.addmm(out, x[: block.num_dst], self.fc_self.weight.t())
+        # One product of [x_dst | mean] with [W_self | W_neigh]: the aggregation writes both halves in
+        # one pass, and the gradient of x comes back in one tensor (no zero-padded slice gradient to add).
+        weight = torch.cat([self.fc_self.weight, self.fc_neigh.weight], dim=1)
+        inputs = aggregate.self_and_mean(block, x)
+        if self.bias is None:
+            return inputs @ weight.t()
+        return torch.addmm(self.bias, inputs, weight.t())
 
 
 class GATConv(nn.Module):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distgnn.nn.conv import GATConv, SAGEConv
+from distgnn.nn.fused import relu_dropout
 from distgnn.sampling.block import Block
 
 
@@ -55,7 +56,7 @@ class GraphSAGE(_LayerStack):
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = self.layers[i](block, x)
         if i != self.num_layers - 1:
-            h = self.dropout(F.relu(h))
+            h = relu_dropout(h, self.dropout.p, self.training)
         return h
 
 
@@ -111,5 +112,5 @@ class MLP(_LayerStack):
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = self.layers[i](x[: block.num_dst])
         if i != self.num_layers - 1:
-            h = self.dropout(F.relu(h))
+            h = relu_dropout(h, self.dropout.p, self.training)
         return h

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
+from distgnn.allocator import keep_freed_memory
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.format import read_meta
@@ -91,6 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
     p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
+    p.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.allocator)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--local", action="store_true", help="run the whole job on this host")
@@ -511,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.local:
         return local_main(args, argv)
+    if not args.no_malloc_tuning:
+        # Reuse freed memory across batches instead of page-faulting fresh mmaps (see distgnn.allocator).
+        keep_freed_memory()
     result = single_main(args) if args.single else trainer_main(args)
     if args.single or int(os.environ.get("RANK", "0")) == 0:
         print("RESULT " + json.dumps(result), flush=True)

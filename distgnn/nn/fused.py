@@ -1,0 +1,85 @@
+"""ReLU followed by (inverted) dropout, fused into one pass on the CPU.
+
+``relu_dropout(x, p, training)`` equals ``F.dropout(F.relu(x), p, training)`` in
+distribution. On the CPU with float32 it runs the C++ kernel of
+``csrc/cpu/nn_ops.cpp``: the keep/drop draw of element ``i`` is 16 bits of a
+counter-based hash of ``(rng_seed, i)`` (``rng_seed`` drawn from torch's
+default generator, so ``torch.manual_seed`` fixes the masks), and the backward
+needs only the output (``grad * scale`` where the output is positive). torch's
+``bernoulli_`` draws one Mersenne-Twister double per element and made dropout a
+quarter of a GraphSAGE step on the CPU. Elsewhere (CUDA, other dtypes) it is
+the torch composition. :func:`relu_dropout_reference` is the kernel in numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from distgnn.sampling import kernels
+
+_LEVELS = 1 << 16  # a 16-bit draw per element: p is rounded to a multiple of 1/65536
+
+
+def drop_threshold(p: float) -> int:
+    """Draws below this (out of 65536) drop their element; ``p`` rounded to the kernel's 16-bit grid."""
+    return int(round(p * _LEVELS))
+
+
+def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """``dropout(relu(x), p)`` when ``training``, else ``relu(x)``; gradients flow to ``x``."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return F.relu(x)
+    if x.device.type != "cpu" or x.dtype != torch.float32 or drop_threshold(p) >= _LEVELS:
+        return F.dropout(F.relu(x), p, True)
+    return _ReluDropout.apply(x, p)
+
+
+class _ReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        threshold = drop_threshold(p)
+        scale = _LEVELS / (_LEVELS - threshold)
+        rng_seed = int(torch.randint(0, 2**62, (1,)).item())
+        x = x.detach().contiguous()
+        out = torch.empty_like(x)
+        kernels.extension().relu_dropout(
+            x.view(-1).numpy(), out.view(-1).numpy(), threshold, scale, rng_seed, torch.get_num_threads()
+        )
+        ctx.save_for_backward(out)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (out,) = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_in = torch.empty_like(out)
+        kernels.extension().relu_dropout_backward(
+            out.view(-1).numpy(),
+            grad_out.view(-1).numpy(),
+            grad_in.view(-1).numpy(),
+            ctx.scale,
+            torch.get_num_threads(),
+        )
+        return grad_in, None
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def relu_dropout_reference(x: np.ndarray, threshold: int, scale: float, rng_seed: int) -> np.ndarray:
+    """The kernel's output for a flat float32 ``x``: the same 16-bit draws, in numpy."""
+    with np.errstate(over="ignore"):
+        key = _mix64(np.array([rng_seed], dtype=np.uint64))[0]
+        index = np.arange(x.shape[0], dtype=np.uint64)
+        words = _mix64(key + (index >> np.uint64(2)) * np.uint64(0x9E3779B97F4A7C15))
+    draws = (words >> (np.uint64(16) * (index & np.uint64(3)))) & np.uint64(0xFFFF)
+    factor = np.where(draws >= np.uint64(threshold), np.float32(scale), np.float32(0))
+    return (np.maximum(x, np.float32(0)) * factor).astype(np.float32)
