@@ -53,6 +53,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default="0,2",
         help="distgnn runs to make, by loader prefetch depth (0 with 0 workers: sample inline; 2: background thread)",
     )
+    p.add_argument(
+        "--also-default-malloc",
+        action="store_true",
+        help="also run each distgnn variant with glibc malloc left as it is (train_dist.py --no-malloc-tuning)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
     p.add_argument("--skip-dgl", action="store_true")
@@ -73,7 +78,7 @@ def synthetic_graph(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args, prefetch: int) -> dict:
+def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
     cmd = [
         sys.executable,
         str(TRAIN_DIST),
@@ -97,7 +102,9 @@ def run_distgnn(args, prefetch: int) -> dict:
         f"--seed={args.seed}",
         f"--workdir={Path(args.workdir) / 'distgnn'}",
         "--quiet",
-    ] + (["--no-eval"] if args.no_eval else [])
+    ]
+    cmd += ["--no-eval"] if args.no_eval else []
+    cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
     return _run_for_result(cmd, "distgnn")
 
 
@@ -389,8 +396,9 @@ def print_table(args, results: dict[str, dict]) -> None:
         f"{args.num_nodes:,} nodes / ~{int(args.num_nodes * args.avg_degree):,} edges, "
         f"2 machines x 1 trainer, {args.epochs} epochs, {cap}, {args.num_workers} sampler workers"
     )
+    width = max([22, *(len(name) for name in results)])
     header = (
-        f"{'system':<22} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
+        f"{'system':<{width}} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
         f"{'train loss':>10} {'val acc':>8} {'test acc':>9}"
     )
     print(header)
@@ -400,7 +408,7 @@ def print_table(args, results: dict[str, dict]) -> None:
         val = f"{r['val_acc']:.4f}" if "val_acc" in r else "-"
         test = f"{r['test_acc']:.4f}" if "test_acc" in r else "-"
         print(
-            f"{name:<22} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
+            f"{name:<{width}} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
             f"{r['seps']:>12,.0f} {r.get('train_loss', float('nan')):>10.4f} {val:>8} {test:>9}"
         )
     if "DistDGL" in results:
@@ -429,6 +437,8 @@ def main(argv=None) -> int:
         for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
             mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
             results[f"distgnn ({mode})"] = run_distgnn(args, prefetch)
+            if args.also_default_malloc:
+                results[f"distgnn ({mode}, default malloc)"] = run_distgnn(args, prefetch, malloc_tuning=False)
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)
