@@ -9,6 +9,7 @@ extension) the same code runs the torch reference path, with identical rows.
 
 from __future__ import annotations
 
+import collections
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,7 @@ class CachedFeature:
             warnings.simplefilter("ignore", UserWarning)
             local_rows = torch.from_numpy(tensor._local)
         self.host = HostTier(local_rows, tensor._local_start)
+        self._in_flight: collections.deque = collections.deque()  # (event, staging tier) still being read
         self._registration: HostRegistration | None = None
         self._pin = self.device.type == "cuda" and extension_available() and impl != "torch"
         if self._pin:
@@ -127,6 +129,14 @@ class CachedFeature:
         out = torch.empty((ids_cpu.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
         device_ids = ids if isinstance(ids, torch.Tensor) and ids.device == self.device else ids_cpu.to(self.device)
         gather(out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl)
+        if staging is not None and self._pin:
+            # The kernel reads the pinned rows zero-copy, after this returns: keep them alive (out of the
+            # pinned allocator's reach) until the stream passes this point.
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(self.device))
+            self._in_flight.append((done, staging))
+        while self._in_flight and self._in_flight[0][0].query():
+            self._in_flight.popleft()
         self.lookups += ids_cpu.shape[0]
         self.remote_fetched += misses.numel()
         if misses.numel():

@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
 from distgnn.allocator import keep_freed_memory
+from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.format import read_meta
@@ -92,6 +93,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
     p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
+    p.add_argument(
+        "--no-pipeline",
+        action="store_true",
+        help="with --device cuda and the cache: gather each batch's features in the training loop instead of "
+        "one batch ahead on a side CUDA stream",
+    )
     p.add_argument(
         "--no-malloc-tuning",
         action="store_true",
@@ -259,6 +266,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         from distgnn.cache.dist_feature import CachedFeature
 
         cached = CachedFeature(feat, device, int(args.cache_gb * 1e9), graph=g)
+    # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
+    pipeline = cached is not None and device.type == "cuda" and not args.no_pipeline
     loader = DistNodeDataLoader(
         g,
         train_nids,
@@ -267,12 +276,13 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         shuffle=True,
         num_workers=args.num_workers,
         prefetch=args.prefetch,
-        device=device,
+        device=torch.device("cpu") if pipeline else device,
         seed=args.seed,
         # With the cache, features are gathered in this loop on the device instead of by the loader.
         input_feats=("feat",) if (args.prefetch or args.num_workers) and cached is None else (),
         output_feats=("label",) if args.prefetch or args.num_workers else (),
     )
+    epoch_batches = GatherAhead(loader, cached, device) if pipeline else loader
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     epoch_times, seps_list = [], []
     cache_counts = [0.0, 0.0]  # hits, lookups over all trainers and epochs
@@ -286,13 +296,15 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             correct_total = torch.zeros((), dtype=torch.int64, device=device)
             seen = edges = 0.0
             start = time.perf_counter()
-            batches = iter(loader)
+            batches = iter(epoch_batches)
             for step in range(num_batches):
                 t0 = time.perf_counter()
-                batch = next(batches)
+                batch, x = next(batches) if pipeline else (next(batches), None)
                 input_nodes, seeds, blocks = batch
                 t1 = time.perf_counter()
-                if "feat" in batch.input_data:
+                if x is not None:
+                    pass  # gathered ahead with the batch
+                elif "feat" in batch.input_data:
                     x = batch.input_data["feat"]
                 elif cached is not None:
                     x = cached[input_nodes]
