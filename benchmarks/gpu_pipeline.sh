@@ -33,7 +33,9 @@ run() {  # name, extra flags...
     --epochs "${EPOCHS:-3}" --max-batches "${MAX_BATCHES:-20}" --no-eval --quiet \
     --workdir /tmp/gpu-train-work "$@" 2>&1 | tee "$OUT/train-$name.log" || status=1
 }
-run sequential --prefetch 0 --no-pipeline
-run sample-ahead --prefetch 2 --no-pipeline
-run pipeline --prefetch 2
+run sequential --prefetch 0
+run sample-ahead --prefetch 2
+run pipeline --prefetch 2 --pipeline
+run sample-ahead-w2 --num-workers 2
+run pipeline-w2 --num-workers 2 --pipeline
 exit $status

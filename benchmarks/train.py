@@ -58,6 +58,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="also run each distgnn variant with glibc malloc left as it is (train_dist.py --no-malloc-tuning)",
     )
+    p.add_argument(
+        "--also-tuned-dgl",
+        action="store_true",
+        help="also run DistDGL with its trainers on distgnn.allocator.keep_freed_memory() (a like-for-like allocator)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
     p.add_argument("--skip-dgl", action="store_true")
@@ -156,7 +161,11 @@ def _graph_key(args) -> dict:
     return {k: getattr(args, k) for k in ("num_nodes", "avg_degree", "feat_dim", "num_classes", "seed")}
 
 
-def run_dgl(args) -> dict:
+DGL_MALLOC_ENV = "DISTGNN_BENCH_DGL_KEEP_FREED_MEMORY"
+
+
+def run_dgl(args, malloc_tuning: bool = False) -> dict:
+    """DistDGL as it ships; with ``malloc_tuning`` its trainers get distgnn's allocator setting too."""
     root, part_config, ip_config = dgl_paths(args)
     done = root / "done.json"
     if not done.exists() or json.loads(done.read_text()) != _graph_key(args):
@@ -181,9 +190,10 @@ def run_dgl(args) -> dict:
         machines.append(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inner])
     procs = []
     result = None
+    env = {**os.environ, DGL_MALLOC_ENV: "1" if malloc_tuning else "0"}
     try:
-        procs = [subprocess.Popen(machines[1], stdout=subprocess.DEVNULL)]
-        result = _run_for_result(machines[0], "distdgl")
+        procs = [subprocess.Popen(machines[1], stdout=subprocess.DEVNULL, env=env)]
+        result = _run_for_result(machines[0], "distdgl", env=env)
     finally:
         for p in procs:
             try:
@@ -248,6 +258,10 @@ def dgl_trainer(args) -> int:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
+    if os.environ.get(DGL_MALLOC_ENV) == "1":
+        from distgnn.allocator import keep_freed_memory
+
+        keep_freed_memory()
     my_ip = DGL_IPS[args.machine]
     # DistDGL finds its machine by matching local addresses against ip_config: narrow them to ours.
     rpc_client.local_ip4_addr_list = lambda: {my_ip}
@@ -411,12 +425,13 @@ def print_table(args, results: dict[str, dict]) -> None:
             f"{name:<{width}} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} "
             f"{r['seps']:>12,.0f} {r.get('train_loss', float('nan')):>10.4f} {val:>8} {test:>9}"
         )
-    if "DistDGL" in results:
-        b = results["DistDGL"]
+    for peer, b in results.items():
+        if not peer.startswith("DistDGL"):
+            continue
         for name, a in results.items():
-            if name == "DistDGL":
+            if name.startswith("DistDGL"):
                 continue
-            line = f"{name} epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f}"
+            line = f"{name} epoch time / {peer} epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f}"
             if "test_acc" in a and "test_acc" in b:
                 line += f"; test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
             print(line)
@@ -441,6 +456,8 @@ def main(argv=None) -> int:
                 results[f"distgnn ({mode}, default malloc)"] = run_distgnn(args, prefetch, malloc_tuning=False)
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
+        if args.also_tuned_dgl:
+            results["DistDGL (malloc tuned)"] = run_dgl(args, malloc_tuning=True)
     print_table(args, results)
     return 0
 

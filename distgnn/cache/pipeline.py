@@ -19,6 +19,7 @@ inline, in order, with the same results.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -30,13 +31,14 @@ class GatherAhead:
 
     Args:
         batches: MiniBatches on the CPU (a ``DistNodeDataLoader`` built with ``device="cpu"``).
-        features: maps a CPU id tensor to its feature rows on ``device`` (a ``CachedFeature``).
+        features: maps a CPU id tensor to its feature rows on ``device``: a function, or anything indexed
+            by ids (a ``CachedFeature``).
         device: where batches and features go.
     """
 
-    def __init__(self, batches: Iterable[MiniBatch], features: Callable[[torch.Tensor], torch.Tensor], device):
+    def __init__(self, batches: Iterable[MiniBatch], features: Callable[[torch.Tensor], torch.Tensor] | Any, device):
         self.batches = batches
-        self.features = features
+        self.features = features if callable(features) else features.__getitem__  # a CachedFeature is indexed
         self.device = torch.device(device)
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 

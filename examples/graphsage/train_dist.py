@@ -94,10 +94,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
     p.add_argument(
-        "--no-pipeline",
+        "--pipeline",
         action="store_true",
-        help="with --device cuda and the cache: gather each batch's features in the training loop instead of "
-        "one batch ahead on a side CUDA stream",
+        help="with --device cuda and the cache: copy and gather batch t+1 on a side CUDA stream while batch t "
+        "trains (with --prefetch or --num-workers, sampling runs ahead too); off by default: on 2x H200 the epoch "
+        "was bound by the sampling servers and the overlap gained nothing (docs/BENCHMARKS.md)",
     )
     p.add_argument(
         "--no-malloc-tuning",
@@ -267,7 +268,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
 
         cached = CachedFeature(feat, device, int(args.cache_gb * 1e9), graph=g)
     # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
-    pipeline = cached is not None and device.type == "cuda" and not args.no_pipeline
+    pipeline = cached is not None and device.type == "cuda" and args.pipeline
     loader = DistNodeDataLoader(
         g,
         train_nids,

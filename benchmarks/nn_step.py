@@ -1,0 +1,131 @@
+"""One GraphSAGE training step on the CPU: distgnn's layer kernels vs its torch path vs DGL 1.1.3's SAGEConv.
+
+The batch is the one ``benchmarks/train.py`` trains on: fanouts 15,10,5 (input
+layer first), batch 1024, on ``synthetic(1_000_000, avg_degree=20,
+feat_dim=100, num_classes=16)``; the model is a 3-layer GraphSAGE (mean),
+hidden 256, ReLU + dropout 0.5 between layers, Adam; one torch thread (as each
+trainer of the training benchmark has). Every variant runs in its own process
+(glibc malloc settings are per process), with and without
+``distgnn.allocator.keep_freed_memory()``:
+
+* ``distgnn kernels``: ``distgnn.nn.GraphSAGE`` as shipped (C++ mean aggregation
+  and fused ReLU + dropout on the CPU);
+* ``distgnn torch path``: the same model on its torch reference ops (CSR
+  ``torch.sparse.mm`` mean, ``F.dropout(F.relu(.))``): what it ran before the kernels;
+* ``DGL 1.1.3``: ``dgl.nn.SAGEConv(aggregator_type="mean")`` layers on the same
+  blocks (converted with ``distgnn.convert.to_dgl_block``), skipped without dgl.
+
+    python benchmarks/nn_step.py [--steps 10] [--num-nodes 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+VARIANTS = ("distgnn kernels", "distgnn torch path", "DGL 1.1.3")
+
+
+def measure(args) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    import distgnn.nn.aggregate as aggregate
+    import distgnn.nn.models as models
+    from distgnn.allocator import keep_freed_memory
+    from distgnn.data import synthetic
+    from distgnn.nn import GraphSAGE
+    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+
+    if args.malloc == "tuned":
+        keep_freed_memory()
+    torch.set_num_threads(1)
+    g = InProcessGraph(synthetic(args.num_nodes, 20, feat_dim=100, num_classes=16, seed=0))
+    torch.manual_seed(0)
+    seeds = torch.randperm(g.num_nodes())[:1024]
+    input_nodes, output_nodes, blocks = NeighborSampler([15, 10, 5]).sample_blocks(g, seeds)
+    x, y = g.ndata["feat"][input_nodes], g.ndata["label"][output_nodes]
+    if args.variant == "distgnn torch path":
+        aggregate._native = lambda block, x: False
+        models.relu_dropout = lambda h, p, training: F.dropout(F.relu(h), p, training)
+    if args.variant == "DGL 1.1.3":
+        from dgl.nn import SAGEConv
+
+        from distgnn.convert import to_dgl_block
+
+        class DGLSage(nn.Module):
+            def __init__(self):
+                super().__init__()
+                dims = [100, 256, 256, 16]
+                self.layers = nn.ModuleList(SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:], strict=True))
+                self.dropout = nn.Dropout(0.5)
+
+            def forward(self, blocks, h):
+                for i, (layer, block) in enumerate(zip(self.layers, blocks, strict=True)):
+                    h = layer(block, h)
+                    if i != len(self.layers) - 1:
+                        h = self.dropout(F.relu(h))
+                return h
+
+        model, blocks = DGLSage(), [to_dgl_block(b) for b in blocks]
+    else:
+        model = GraphSAGE(100, 256, 16, num_layers=3, dropout=0.5)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+
+    def step():
+        loss = F.cross_entropy(model(blocks, x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(3):  # warm-up (and, with the allocator setting, the heap grows to the step's working set)
+        step()
+    times = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"median_s": statistics.median(times), "min_s": min(times)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--num-nodes", type=int, default=1_000_000)
+    p.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    p.add_argument("--malloc", choices=("default", "tuned"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.variant:
+        print("RESULT " + json.dumps(measure(args)), flush=True)
+        return 0
+    rows = {}
+    for variant in VARIANTS:
+        for malloc in ("default", "tuned"):
+            cmd = [sys.executable, __file__, f"--steps={args.steps}", f"--num-nodes={args.num_nodes}"]
+            proc = subprocess.run([*cmd, f"--variant={variant}", f"--malloc={malloc}"], capture_output=True, text=True)
+            if proc.returncode != 0:
+                if variant == "DGL 1.1.3" and "No module named 'dgl'" in proc.stderr:
+                    print("DGL not installed: skipping its rows", file=sys.stderr)
+                    break
+                sys.stderr.write(proc.stderr)
+                return 1
+            line = next(li for li in proc.stdout.splitlines() if li.startswith("RESULT "))
+            rows[(variant, malloc)] = json.loads(line[len("RESULT ") :])
+    base = rows.get(("DGL 1.1.3", "default"))
+    print(
+        f"\nGraphSAGE training step, batch 1024, fanouts 15,10,5, hidden 256, {args.num_nodes:,}-node graph, 1 thread"
+    )
+    print(f"{'variant':<20} {'malloc':<8} {'median s':>9} {'min s':>7} {'vs DGL (default malloc)':>24}")
+    for (variant, malloc), r in rows.items():
+        ratio = f"{r['median_s'] / base['median_s']:.2f}x" if base else "-"
+        print(f"{variant:<20} {malloc:<8} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {ratio:>24}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
