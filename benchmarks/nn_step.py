@@ -15,6 +15,8 @@ trainer of the training benchmark has). Every variant runs in its own process
 * ``DGL 1.1.3``: ``dgl.nn.SAGEConv(aggregator_type="mean")`` layers on the same
   blocks (converted with ``distgnn.convert.to_dgl_block``), skipped without dgl.
 
+It also prints how much resident memory the steps added: the price of keeping freed memory.
+
     python benchmarks/nn_step.py [--steps 10] [--num-nodes 1000000]
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -83,6 +86,7 @@ def measure(args) -> dict:
         loss.backward()
         optimizer.step()
 
+    rss_before = _rss_mib()
     for _ in range(3):  # warm-up (and, with the allocator setting, the heap grows to the step's working set)
         step()
     times = []
@@ -90,7 +94,13 @@ def measure(args) -> dict:
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "min_s": min(times)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "rss_growth_mib": _rss_mib() - rss_before}
+
+
+def _rss_mib() -> int:
+    """Resident memory of this process (Linux), MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
 
 
 def main() -> int:
@@ -120,10 +130,13 @@ def main() -> int:
     print(
         f"\nGraphSAGE training step, batch 1024, fanouts 15,10,5, hidden 256, {args.num_nodes:,}-node graph, 1 thread"
     )
-    print(f"{'variant':<20} {'malloc':<8} {'median s':>9} {'min s':>7} {'vs DGL (default malloc)':>24}")
+    print(f"{'variant':<20} {'malloc':<8} {'median s':>9} {'min s':>7} {'vs DGL (default malloc)':>24} {'RSS +MiB':>9}")
     for (variant, malloc), r in rows.items():
         ratio = f"{r['median_s'] / base['median_s']:.2f}x" if base else "-"
-        print(f"{variant:<20} {malloc:<8} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {ratio:>24}")
+        print(
+            f"{variant:<20} {malloc:<8} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {ratio:>24} {r['rss_growth_mib']:>9}"
+        )
+    print("RSS +MiB: resident memory after the timed steps minus before the warm-up (the steps' working set)")
     return 0
 
 
