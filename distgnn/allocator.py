@@ -30,11 +30,12 @@ def keep_freed_memory() -> bool:
     """Tune glibc malloc of this process as described above; False (and nothing changed) where it is not glibc."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # noqa: B018 - present in glibc only
-    except (OSError, AttributeError):
+    except OSError:
+        libc = None
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):  # the settings below are glibc's
         log.info("not glibc: malloc settings left alone")
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     ok = mallopt(_M_MMAP_MAX, 0) == 1 and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
     if not ok:
