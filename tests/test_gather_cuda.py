@@ -94,6 +94,39 @@ def test_unsorted_miss_path_matches():
     check_kernel(*cuda_setup(4, width=24), sort_misses=False)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", [3, 64, 129])
+@pytest.mark.parametrize("share", [0.3, 0.5, 1.0])
+def test_cpu_share_of_host_rows_matches_reference(dtype, width, share, monkeypatch):
+    import distgnn.cache.gather as gather_module
+
+    # Small DMA chunks, so a batch crosses several chunk boundaries.
+    monkeypatch.setattr(gather_module, "_CPU_CHUNK_BYTES", 97 * width * dtype.itemsize)
+    for seed in range(2):
+        check_kernel(*cuda_setup(20 + seed, width=width, dtype=dtype), cpu_share=share)
+
+
+def test_cpu_share_with_host_tier_only_and_repeated_ids():
+    table = torch.randn(3000, 32)
+    host = HostTier(pinned_rows(table), 0)
+    ids = torch.randint(0, 3000, (5000,), device="cuda") // 3 * 3  # every id repeats
+    out = gather(poisoned(5000, 32, torch.float32), ids, host=host, impl="cuda", cpu_share=0.6)
+    assert torch.equal(out, table[ids.cpu()].cuda())
+
+
+def test_cpu_share_still_names_ids_in_no_tier():
+    table = torch.randn(100, 8)
+    host = HostTier(pinned_rows(table[:50]), 0)
+    with pytest.raises(InputError, match="in no tier"):
+        gather(
+            poisoned(4, 8, torch.float32),
+            torch.tensor([1, 70, 2, 3], device="cuda"),
+            host=host,
+            impl="cuda",
+            cpu_share=0.5,
+        )
+
+
 def test_many_repeats_and_large_batch():
     table, _, cache, host, staging = cuda_setup(5, num_nodes=20000, width=128, batch=10)
     ids = torch.randint(0, 200, (300_000,), device="cuda") * 97 % 20000

@@ -131,6 +131,19 @@ def test_bad_inputs_raise_input_error(out, ids, match):
         gather(out, ids, host=HostTier(torch.randn(10, 4), 0))
 
 
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_cpu_share_outside_zero_to_one_is_refused(share):
+    with pytest.raises(InputError, match="cpu_share"):
+        gather(torch.empty(2, 4), torch.tensor([0, 1]), host=HostTier(torch.randn(10, 4), 0), cpu_share=share)
+
+
+def test_reference_path_gives_the_same_rows_whatever_the_cpu_share():
+    table, ids, cache, host, staging = random_setup(11)
+    for share in (0.0, 0.5, 1.0):
+        out = gather(poisoned(len(ids), 7, table.dtype), ids, cache=cache, host=host, staging=staging, cpu_share=share)
+        assert torch.equal(out, table[ids])
+
+
 def test_ids_beyond_slot_table_raise():
     cache = FeatureCache.replicate(torch.tensor([1]), torch.randn(1, 2), 10, "cpu")
     with pytest.raises(InputError, match="slot table"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from distgnn.cache.extension import extension_available, load_extension
@@ -30,6 +31,7 @@ def gather(
     staging: StagingTier | None = None,
     impl: str = "auto",
     sort_misses: bool = True,
+    cpu_share: float = 0.0,
 ) -> torch.Tensor:
     """Writes the feature row of each ``ids[i]`` into ``out[i]`` and returns ``out``.
 
@@ -43,21 +45,29 @@ def gather(
             reference), or ``"auto"`` (the kernel for a CUDA ``out`` when available, else the reference).
         sort_misses: deduplicate and sort misses before the host reads (CUDA path); False exists to measure
             what sorting buys.
+        cpu_share: fraction (0..1) of the host tier's rows that CPU threads gather into pinned memory and the
+            copy engine moves to the GPU while the kernel reads the rest zero-copy (CUDA path with sorted
+            misses and host rows in host memory; the reference path ignores it). Zero-copy reads of scattered
+            rows stall on address translation well below the link's bandwidth (docs/BENCHMARKS.md, "GPU
+            gather"); the DMA path streams dense pinned buffers, so the two together fill more of the link.
 
-    The CUDA path synchronises the current stream once, at the end, to check that every id was found; it runs
-    on the current stream, so a loader can gather on a side stream.
+    The CUDA path synchronises the current stream once, at the end, to check that every id was found (and,
+    with a ``cpu_share``, once after planning, to hand the CPU its rows); it runs on the current stream, so
+    a loader can gather on a side stream.
 
     Raises:
         InputError: shapes or dtypes disagree, or an id is in no tier.
     """
     if impl not in IMPLEMENTATIONS:
         raise InputError(f"impl must be one of {IMPLEMENTATIONS}, got {impl!r}")
+    if not 0.0 <= cpu_share <= 1.0:
+        raise InputError(f"cpu_share must be a fraction in [0, 1], got {cpu_share!r}")
     ids = _check_inputs(out, ids, cache, host, staging)
     use_kernel = impl == "cuda" or (impl == "auto" and out.is_cuda and extension_available())
     if use_kernel:
         if not out.is_cuda:
             raise InputError(f"impl='cuda' needs a CUDA output tensor, got one on {out.device}")
-        _gather_cuda(out, ids, cache, host, staging, sort_misses)
+        _gather_cuda(out, ids, cache, host, staging, sort_misses, cpu_share)
     else:
         _gather_reference(out, ids, cache, host, staging)
     return out
@@ -160,6 +170,7 @@ def _gather_cuda(
     host: HostTier | None,
     staging: StagingTier | None,
     sort_misses: bool,
+    cpu_share: float = 0.0,
 ) -> None:
     """Plans and copies with two kernels and a sort on the GPU; synchronises once, to check every id was found."""
     extension = load_extension()
@@ -175,6 +186,9 @@ def _gather_cuda(
     plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, key_space(cache, host, staging), sort_misses)
     if cache is not None:
         cache.stats.record(ids.shape[0], hits)
+    cpu_items, cpu_keys = (0, 0), None
+    if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
+        cpu_items, cpu_keys = _cpu_share_items(plan, host, cpu_share)
     extension.gather_rows(
         out,
         plan.keys,
@@ -188,13 +202,57 @@ def _gather_cuda(
         None if staging is None else staging.ids.to(out.device),
         [] if cache is None else cache.shards,
         unplaced,
+        *cpu_items,
     )
+    if cpu_keys is not None:
+        _copy_cpu_share(out, plan.order[cpu_items[0] : cpu_items[1]], host, cpu_keys)
     count, example = unplaced.tolist()
     if count:
         raise InputError(
             f"{count} ids are in no tier (not cached, outside the host range, not staged), e.g. {example}; "
             "fetch them into the staging tier first (see remote_misses)"
         )
+
+
+# Rows per CPU gather + DMA step of the CPU share: ~4 MB, so the copy engine streams one chunk while the CPU
+# threads gather the next.
+_CPU_CHUNK_BYTES = 4 << 20
+_copy_streams: dict[int, torch.cuda.Stream] = {}
+
+
+def _cpu_share_items(plan: GatherPlan, host: HostTier, cpu_share: float) -> tuple[tuple[int, int], torch.Tensor]:
+    """The plan items ``[begin, end)`` the CPU fills and their keys (CPU tensor): the first ``cpu_share`` of the
+    host tier's sorted misses, extended to the end of a run of equal keys. Synchronises the current stream."""
+    keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
+    keys.copy_(plan.keys, non_blocking=True)
+    torch.cuda.current_stream(plan.keys.device).synchronize()
+    sorted_keys = keys.numpy()
+    begin, host_end = (int(v) for v in np.searchsorted(sorted_keys, [host.start, host.end]))
+    end = begin + round(cpu_share * (host_end - begin))
+    if end > begin:
+        end = int(np.searchsorted(sorted_keys, sorted_keys[end - 1], side="right"))
+    return (begin, end), keys[begin:end]
+
+
+def _copy_cpu_share(out: torch.Tensor, order: torch.Tensor, host: HostTier, keys: torch.Tensor) -> None:
+    """CPU threads gather ``host`` rows of ``keys`` into pinned chunks; a side stream copies each chunk in and
+    scatters the rows to ``out[order]``; the current stream then waits for it. Runs while the kernel reads the
+    other rows (the caller launched it before)."""
+    device = out.device
+    side = _copy_streams.get(device.index)
+    if side is None:
+        side = _copy_streams[device.index] = torch.cuda.Stream(device)
+    rows = keys - host.start
+    chunk = max(1, _CPU_CHUNK_BYTES // (out.shape[1] * out.element_size()))
+    staged = torch.empty((rows.shape[0], out.shape[1]), dtype=out.dtype, pin_memory=True)
+    with torch.cuda.stream(side):
+        landed = torch.empty_like(staged, device=device)
+        for lo in range(0, rows.shape[0], chunk):
+            hi = min(rows.shape[0], lo + chunk)
+            torch.index_select(host.rows, 0, rows[lo:hi], out=staged[lo:hi])
+            landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
+        out.index_copy_(0, order, landed)
+    torch.cuda.current_stream(device).wait_stream(side)
 
 
 def _gather_reference(
