@@ -126,8 +126,8 @@ def test_bad_input_raises(served):
     feat = _feat(graph, contexts[0])
     with pytest.raises(ConfigError, match="hot_ids or a graph"):
         CachedFeature(feat, "cpu", 1 << 20)
-    with pytest.raises(ConfigError, match="policy"):
-        CachedFeature(feat, "cpu", 0, policy="clique")
+    with pytest.raises(ConfigError, match="clique cache policy .* needs a CUDA device"):
+        CachedFeature(feat, "cpu", 0, policy="clique")  # needs CUDA IPC
     label = DistTensor.attach((NUM_NODES,), torch.int64, "label", "node", contexts[0])
     with pytest.raises(InputError, match="node tensor"):
         CachedFeature(label, "cpu", 0)

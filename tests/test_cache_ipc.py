@@ -25,13 +25,22 @@ def shared_inputs():
     return table, hot, ids
 
 
-def clique_worker(rank: int, world_size: int, init_file: str) -> None:
+def clique_worker(rank: int, world_size: int, init_file: str, rows_by_function: bool) -> None:
     device = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         table, hot, ids = shared_inputs()
-        cache = clique_over_processes(hot, table[hot], NUM_NODES, rank, world_size, device)
+        fetched = []
+
+        def fetch(ids):
+            fetched.append(ids)
+            return table[ids]
+
+        rows = fetch if rows_by_function else table[hot]
+        cache = clique_over_processes(hot, rows, NUM_NODES, rank, world_size, device)
+        if rows_by_function:  # each process fetched exactly its own shard's rows
+            assert len(fetched) == 1 and torch.equal(fetched[0], hot[rank::world_size])
         assert cache.num_shards == world_size and cache.local_rank == rank
         assert cache.shards[rank].shape[0] == len(range(rank, NUM_HOT, world_size))
         host = HostTier(table.pin_memory(), 0)
@@ -46,6 +55,7 @@ def clique_worker(rank: int, world_size: int, init_file: str) -> None:
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_clique_over_processes_reads_peer_shards(tmp_path, world_size):
+@pytest.mark.parametrize("rows_by_function", [False, True])
+def test_clique_over_processes_reads_peer_shards(tmp_path, world_size, rows_by_function):
     init_file = tmp_path / "init"
-    mp.spawn(clique_worker, args=(world_size, str(init_file)), nprocs=world_size, join=True)
+    mp.spawn(clique_worker, args=(world_size, str(init_file), rows_by_function), nprocs=world_size, join=True)

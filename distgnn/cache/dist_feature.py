@@ -10,6 +10,7 @@ extension) the same code runs the torch reference path, with identical rows.
 from __future__ import annotations
 
 import collections
+import datetime
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,16 @@ from distgnn.cache.feature_cache import FeatureCache
 from distgnn.cache.gather import gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
 from distgnn.cache.hot_set import choose_hot_set
+from distgnn.cache.ipc import clique_over_processes
 from distgnn.cache.tiers import FEATURE_DTYPES, HostTier, StagingTier
 from distgnn.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from distgnn.tensor import DistTensor
 
-POLICIES = ("replicate",)
+POLICIES = ("replicate", "clique")
+# How long close() waits for the clique's other trainers (they read this process's shard until then).
+CLOSE_BARRIER_TIMEOUT_S = 600.0
 
 
 def _as_id_tensor(ids: Any, bound: int, what: str) -> torch.Tensor:
@@ -53,8 +57,16 @@ class CachedFeature:
         budget_bytes: cache bytes on ``device``; 0 caches nothing (local and remote tiers only).
         hot_ids: ids to cache, hottest first (cut to the budget); None ranks every node by in-degree.
         graph: the ``DistGraph`` whose in-degrees rank the nodes when ``hot_ids`` is None.
-        policy: ``"replicate"`` (each trainer's GPU holds its own copy of the hot rows).
+        policy: ``"replicate"`` (each trainer's GPU holds its own copy of the hot rows) or ``"clique"`` (the
+            trainers of ``group``, one per GPU of one NVLink-connected machine, shard one cache of
+            ``budget_bytes`` per GPU times the group size: GPU ``r`` holds the hot rows ``r, r + size, ...``
+            and reads the others from its peers' memory through CUDA IPC). Clique construction and
+            :meth:`close` are collective over ``group``.
         impl: passed to :func:`distgnn.cache.gather` (``"auto"``, ``"cuda"`` or ``"torch"``).
+        group: the ``torch.distributed`` process group of the clique (policy ``"clique"``); a gloo group is
+            best (handles travel as CPU tensors, and :meth:`close` can wait with a deadline).
+        cpu_share: passed to :func:`distgnn.cache.gather`: the fraction of this machine's uncached rows that
+            CPU threads gather and DMA to the GPU beside the zero-copy reads.
 
     Counters (since construction or :meth:`reset_stats`): ``lookups`` ids asked for, ``cache_hits``,
     ``local_rows`` read from this machine's partition, ``remote_rows`` ids answered by the staging tier and
@@ -72,9 +84,13 @@ class CachedFeature:
         graph: Any = None,
         policy: str = "replicate",
         impl: str = "auto",
+        group: Any = None,
+        cpu_share: float = 0.0,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"CachedFeature policy must be one of {POLICIES}, got {policy!r}")
+        if not 0.0 <= cpu_share <= 1.0:
+            raise ConfigError(f"cpu_share must be a fraction in [0, 1], got {cpu_share!r}")
         if tensor.part_policy != "node" or len(tensor.shape) != 2 or tensor.dtype not in FEATURE_DTYPES:
             raise InputError(f"CachedFeature needs a 2-D float32/float16/bfloat16 node tensor, got {tensor!r}")
         if budget_bytes < 0:
@@ -82,6 +98,22 @@ class CachedFeature:
         self.tensor = tensor
         self.device = torch.device(device)
         self.impl = impl
+        self.policy = policy
+        self.cpu_share = cpu_share
+        self._group = group
+        self._closed = False
+        clique_size = 1
+        if policy == "clique":
+            import torch.distributed as dist
+
+            if self.device.type != "cuda" or impl == "torch" or not extension_available():
+                raise ConfigError(
+                    "the clique cache policy shares GPU memory through CUDA IPC: it needs a CUDA device and the "
+                    f"gather extension (device {self.device}, impl {impl!r}); use policy='replicate'"
+                )
+            if not dist.is_available() or not dist.is_initialized():
+                raise ConfigError("the clique cache policy needs torch.distributed initialised (its group of trainers)")
+            clique_size = dist.get_world_size(group)
         num_nodes, width = tensor.shape
         row_bytes = width * tensor.dtype.itemsize
 
@@ -96,15 +128,23 @@ class CachedFeature:
             self._registration = HostRegistration(local_rows)
 
         self.cache: FeatureCache | None = None
-        capacity = min(num_nodes, budget_bytes // row_bytes)
+        capacity = min(num_nodes, budget_bytes // row_bytes * clique_size)
         if capacity > 0:
             if hot_ids is None:
                 if graph is None:
                     raise ConfigError("CachedFeature needs hot_ids or a graph (to rank nodes by in-degree)")
                 in_degree = graph.in_degrees(torch.arange(num_nodes))
-                hot_ids = choose_hot_set(budget_bytes, row_bytes, num_nodes, in_degree=in_degree)
+                hot_ids = choose_hot_set(capacity * row_bytes, row_bytes, num_nodes, in_degree=in_degree)
             hot_ids = torch.as_tensor(hot_ids, dtype=torch.int64).cpu()[:capacity]
-            self.cache = FeatureCache.replicate(hot_ids, tensor[hot_ids], num_nodes, self.device)
+            if policy == "clique":
+                import torch.distributed as dist
+
+                rank = dist.get_rank(group)
+                self.cache = clique_over_processes(
+                    hot_ids, lambda ids: tensor[ids], num_nodes, rank, clique_size, self.device, group
+                )
+            else:
+                self.cache = FeatureCache.replicate(hot_ids, tensor[hot_ids], num_nodes, self.device)
         self.reset_stats()
 
     @property
@@ -128,7 +168,9 @@ class CachedFeature:
             staging = StagingTier(misses, rows.pin_memory() if self._pin else rows)
         out = torch.empty((ids_cpu.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
         device_ids = ids if isinstance(ids, torch.Tensor) and ids.device == self.device else ids_cpu.to(self.device)
-        gather(out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl)
+        gather(
+            out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl, cpu_share=self.cpu_share
+        )
         if staging is not None and self._pin:
             # The kernel reads the pinned rows zero-copy, after this returns: keep them alive (out of the
             # pinned allocator's reach) until the stream passes this point.
@@ -177,7 +219,22 @@ class CachedFeature:
             self.cache.stats.reset()
 
     def close(self) -> None:
-        """Unregisters the host rows; safe to call twice."""
+        """Unregisters the host rows; safe to call twice. With the clique policy, first waits (collectively, up
+        to ``CLOSE_BARRIER_TIMEOUT_S`` on a gloo group) until every trainer of the group is done reading the
+        shards, then frees this process's shard."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.policy == "clique" and self.cache is not None:
+            import torch.distributed as dist
+
+            torch.cuda.synchronize(self.device)
+            if dist.is_initialized():
+                if dist.get_backend(self._group) == "gloo":
+                    timeout = datetime.timedelta(seconds=CLOSE_BARRIER_TIMEOUT_S)
+                    dist.monitored_barrier(self._group, timeout=timeout)
+                else:
+                    dist.barrier(self._group)
         if self._registration is not None:
             self._registration.close()
             self._registration = None
@@ -190,4 +247,4 @@ class CachedFeature:
 
     def __repr__(self) -> str:
         rows = self.cache.capacity if self.cache is not None else 0
-        return f"CachedFeature({self.tensor.name!r}, device={self.device}, cached_rows={rows}, policy=replicate)"
+        return f"CachedFeature({self.tensor.name!r}, device={self.device}, cached_rows={rows}, policy={self.policy})"

@@ -7,6 +7,8 @@ all-gathers the handles as uint8 tensors (no pickle), and each process opens its
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from distgnn.cache.extension import load_extension
@@ -37,7 +39,7 @@ def open_shard(blob: bytes, rows: int, width: int, dtype: torch.dtype, device: t
 
 def clique_over_processes(
     hot_ids: torch.Tensor,
-    rows: torch.Tensor,
+    rows: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
     num_nodes: int,
     rank: int,
     world_size: int,
@@ -47,15 +49,27 @@ def clique_over_processes(
     """This process's view of a clique cache whose shard ``rank`` lives on ``device``; a collective call.
 
     Every process of ``group`` (one per GPU, ``world_size`` of them) calls it with the same ``hot_ids``
-    (hottest first) and ``rows`` (``rows[k]`` = features of ``hot_ids[k]``); each copies only its own shard
-    (slots ``rank, rank + world_size, ...``) to its GPU. Keep the returned cache alive on every process until
-    all are done reading (a barrier before teardown).
+    (hottest first) and ``rows``: ``rows[k]`` = features of ``hot_ids[k]``, or a function that returns the
+    rows of the ids it is given (called once, with this process's share of ``hot_ids``, so each process
+    fetches only its own shard). Each copies only its own shard (slots ``rank, rank + world_size, ...``) to
+    its GPU. Keep the returned cache alive on every process until all are done reading (a barrier before
+    teardown).
     """
     import torch.distributed as dist
 
-    check_rows(rows, "cache rows")
+    hot_ids = torch.as_tensor(hot_ids, dtype=torch.int64).cpu()
     device = torch.device(device)
-    shard = rows[rank::world_size].to(device).contiguous()
+    if callable(rows):
+        own = rows(hot_ids[rank::world_size])
+        check_rows(own, "cache rows")
+        if own.shape[0] != len(range(rank, hot_ids.shape[0], world_size)):
+            raise InputError(f"the rows function returned {own.shape[0]} rows for this process's shard of the hot ids")
+    else:
+        check_rows(rows, "cache rows")
+        if rows.shape[0] != hot_ids.shape[0]:
+            raise InputError(f"{hot_ids.shape[0]} hot ids for {rows.shape[0]} rows; give one row per id")
+        own = rows[rank::world_size]
+    shard = own.to(device).contiguous()
     blob = export_shard(shard) if shard.numel() else bytes(SHARED_HANDLE_BYTES)
     mine = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
     if dist.get_backend(group) == "nccl":
@@ -64,11 +78,11 @@ def clique_over_processes(
     dist.all_gather(handles, mine, group=group)
     shards = []
     for peer, handle in enumerate(handles):
-        peer_rows = len(range(peer, rows.shape[0], world_size))
+        peer_rows = len(range(peer, hot_ids.shape[0], world_size))
         if peer == rank:
             shards.append(shard)
         elif peer_rows == 0:
-            shards.append(torch.empty((0, rows.shape[1]), dtype=rows.dtype, device=device))
+            shards.append(torch.empty((0, shard.shape[1]), dtype=shard.dtype, device=device))
         else:
-            shards.append(open_shard(bytes(handle.cpu().tolist()), peer_rows, rows.shape[1], rows.dtype, device))
+            shards.append(open_shard(bytes(handle.cpu().tolist()), peer_rows, shard.shape[1], shard.dtype, device))
     return FeatureCache(shards, slot_table(hot_ids, num_nodes, device), local_rank=rank)

@@ -90,6 +90,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="GB of hot feature rows (by in-degree) cached on each trainer's device; 'feat' is then read\n"
         "through distgnn.cache (default: 1.0 with --device cuda, 0 = off on cpu)",
     )
+    p.add_argument(
+        "--cache-policy",
+        default="replicate",
+        choices=("replicate", "clique"),
+        help="replicate: every GPU caches the same hot rows; clique: the trainers of a machine shard one cache\n"
+        "of --cache-gb per GPU and read each other's shards over NVLink (CUDA IPC)",
+    )
+    p.add_argument(
+        "--host-cpu-share",
+        type=float,
+        default=0.0,
+        help="with the cache: fraction of this machine's uncached rows gathered by CPU threads and copied by\n"
+        "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0)",
+    )
+    p.add_argument(
+        "--sync-timing",
+        action="store_true",
+        help="with --device cuda: wait for the GPU after each stage so the sample/fetch/compute split adds up\n"
+        "(costs the overlap of the next batch's host work with this batch's GPU work); without it compute is\n"
+        "GPU time from CUDA events, and a stage that waits for the GPU absorbs the previous step's compute",
+    )
     p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
     p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
@@ -238,11 +259,12 @@ def layerwise_inference(model, g, nodes: torch.Tensor, args, device, new_buffer)
     raise AssertionError("unreachable")
 
 
-def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.device) -> dict:
+def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.device, machine_group=None) -> dict:
     """Train and evaluate on ``g``; the same code for a DistGraph and an InProcessGraph.
 
     ``split(mask_name)`` gives this trainer's seed ids for a mask; ``split(None)``
-    its share of all nodes (for inference).
+    its share of all nodes (for inference). ``machine_group``: the gloo group of this machine's trainers
+    (the clique cache's group).
     """
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -266,7 +288,15 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     if args.cache_gb > 0 and isinstance(feat, distgnn.DistTensor):
         from distgnn.cache.dist_feature import CachedFeature
 
-        cached = CachedFeature(feat, device, int(args.cache_gb * 1e9), graph=g)
+        cached = CachedFeature(
+            feat,
+            device,
+            int(args.cache_gb * 1e9),
+            graph=g,
+            policy=args.cache_policy,
+            group=machine_group,
+            cpu_share=args.host_cpu_share,
+        )
     # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
     pipeline = cached is not None and device.type == "cuda" and args.pipeline
     loader = DistNodeDataLoader(
@@ -292,6 +322,9 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             model.train()
             progress = Progress(num_batches, f"epoch {epoch:3d}", verbose and not args.quiet)
             t_wait = t_sample = t_fetch = t_compute = 0.0
+            # On a GPU the compute is asynchronous: host clocks would time its launches, so CUDA events
+            # bracket each step's compute and are read once, at the end of the epoch.
+            compute_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
             # Loss and accuracy add up on the device: no host sync per batch.
             loss_total = torch.zeros((), dtype=torch.float64, device=device)
             correct_total = torch.zeros((), dtype=torch.int64, device=device)
@@ -312,12 +345,21 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 else:
                     x = feat[input_nodes.cpu()].to(device)
                 y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
+                if args.sync_timing and device.type == "cuda":
+                    torch.cuda.synchronize(device)
                 t2 = time.perf_counter()
+                if device.type == "cuda":
+                    compute_events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+                    compute_events[-1][0].record()
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                if compute_events:
+                    compute_events[-1][1].record()
+                    if args.sync_timing:
+                        torch.cuda.synchronize(device)
                 t3 = time.perf_counter()
                 # Sampling and fetching happen in the background when prefetching; "wait" is what they
                 # cost the trainer (time blocked on the loader plus any fetch left in this loop).
@@ -331,6 +373,9 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 edges += sum(b.num_edges for b in blocks)
                 progress.update(step + 1)
             del batches  # an epoch cut short by --max-batches: the loader cancels the rest
+            if compute_events:
+                torch.cuda.synchronize(device)
+                t_compute = sum(begin.elapsed_time(end) for begin, end in compute_events) / 1e3
             elapsed = time.perf_counter() - start
             loss_sum, correct, seen, edges = all_reduce([float(loss_total), float(correct_total), seen, edges])
             slowest = all_reduce(
@@ -448,12 +493,25 @@ def trainer_main(args: argparse.Namespace) -> dict:
         def new_buffer(layer, dim):
             return distgnn.DistTensor((g.num_nodes(), dim), torch.float32, name=f"infer-h{layer}")
 
-        result = run_trainer(g, args, split, new_buffer, device)
+        result = run_trainer(g, args, split, new_buffer, device, machine_group(machine))
         dist.barrier()
         return result
     finally:
         distgnn.shutdown()
         dist.destroy_process_group()
+
+
+def machine_group(machine: int):
+    """A gloo group of the trainers on ``machine`` (collective: every trainer creates every machine's group)."""
+    ids = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(ids, torch.tensor([machine], dtype=torch.int64))
+    machines = [int(t) for t in ids]
+    mine = None
+    for m in sorted(set(machines)):
+        group = dist.new_group([r for r, owner in enumerate(machines) if owner == m], backend="gloo")
+        if m == machine:
+            mine = group
+    return mine
 
 
 def _free_port() -> int:
