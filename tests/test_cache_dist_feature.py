@@ -98,6 +98,7 @@ def test_counters_split_hits_local_and_remote(served):
     assert cf.stats() == {
         "lookups": 0,
         "cache_hits": 0,
+        "peer_hits": 0,
         "local_rows": 0,
         "remote_rows": 0,
         "remote_fetched": 0,
@@ -159,11 +160,12 @@ def test_cuda_rows_equal_the_plain_dist_tensor(served, impl):
         assert 0 < cf.hit_rate() < 1
 
 
-def _train(tmp_path, cache_gb: str) -> tuple[dict, list[str]]:
+def _train(tmp_path, cache_gb: str, *extra: str) -> tuple[dict, list[str]]:
     root = Path(__file__).resolve().parents[1]
     args = ["--local", "--dataset=synthetic", "--num-nodes=1000", "--feat-dim=16", "--synthetic-classes=4"]
     args += ["--num-parts=2", "--part-method=random", "--epochs=1", "--max-batches=2", "--batch-size=64"]
     args += ["--fanouts=5,5", "--hidden=16", "--no-eval", "--quiet", f"--workdir={tmp_path}", f"--cache-gb={cache_gb}"]
+    args += list(extra)
     script = root / "examples" / "graphsage" / "train_dist.py"
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -178,3 +180,16 @@ def test_train_dist_reads_feat_through_the_cache(tmp_path):
     assert 0.5 < result["cache_hit_rate"] < 1 and result["cache_gb"] == 0.00005
     assert len(epochs) == 1 and f"cache hit {result['cache_hit_rate']:.1%}" in epochs[0]
     assert result["train_loss"] == pytest.approx(float(epochs[0].split("|")[1].split()[1]), abs=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_train_dist_clique_cache_reads_peer_shards(tmp_path):
+    # One machine, two trainers on two GPUs: each caches half of the hot rows and reads the other half from
+    # its peer. 30 KB per GPU = 468 rows each, 936 of the 1000 rows in the clique.
+    extra = ["--device=cuda", "--num-parts=1", "--trainers-per-machine=2", "--cache-policy=clique", "--max-batches=4"]
+    result, _ = _train(tmp_path, "0.00003", *extra)
+    assert result["cache_policy"] == "clique" and result["num_trainers"] == 2
+    assert 0.3 < result["cache_peer_hit_rate"] < result["cache_hit_rate"] < 1
+    replicated, _ = _train(tmp_path, "0.00003", *extra[:-2], "--max-batches=4")
+    assert replicated["cache_peer_hit_rate"] == 0 and replicated["cache_hit_rate"] < result["cache_hit_rate"]
+    assert result["train_loss"] == pytest.approx(replicated["train_loss"], rel=1e-3)

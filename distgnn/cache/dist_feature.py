@@ -190,6 +190,11 @@ class CachedFeature:
         return self.cache.stats.hits if self.cache is not None else 0
 
     @property
+    def peer_hits(self) -> int:
+        """Hits read from another GPU's shard (clique policy)."""
+        return self.cache.stats.peer_hits if self.cache is not None else 0
+
+    @property
     def remote_rows(self) -> int:
         return int(self._remote_rows)
 
@@ -205,6 +210,7 @@ class CachedFeature:
         return {
             "lookups": self.lookups,
             "cache_hits": self.cache_hits,
+            "peer_hits": self.peer_hits,
             "local_rows": self.local_rows,
             "remote_rows": self.remote_rows,
             "remote_fetched": self.remote_fetched,

@@ -316,7 +316,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     epoch_batches = GatherAhead(loader, cached, device) if pipeline else loader
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     epoch_times, seps_list = [], []
-    cache_counts = [0.0, 0.0]  # hits, lookups over all trainers and epochs
+    cache_counts = [0.0, 0.0, 0.0]  # hits, lookups, peer hits over all trainers and epochs
     try:
         for epoch in range(args.epochs):
             model.train()
@@ -384,9 +384,9 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             epoch_times.append(slowest[0])
             cache_note = ""
             if cached is not None:
-                hits, lookups = all_reduce([cached.cache_hits, cached.lookups])
+                hits, lookups, peer = all_reduce([cached.cache_hits, cached.lookups, cached.peer_hits])
                 cached.reset_stats()
-                cache_counts = [cache_counts[0] + hits, cache_counts[1] + lookups]
+                cache_counts = [cache_counts[0] + hits, cache_counts[1] + lookups, cache_counts[2] + peer]
                 cache_note = f" | cache hit {hits / max(lookups, 1):.1%}"
             seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
             if verbose:
@@ -416,6 +416,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
         "cache_gb": args.cache_gb if cached is not None else 0.0,
         "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
+        "cache_policy": args.cache_policy if cached is not None else None,
+        "cache_peer_hit_rate": cache_counts[2] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
     if not args.no_eval:
         t = time.perf_counter()
