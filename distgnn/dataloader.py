@@ -13,6 +13,10 @@ opens its own connections, and makes the batches ``i`` with
 features) into a bounded queue of its own; the loader reads the queues
 round-robin, so batches come out in order and every run with the same seed
 yields the same batches whatever the worker count.
+
+A sampler on a CUDA device (``NeighborSampler(..., device="cuda")``) makes its
+blocks on the GPU, inline or in the prefetch thread (not in worker processes,
+whose queues carry CPU tensors); the fetched node data then follows them there.
 """
 
 from __future__ import annotations
@@ -129,10 +133,17 @@ class BatchMaker:
         start = time.perf_counter()
         input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed)
         sampled = time.perf_counter()
-        input_data = {name: g.ndata[name][input_nodes] for name in self.input_feats}
-        output_data = {name: g.ndata[name][output_nodes] for name in self.output_feats}
+        input_data = {name: _rows(g.ndata[name], input_nodes) for name in self.input_feats}
+        output_data = {name: _rows(g.ndata[name], output_nodes) for name in self.output_feats}
         timing = {"sample": sampled - start, "fetch": time.perf_counter() - sampled}
         return MiniBatch(input_nodes, output_nodes, blocks, input_data, output_data, timing)
+
+
+def _rows(data, ids: torch.Tensor):
+    """``data[ids]``, with the ids moved to a plain tensor's device first (a DistTensor takes any)."""
+    if isinstance(data, torch.Tensor) and data.device != ids.device:
+        ids = ids.to(data.device)
+    return data[ids]
 
 
 def graph_description(g) -> dict:
@@ -189,15 +200,24 @@ def _worker_main(
     torch.set_num_threads(1)
     try:
         g = open_graph(description)
+        sampler = NeighborSampler.from_spec(maker.sampler_spec)
     except Exception:
         out.put(("error", worker_id, traceback.format_exc()))
         return
     out.put(("ready", worker_id))
-    _sample_loop(g, worker_id, num_workers, maker, plan, commands, out, lambda: os.getppid() == parent_pid)
+    _sample_loop(g, sampler, worker_id, num_workers, maker, plan, commands, out, lambda: os.getppid() == parent_pid)
 
 
 def _sample_loop(
-    g, worker_id: int, num_workers: int, maker: BatchMaker, plan: BatchPlan, commands, out, parent_alive
+    g,
+    sampler: NeighborSampler,
+    worker_id: int,
+    num_workers: int,
+    maker: BatchMaker,
+    plan: BatchPlan,
+    commands,
+    out,
+    parent_alive,
 ) -> None:
     """Make batches ``worker_id, worker_id + num_workers, ...`` of every epoch asked for on ``commands``.
 
@@ -205,7 +225,6 @@ def _sample_loop(
     Puts ``("batch", epoch, index, MiniBatch)``, then ``("end", epoch)``, or ``("error", ...)``.
     """
     try:
-        sampler = NeighborSampler.from_spec(maker.sampler_spec)
         while True:
             try:
                 command = commands.get(timeout=_POLL_S)
@@ -255,7 +274,9 @@ def _put(out: mp.Queue, item, commands: mp.Queue | None, parent_alive) -> bool:
 class _Workers:
     """Sampler processes (or one in-process thread) and their queues; stopping is idempotent."""
 
-    def __init__(self, num_workers: int, g, maker: BatchMaker, plan: BatchPlan, prefetch: int):
+    def __init__(
+        self, num_workers: int, g, sampler: NeighborSampler, maker: BatchMaker, plan: BatchPlan, prefetch: int
+    ):
         if num_workers == 0:
             # One thread in this process: sampling and fetching overlap the trainer's compute
             # (the C++ kernel, ZeroMQ waits and torch ops all release the GIL). Not a daemon: a
@@ -269,7 +290,18 @@ class _Workers:
             self.procs = [
                 threading.Thread(
                     target=_sample_loop,
-                    args=(g, 0, 1, maker, plan, self.commands[0], self.outputs[0], threading.main_thread().is_alive),
+                    # The loader's own sampler: a GPU sampler's placed partition is not made twice.
+                    args=(
+                        g,
+                        sampler,
+                        0,
+                        1,
+                        maker,
+                        plan,
+                        self.commands[0],
+                        self.outputs[0],
+                        threading.main_thread().is_alive,
+                    ),
                     name="distgnn-prefetch",
                     daemon=False,
                 )
@@ -363,10 +395,12 @@ class DistNodeDataLoader:
         shuffle: reshuffle the seeds every epoch.
         drop_last: drop the incomplete last batch (every trainer then makes full batches only).
         num_workers: sampler processes. With 0, batches are made inline when asked
-            for, or by one background thread of this process if ``prefetch > 0``.
+            for, or by one background thread of this process if ``prefetch > 0``
+            (the only choices for a sampler on a CUDA device).
         prefetch: batches each worker (or the thread) may have ready ahead of the
             trainer; default 2 with workers, 0 (inline) without.
-        device: where the batches are put.
+        device: where the batches are put; None: where the sampler makes the blocks
+            (the CPU, or the sampler's device), fetched node data moved there too.
         seed: base seed of shuffling and sampling; with the same seed, rank and
             cluster shape, the batches are the same in every run, whatever
             ``num_workers`` and ``prefetch``.
@@ -391,7 +425,7 @@ class DistNodeDataLoader:
         drop_last: bool = False,
         num_workers: int = 0,
         prefetch: int | None = None,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,
         seed: int = 0,
         rank: int | None = None,
         input_feats: tuple[str, ...] | list[str] = (),
@@ -403,6 +437,13 @@ class DistNodeDataLoader:
             prefetch = 2 if num_workers > 0 else 0
         if num_workers < 0 or prefetch < 0:
             raise ConfigError(f"num_workers and prefetch must be >= 0, got {num_workers} and {prefetch}")
+        sampler_device = sampler.device if sampler.device is not None else torch.device("cpu")
+        if num_workers > 0 and sampler_device.type == "cuda":
+            raise ConfigError(
+                f"a sampler on {sampler_device} cannot run in sampler worker processes (each would need its own "
+                "CUDA context and copy of the graph, and their queues carry CPU tensors only); use num_workers=0, "
+                "with prefetch > 0 to sample in a background thread"
+            )
         for name in (*input_feats, *output_feats):
             if name not in g.ndata:
                 raise ConfigError(f"no node data {name!r} to fetch (have {sorted(g.ndata)})")
@@ -410,7 +451,8 @@ class DistNodeDataLoader:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.g = g
         self.sampler = sampler
-        self.device = torch.device(device)
+        self.device = sampler_device if device is None else torch.device(device)
+        self._sampler_device = sampler_device
         self.timeout_s = timeout_s
         num_batches = agreed_num_batches(len(seeds), batch_size, drop_last)
         self.plan = BatchPlan(seeds, num_batches, batch_size, shuffle, drop_last, derive_seed(seed, rank))
@@ -419,7 +461,7 @@ class DistNodeDataLoader:
         self._workers: _Workers | None = None
         self._active_epoch: int | None = None
         if num_workers > 0 or prefetch > 0:
-            self._workers = _Workers(num_workers, g, self._maker, self.plan, prefetch)
+            self._workers = _Workers(num_workers, g, sampler, self._maker, self.plan, prefetch)
             self._finalizer = weakref.finalize(self, self._workers.stop)
             for worker in range(num_workers):
                 item = self._workers.get(worker, _WORKER_START_TIMEOUT_S)
@@ -461,9 +503,10 @@ class DistNodeDataLoader:
         self._active_epoch = None
 
     def _to_device(self, batch: MiniBatch) -> MiniBatch:
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and self._sampler_device.type == "cpu":
             return batch
-        return batch.to(self.device, non_blocking=True)
+        # Tensors already there stay as they are; a copy back to the host must finish before it is read.
+        return batch.to(self.device, non_blocking=self.device.type == "cuda")
 
     def close(self) -> None:
         """Stop the workers (also done when the loader is garbage-collected or at exit)."""

@@ -7,6 +7,10 @@ while those requests are in flight; the replies are then merged back into seed
 order and relabelled into a Block. The next layer's frontier is the Block's
 source nodes.
 
+With a ``device``, the same steps run in torch on that device (:mod:`distgnn.sampling.device`): on a
+CUDA device the local seeds are sampled by the GPU kernel from the partition's CSC placed there once, the
+remote replies are copied over, and the blocks are merged and relabelled there.
+
 The sampler reads a graph through a small interface (:class:`GraphSource`):
 a :class:`distgnn.DistGraph` in a job, or :class:`InProcessGraph` for
 single-process training and tests, so both run the same code.
@@ -15,6 +19,7 @@ single-process training and tests, so both run the same code.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +30,7 @@ import torch
 from distgnn.data.graph import Graph
 from distgnn.errors import ConfigError, InputError
 from distgnn.partition_book import RangePartitionBook
+from distgnn.sampling import device as on_device
 from distgnn.sampling import kernels
 from distgnn.sampling.block import Block
 
@@ -128,27 +134,74 @@ class NeighborSampler:
             10, then 15); ``-1`` takes all neighbours.
         replace: sample with replacement.
         prob: name of an edge array holding non-negative sampling weights;
-            zero-weight edges are never picked.
+            zero-weight edges are never picked. Not with a CUDA ``device``.
+        device: None (numpy on the CPU, blocks of CPU tensors) or a torch device
+            to sample on and return the blocks on. On a CUDA device the local
+            partition is sampled by the GPU kernel (uniform only), remote seeds
+            still by RPC; ``"cpu"`` runs the same torch merge and relabel on the
+            CPU and gives the same blocks as None.
+        graph_memory: with a CUDA device, where the local partition's CSC is
+            read from: ``"gpu"`` (copied into GPU memory once) or ``"pinned"``
+            (page-locked host memory read zero-copy, for partitions larger than
+            the GPU). Placed on first use, kept until :meth:`close`.
     """
 
-    def __init__(self, fanouts: Sequence[int], replace: bool = False, prob: str | None = None):
+    def __init__(
+        self,
+        fanouts: Sequence[int],
+        replace: bool = False,
+        prob: str | None = None,
+        device: torch.device | str | None = None,
+        graph_memory: str = "gpu",
+    ):
         fanouts = [int(f) for f in fanouts]
         if not fanouts or any(f < -1 or f == 0 for f in fanouts):
             raise ConfigError(f"fanouts must be a non-empty list of positive ints (or -1 for all), got {fanouts}")
+        if graph_memory not in on_device.GRAPH_MEMORY:
+            raise ConfigError(f"graph_memory must be one of {on_device.GRAPH_MEMORY}, got {graph_memory!r}")
+        device = None if device is None else torch.device(device)
+        if device is not None and device.type not in ("cpu", "cuda"):
+            raise ConfigError(f"the sampler runs on the CPU or a CUDA device, got {device}")
+        if device is not None and device.type == "cuda":
+            if prob is not None:
+                raise ConfigError(
+                    f"prob={prob!r} needs weighted sampling, which the GPU kernel does not do (uniform only); "
+                    "sample by weight with device=None"
+                )
+            if not torch.cuda.is_available():
+                raise ConfigError(f"sampler device {device} asked for, but torch sees no CUDA device")
         self.fanouts = fanouts
         self.replace = bool(replace)
         self.prob = prob
+        self.device = device
+        self.graph_memory = graph_memory
+        self._placed: dict[tuple[int, ...], on_device.DeviceCSC] = {}
+        self._placing = threading.Lock()
 
     def spec(self) -> dict:
         """A small picklable description that :meth:`from_spec` turns back into a sampler."""
-        return {"fanouts": list(self.fanouts), "replace": self.replace, "prob": self.prob}
+        return {
+            "fanouts": list(self.fanouts),
+            "replace": self.replace,
+            "prob": self.prob,
+            "device": None if self.device is None else str(self.device),
+            "graph_memory": self.graph_memory,
+        }
 
     @classmethod
     def from_spec(cls, spec: dict) -> NeighborSampler:
-        return cls(spec["fanouts"], spec["replace"], spec["prob"])
+        return cls(spec["fanouts"], spec["replace"], spec["prob"], spec["device"], spec["graph_memory"])
 
     def __repr__(self) -> str:
-        return f"NeighborSampler(fanouts={self.fanouts}, replace={self.replace}, prob={self.prob!r})"
+        where = "" if self.device is None else f", device={str(self.device)!r}, graph_memory={self.graph_memory!r}"
+        return f"NeighborSampler(fanouts={self.fanouts}, replace={self.replace}, prob={self.prob!r}{where})"
+
+    def close(self) -> None:
+        """Release the partitions placed on the device (again on the next sample); safe to call twice."""
+        with self._placing:
+            placed, self._placed = list(self._placed.values()), {}
+        for csc in placed:
+            csc.close()
 
     def sample_blocks(
         self, g: GraphSource, seeds: torch.Tensor | np.ndarray, rng_seed: int = 0
@@ -163,8 +216,10 @@ class NeighborSampler:
         Returns:
             ``(input_nodes, output_nodes, blocks)``: global ids of the first
             block's source nodes, the seeds, and one Block per layer, input
-            layer first.
+            layer first; on the sampler's device (CPU without one).
         """
+        if self.device is not None:
+            return self._sample_blocks_on_device(g, seeds, rng_seed)
         book = g.get_partition_book()
         local, remote = sampling_view(g)
         frontier = as_node_ids(seeds)
@@ -179,6 +234,39 @@ class NeighborSampler:
             blocks.insert(0, block)
             frontier = block.src_nids.numpy()
         return torch.from_numpy(frontier), torch.from_numpy(output_nodes), blocks
+
+    def _sample_blocks_on_device(
+        self, g: GraphSource, seeds: torch.Tensor | np.ndarray, rng_seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor, list[Block]]:
+        book = g.get_partition_book()
+        local, remote = sampling_view(g)
+        host_seeds = as_node_ids(seeds)
+        book.nid2partid(host_seeds)  # range check, with the CPU path's error
+        placed = self._placed_csc(local) if self.device.type == "cuda" else None
+        range_ends = torch.from_numpy(book.node_map[:, 1].copy()).to(self.device)
+        frontier = torch.from_numpy(host_seeds).to(self.device)
+        output_nodes = frontier
+        blocks: list[Block] = []
+        for layer in reversed(range(len(self.fanouts))):
+            layer_seed = derive_seed(rng_seed, layer)
+            counts, src, eids = sample_layer_on_device(
+                range_ends, local, placed, remote, frontier, self.fanouts[layer], self.replace, self.prob, layer_seed
+            )
+            block = on_device.to_block(frontier, counts, src, eids)
+            blocks.insert(0, block)
+            frontier = block.src_nids
+        return frontier, output_nodes, blocks
+
+    def _placed_csc(self, local: LocalCSC) -> on_device.DeviceCSC:
+        # A DistGraph hands out a new LocalCSC per call over the same shared-memory arrays; the placed copy
+        # holds those arrays, so their ids stay unique while it is cached.
+        key = tuple(id(a) for a in (local.indptr, local.indices, local.eids, local.local2global))
+        with self._placing:
+            placed = self._placed.get(key)
+            if placed is None:
+                placed = on_device.DeviceCSC(local, self.device, self.graph_memory)
+                self._placed[key] = placed
+            return placed
 
 
 def sample_layer(
@@ -215,6 +303,59 @@ def sample_layer(
         wheres.extend(remote_wheres)
         results.extend(remote.wait_sample(handles))
     return _merge(len(seeds), wheres, results)
+
+
+def sample_layer_on_device(
+    range_ends: torch.Tensor,
+    local: LocalCSC,
+    placed: on_device.DeviceCSC | None,
+    remote: RemoteSampling | None,
+    seeds: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    prob: str | None,
+    rng_seed: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`sample_layer` on ``seeds``' device, with the same random streams.
+
+    Args:
+        range_ends: ``(num_parts,)`` int64 end of each partition's node range, on the device.
+        placed: the local CSC on a CUDA device, or None to sample it with the CPU kernel.
+        seeds: ``(B,)`` int64 valid global ids on the device.
+    """
+    device = seeds.device
+    owners = torch.searchsorted(range_ends, seeds, right=True)
+    sizes = torch.bincount(owners, minlength=len(range_ends)).tolist()  # the layer's one sync to split it
+    if len(seeds) and max(sizes) == len(seeds):
+        by_owner: dict[int, torch.Tensor | None] = {sizes.index(len(seeds)): None}
+    else:
+        order = torch.argsort(owners, stable=True)  # within an owner, positions stay ascending
+        by_owner = {p: w for p, w in enumerate(torch.split(order, sizes)) if len(w)}
+    remote_wheres, handles = [], []
+    for part, where in by_owner.items():
+        if part == local.part_id:
+            continue
+        if remote is None:
+            raise InputError(f"seed owned by partition {part} but this graph has no remote access")
+        part_seeds = (seeds if where is None else seeds[where]).cpu().numpy()
+        handles.append(remote.send_sample(part, part_seeds, fanout, replace, prob, derive_seed(rng_seed, part)))
+        remote_wheres.append(where)
+    wheres, results = [], []
+    if local.part_id in by_owner:
+        where = by_owner[local.part_id]
+        local_seeds = seeds if where is None else seeds[where]
+        local_seed = derive_seed(rng_seed, local.part_id)
+        if placed is not None:
+            results.append(placed.sample(local_seeds, fanout, replace, local_seed))
+        else:
+            picked = _sample_local(local, local_seeds.cpu().numpy(), fanout, replace, prob, local_seed)
+            results.append(tuple(torch.from_numpy(a).to(device) for a in picked))
+        wheres.append(where)
+    if handles:
+        wheres.extend(remote_wheres)
+        for reply in remote.wait_sample(handles):
+            results.append(tuple(on_device.as_tensor(a).to(device) for a in reply))
+    return on_device.merge(len(seeds), wheres, results, device)
 
 
 def _sample_local(

@@ -1,0 +1,210 @@
+"""Neighbour sampling of the local partition on a torch device, and the merge and relabel steps in torch.
+
+:class:`DeviceCSC` is the local partition's CSC placed once for a CUDA device: in GPU memory, or left in
+host memory that is page-locked (the ``/dev/shm`` mapping registered in place where possible) and read
+zero-copy by :func:`distgnn.sampling.gpu.sample_neighbors`. :func:`merge` and :func:`to_block` are the
+torch twins of :func:`distgnn.sampling.neighbor._merge` and :func:`distgnn.sampling.kernels.to_block`: same
+results, on whatever device their inputs live, with host synchronisation only for output sizes.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from distgnn.errors import ConfigError, DistGNNError, InputError
+from distgnn.sampling import gpu
+from distgnn.sampling.block import Block
+
+if TYPE_CHECKING:
+    from distgnn.sampling.neighbor import LocalCSC
+
+logger = logging.getLogger(__name__)
+
+GRAPH_MEMORY = ("gpu", "pinned")
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """A CPU tensor over ``array``'s memory (no copy when it is contiguous)."""
+    with warnings.catch_warnings():  # shared-memory arrays are read-only; nothing here writes them
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+
+class DeviceCSC:
+    """A :class:`~distgnn.sampling.neighbor.LocalCSC` placed for sampling on one CUDA device.
+
+    ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` leaves them in
+    host memory, page-locked, for zero-copy reads (registered in place, or copied into pinned memory where
+    registration is refused, e.g. a page shared with memory registered already). ``local2global`` (one
+    entry per node) always goes to the device. ``eids`` is not held at all when it is the contiguous range
+    the partition format guarantees (edge id = ``edge_start`` + CSC position), else it goes to the device.
+
+    Holds the source arrays while open; :meth:`close` (or garbage collection) releases the device memory
+    and the host registrations.
+    """
+
+    def __init__(self, local: LocalCSC, device: torch.device, graph_memory: str = "gpu"):
+        if graph_memory not in GRAPH_MEMORY:
+            raise ConfigError(f"graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}")
+        self.local = local
+        self.device = device
+        self.graph_memory = graph_memory
+        self.part_id = local.part_id
+        self.node_start = local.node_start
+        self.edge_start = contiguous_start(local.eids)
+        registrations: list = []
+        self._finalizer = weakref.finalize(self, _unregister, registrations)
+        # At interpreter exit the CUDA context may already be gone; the process ends the registrations then.
+        self._finalizer.atexit = False
+        if graph_memory == "gpu" or device.type != "cuda":
+            self.indptr = as_tensor(local.indptr).to(device)
+            self.indices = as_tensor(local.indices).to(device)
+        else:
+            self.indptr = _page_locked(local.indptr, device, registrations)
+            self.indices = _page_locked(local.indices, device, registrations)
+        self.local2global = as_tensor(local.local2global).to(device)
+        self.eids = None if self.edge_start is not None else as_tensor(local.eids).to(device)
+
+    def close(self) -> None:
+        """Unregisters host memory; the device tensors go with this object. Safe to call twice."""
+        self._finalizer()
+
+    def sample(
+        self, seeds: torch.Tensor, fanout: int, replace: bool, rng_seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Uniform picks for owned global ``seeds`` (int64, on the device).
+
+        Returns:
+            ``counts`` ``(len(seeds),)``, the neighbours' global ids and the picked edges' global ids, all
+            int64 on the device, grouped by seed in seed order.
+        """
+        counts, positions, neighbors = gpu.sample_neighbors(
+            self.indptr, self.indices, seeds - self.node_start, fanout, replace, rng_seed, return_neighbors=True
+        )
+        src = self.local2global[neighbors]
+        eids = positions + self.edge_start if self.eids is None else self.eids[positions]
+        return counts, src, eids
+
+
+def contiguous_start(eids: np.ndarray) -> int | None:
+    """``eids[0]`` when ``eids`` is the range ``eids[0] + arange(len(eids))`` (0 when empty), else None."""
+    if len(eids) == 0:
+        return 0
+    start = int(eids[0])
+    return start if np.array_equal(eids, np.arange(start, start + len(eids), dtype=np.int64)) else None
+
+
+def _page_locked(array: np.ndarray, device: torch.device, registrations: list) -> torch.Tensor:
+    """``array`` readable zero-copy by ``device``: registered in place, else a pinned copy."""
+    from distgnn.cache.host_memory import HostRegistration
+
+    tensor = as_tensor(array)
+    if tensor.numel() == 0:
+        return tensor.to(device)  # nothing to register, and the sampler refuses unpinned host tensors
+    try:
+        registrations.append(HostRegistration(tensor))
+        return tensor
+    except (RuntimeError, InputError, DistGNNError) as exc:
+        logger.warning("could not register %d bytes in place (%s); copying them into pinned memory", tensor.nbytes, exc)
+        return tensor.pin_memory()
+
+
+def _unregister(registrations: list) -> None:
+    while registrations:
+        registrations.pop().close()
+
+
+def merge(
+    num_seeds: int,
+    wheres: list[torch.Tensor | None],
+    results: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Scatter per-owner results into global seed order (torch twin of ``neighbor._merge``).
+
+    Args:
+        num_seeds: seeds of the layer.
+        wheres: per owner, the int64 positions of its seeds among the layer's (ascending), or None for
+            all of them (one owner).
+        results: per owner, ``(counts, src, eids)`` grouped by seed in ``where`` order, on ``device``.
+        device: where the layer is sampled.
+
+    Returns:
+        ``(counts, src, eids)`` int64 in seed order.
+    """
+    if len(wheres) == 1 and wheres[0] is None:
+        return results[0]
+    counts = torch.zeros(num_seeds, dtype=torch.int64, device=device)
+    for where, (group_counts, _, _) in zip(wheres, results, strict=True):
+        counts[where] = group_counts
+    offsets = torch.zeros(num_seeds + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    total = sum(len(group_src) for _, group_src, _ in results)
+    src = torch.empty(total, dtype=torch.int64, device=device)
+    eids = torch.empty(total, dtype=torch.int64, device=device)
+    for where, (group_counts, group_src, group_eids) in zip(wheres, results, strict=True):
+        # Edge k of the group, the j-th pick of seed where[i], lands at offsets[where[i]] + j.
+        starts = torch.cumsum(group_counts, 0) - group_counts
+        shift = torch.repeat_interleave(offsets[where] - starts, group_counts, output_size=len(group_src))
+        target = shift + torch.arange(len(group_src), dtype=torch.int64, device=device)
+        src[target] = group_src
+        eids[target] = group_eids
+    return counts, src, eids
+
+
+def to_block(
+    dst_nids: torch.Tensor, counts: torch.Tensor, src_nids_per_edge: torch.Tensor, eids: torch.Tensor
+) -> Block:
+    """Relabel one layer's sampled edges into a :class:`Block` on their device (torch twin of
+    :func:`distgnn.sampling.kernels.to_block`: sources are ``dst_nids`` then the other sources in order of
+    first appearance).
+
+    Args:
+        dst_nids: ``(num_dst,)`` int64 unique global ids of the destination nodes.
+        counts: ``(num_dst,)`` int64 sampled in-edges per destination node.
+        src_nids_per_edge: ``(num_edges,)`` int64 global source id of each edge, grouped by destination.
+        eids: ``(num_edges,)`` int64 global edge ids (becomes ``block.eids`` as is).
+
+    Raises:
+        ValueError: shapes or dtypes disagree, counts are negative or do not sum to the edge count, or
+            ``dst_nids`` has repeats.
+    """
+    named = (("dst_nids", dst_nids), ("counts", counts), ("src_nids_per_edge", src_nids_per_edge), ("eids", eids))
+    for name, tensor in named:
+        if tensor.dim() != 1 or tensor.dtype != torch.int64:
+            raise ValueError(f"{name} must be a 1-D int64 tensor, got {tensor.dtype} of shape {tuple(tensor.shape)}")
+    num_dst, num_edges = len(dst_nids), len(src_nids_per_edge)
+    if len(counts) != num_dst:
+        raise ValueError(f"counts must have one entry per dst node ({num_dst}), got {len(counts)}")
+    if len(eids) != num_edges:
+        raise ValueError(f"eids ({len(eids)}) and src_nids_per_edge ({num_edges}) must have equal length")
+    device = dst_nids.device
+    everything = torch.cat([dst_nids, src_nids_per_edge])
+    unique, inverse = torch.unique(everything, return_inverse=True)
+    # First position of each unique id, then the ids ranked by it: first-appearance order.
+    first = torch.full((len(unique),), len(everything), dtype=torch.int64, device=device)
+    first.scatter_reduce_(0, inverse, torch.arange(len(everything), device=device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=device)
+    relabelled = rank[inverse]
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    # One host sync for all checks: dst ids unique (each its own first appearance), counts sum to the edges.
+    dst_unique, counts_ok = torch.stack(
+        [
+            (relabelled[:num_dst] == torch.arange(num_dst, device=device)).all(),
+            (counts >= 0).all() & (indptr[-1] == num_edges),
+        ]
+    ).tolist()
+    if not dst_unique:
+        raise ValueError("dst_nids must be unique")
+    if not counts_ok:
+        raise ValueError(f"counts must be non-negative and sum to the number of edges ({num_edges})")
+    return Block(src_nids=unique[order], num_dst=num_dst, indptr=indptr, indices=relabelled[num_dst:], eids=eids)
