@@ -20,6 +20,7 @@ import time
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
+from distgnn.cache.cpu_gather import gather_rows_cpu
 from distgnn.cache.gather import key_space, plan_gather, plan_gather_cuda
 
 
@@ -42,11 +43,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cpu-threads", type=int, default=0, help="threads of the CPU baseline (0: all)")
     parser.add_argument(
         "--cpu-shares",
-        default="0.25,0.4,0.5,0.6,0.75,1",
+        default="0.25,0.3,0.35,0.4,0.45,0.5,0.6,1",
         help="host-tier fractions gathered by CPU threads + DMA beside the zero-copy kernel (gather's cpu_share)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="write the figures here as JSON")
+    parser.add_argument("--cpu-chunk-mb", type=float, help="bytes per CPU gather + DMA step of cpu_share (MB)")
     parser.add_argument("--hot-first", action="store_true", help="number nodes by expected degree (not shuffled)")
     parser.add_argument(
         "--table-memory",
@@ -220,6 +222,49 @@ def torch_index_then_copy(batches, table, device):
     return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
 
 
+def share_anatomy(batches, table, device):
+    """Where the time of ``cpu_share=1`` goes, per batch (ms): planning + the keys' trip to the host, the CPU
+    row gather alone (one call, and in the DMA-sized chunks), the chunks with their copies, the scatter."""
+    import distgnn.cache.gather as gather_module
+
+    host = HostTier(table, 0)
+    chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
+    parts = {"plan + keys to host": 0.0, "CPU gather, one call": 0.0, "native, one call": 0.0}
+    parts["CPU gather, chunked"] = 0.0
+    parts.update({"chunks + H2D copies": 0.0, "scatter (index_copy_)": 0.0, "whole gather": 0.0})
+    for ids in batches:
+        out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
+        sync(device)
+        t0 = time.perf_counter()
+        plan, _, _ = plan_gather_cuda(ids, None, key_space(None, host, None))
+        (begin, end), keys = gather_module._cpu_share_items(plan, host, 1.0)
+        t1 = time.perf_counter()
+        staged = torch.empty((keys.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
+        torch.index_select(table, 0, keys, out=staged)
+        t_native = time.perf_counter()
+        gather_rows_cpu(table, keys, staged)
+        t2 = time.perf_counter()
+        for lo in range(0, keys.shape[0], chunk):
+            torch.index_select(table, 0, keys[lo : lo + chunk], out=staged[lo : lo + chunk])
+        t3 = time.perf_counter()
+        landed = torch.empty_like(staged, device=device)
+        for lo in range(0, keys.shape[0], chunk):
+            torch.index_select(table, 0, keys[lo : lo + chunk], out=staged[lo : lo + chunk])
+            landed[lo : lo + chunk].copy_(staged[lo : lo + chunk], non_blocking=True)
+        sync(device)
+        t4 = time.perf_counter()
+        out.index_copy_(0, plan.order[begin:end], landed)
+        sync(device)
+        t5 = time.perf_counter()
+        gather(out, ids, host=host, cpu_share=1.0)
+        sync(device)
+        t6 = time.perf_counter()
+        times = (t1 - t0, t_native - t1, t2 - t_native, t3 - t2, t4 - t3, t5 - t4, t6 - t5)
+        for name, seconds in zip(parts, times, strict=True):
+            parts[name] += seconds * 1e3 / len(batches)
+    return parts
+
+
 def copy_ceiling(table, device):
     """Host->GPU copy bandwidth of a contiguous 2 GiB slice of the registered table (median of 10)."""
     if device.type != "cuda":
@@ -246,6 +291,10 @@ def hit_rate(hot, batches, num_nodes):
 
 def main() -> None:
     args = parse_args()
+    if args.cpu_chunk_mb:
+        import distgnn.cache.gather as gather_module
+
+        gather_module._CPU_CHUNK_BYTES = int(args.cpu_chunk_mb * 1e6)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype)
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -337,13 +386,27 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     tiers["host zero-copy, contiguous ids"] = timed_gather(contiguous, out, device, host=host)
     shares = [float(v) for v in args.cpu_shares.split(",") if v]
     by_share = {0.0: tiers["host zero-copy, sorted misses"]}
+    import distgnn.cache.gather as gather_module
+
     for share in shares:
         by_share[share] = timed_gather(timed, out, device, host=host, cpu_share=share)
         tiers[f"host, cpu_share {share:g}"] = by_share[share]
+        if share in (0.4, 1.0):
+            gather_module._CPU_GATHER = "torch"
+            tiers[f"host, cpu_share {share:g}, index_select"] = timed_gather(
+                timed, out, device, host=host, cpu_share=share
+            )
+            gather_module._CPU_GATHER = "native"
         got = gather(out[: check.shape[0]], check, host=host, cpu_share=share).cpu()
         assert torch.equal(got, table[check.cpu()]), "wrong rows"
     best_share = max(by_share, key=lambda share: by_share[share][0])
     report["best_cpu_share"] = best_share
+    if device.type == "cuda":
+        report["share_anatomy_ms"] = share_anatomy(timed, table, device)
+        print(
+            "cpu_share=1 anatomy (ms/batch): "
+            + "; ".join(f"{k} {v:.2f}" for k, v in report["share_anatomy_ms"].items())
+        )
     if device.type == "cuda":
         small, _small_buf, small_registration = host_table(n, dim, dtype, False, device)
         small_host = HostTier(small, 0)

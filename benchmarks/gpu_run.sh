@@ -13,6 +13,12 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     || exit 1
   export PYTHONPATH=/tmp/site
 fi
+# Installed editable (no index, no build isolation: pybind11 comes from the carried wheels), so the
+# partition/launch packages resolve and the C++ CPU extension is built once.
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 || {
+  cat "$OUT/install.log"
+  exit 1
+}
 # The repo copy is not installed there: import distgnn from the working tree.
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
