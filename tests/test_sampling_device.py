@@ -284,6 +284,7 @@ def test_gpu_blocks_are_valid(small_graph: Graph, graph_memory: str, fanouts, re
     g = InProcessGraph(small_graph)
     seeds = np.random.default_rng(2).choice(small_graph.num_nodes, 300, replace=False)
     sampler = NeighborSampler(fanouts, replace, device="cuda", graph_memory=graph_memory)
+    assert sampler.device == torch.device("cuda", torch.cuda.current_device())
     try:
         result = sampler.sample_blocks(g, seeds, rng_seed=4)
         assert result[0].is_cuda and result[1].is_cuda
@@ -311,15 +312,34 @@ def test_gpu_take_all_blocks_equal_the_cpu_path(small_graph: Graph, graph_memory
     assert_blocks_equal(got, want)
 
 
+def memory_mapped(local: LocalCSC, directory) -> LocalCSC:
+    """``local`` with every array read back from its own file as a read-only memory map (as in /dev/shm)."""
+    arrays = {}
+    for name in ("indptr", "indices", "eids", "local2global"):
+        np.save(directory / f"{name}.npy", getattr(local, name))
+        arrays[name] = np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+    return LocalCSC(local.part_id, local.node_start, edge_weights={}, **arrays)
+
+
 @needs_cuda
 @pytest.mark.parametrize("graph_memory", ["gpu", "pinned"])
 @pytest.mark.parametrize("contiguous_eids", [True, False])
-def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(graph_memory: str, contiguous_eids: bool) -> None:
+@pytest.mark.parametrize("mapped", [False, True])
+def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(
+    graph_memory: str, contiguous_eids: bool, mapped: bool, tmp_path
+) -> None:
     local = halo_csc(np.random.default_rng(8), contiguous_eids)
+    if mapped:
+        local = memory_mapped(local, tmp_path)
     csc = on_device.DeviceCSC(local, torch.device("cuda"), graph_memory)
     try:
         assert (csc.eids is None) == contiguous_eids
-        assert csc.indptr.is_cuda == (graph_memory == "gpu")
+        assert csc.indptr.is_cuda == csc.indices.is_cuda == (graph_memory == "gpu")
+        if graph_memory == "pinned":
+            assert csc.indptr.is_pinned() and csc.indices.is_pinned()
+            # Memory maps of their own are registered in place (no copy); heap arrays are copied.
+            assert csc.registered == (["indptr", "indices"] if mapped else [])
+            assert (csc.indices.data_ptr() == local.indices.ctypes.data) == mapped
         seeds = np.random.default_rng(9).choice(np.arange(500, 900), 200, replace=False)
         counts, src, eids = (t.cpu().numpy() for t in csc.sample(torch.from_numpy(seeds).cuda(), 5, False, 3))
         degree = np.diff(local.indptr)[seeds - 500]
@@ -337,6 +357,8 @@ def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(graph_memory: str, con
             np.testing.assert_array_equal(a.cpu().numpy(), b)
     finally:
         csc.close()
+    if mapped and graph_memory == "pinned":
+        assert not on_device.as_tensor(local.indices).is_pinned()  # unregistered again
 
 
 @needs_cuda

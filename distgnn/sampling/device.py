@@ -10,6 +10,7 @@ results, on whatever device their inputs live, with host synchronisation only fo
 from __future__ import annotations
 
 import logging
+import mmap
 import warnings
 import weakref
 from typing import TYPE_CHECKING
@@ -40,8 +41,10 @@ class DeviceCSC:
     """A :class:`~distgnn.sampling.neighbor.LocalCSC` placed for sampling on one CUDA device.
 
     ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` leaves them in
-    host memory, page-locked, for zero-copy reads (registered in place, or copied into pinned memory where
-    registration is refused, e.g. a page shared with memory registered already). ``local2global`` (one
+    host memory, page-locked, for zero-copy reads: registered in place when an array is a memory mapping of
+    its own (the ``/dev/shm`` segments of a DistGraph), else copied into pinned memory (registering whole
+    pages of the heap would also lock its neighbours, and CUDA then refuses their ordinary copies).
+    ``registered`` names the arrays registered in place. ``local2global`` (one
     entry per node) always goes to the device. ``eids`` is not held at all when it is the contiguous range
     the partition format guarantees (edge id = ``edge_start`` + CSC position), else it goes to the device.
 
@@ -59,6 +62,7 @@ class DeviceCSC:
         self.node_start = local.node_start
         self.edge_start = contiguous_start(local.eids)
         registrations: list = []
+        self.registered: list[str] = []
         self._finalizer = weakref.finalize(self, _unregister, registrations)
         # At interpreter exit the CUDA context may already be gone; the process ends the registrations then.
         self._finalizer.atexit = False
@@ -68,6 +72,8 @@ class DeviceCSC:
         else:
             self.indptr = _page_locked(local.indptr, device, registrations)
             self.indices = _page_locked(local.indices, device, registrations)
+            placed = (("indptr", self.indptr), ("indices", self.indices))
+            self.registered = [name for name, t in placed if any(r.tensor is t for r in registrations)]
         self.local2global = as_tensor(local.local2global).to(device)
         self.eids = None if self.edge_start is not None else as_tensor(local.eids).to(device)
 
@@ -101,18 +107,31 @@ def contiguous_start(eids: np.ndarray) -> int | None:
 
 
 def _page_locked(array: np.ndarray, device: torch.device, registrations: list) -> torch.Tensor:
-    """``array`` readable zero-copy by ``device``: registered in place, else a pinned copy."""
+    """``array`` readable zero-copy by ``device``: registered in place if it is a mapping of its own, else a
+    pinned copy."""
     from distgnn.cache.host_memory import HostRegistration
 
     tensor = as_tensor(array)
     if tensor.numel() == 0:
         return tensor.to(device)  # nothing to register, and the sampler refuses unpinned host tensors
+    if not _in_own_mapping(array):
+        return tensor.pin_memory()
     try:
         registrations.append(HostRegistration(tensor))
         return tensor
     except (RuntimeError, InputError, DistGNNError) as exc:
         logger.warning("could not register %d bytes in place (%s); copying them into pinned memory", tensor.nbytes, exc)
         return tensor.pin_memory()
+
+
+def _in_own_mapping(array: np.ndarray) -> bool:
+    """Whether ``array`` lies in an ``mmap`` (a ``np.load(..., mmap_mode=...)`` file, or a view of one)."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return True
+        base = getattr(base, "base", None)
+    return False
 
 
 def _unregister(registrations: list) -> None:

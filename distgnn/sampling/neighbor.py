@@ -138,8 +138,9 @@ class NeighborSampler:
         device: None (numpy on the CPU, blocks of CPU tensors) or a torch device
             to sample on and return the blocks on. On a CUDA device the local
             partition is sampled by the GPU kernel (uniform only), remote seeds
-            still by RPC; ``"cpu"`` runs the same torch merge and relabel on the
-            CPU and gives the same blocks as None.
+            still by RPC (``"cuda"`` means the current CUDA device at construction);
+            ``"cpu"`` runs the same torch merge and relabel on the CPU and gives
+            the same blocks as None.
         graph_memory: with a CUDA device, where the local partition's CSC is
             read from: ``"gpu"`` (copied into GPU memory once) or ``"pinned"``
             (page-locked host memory read zero-copy, for partitions larger than
@@ -170,6 +171,9 @@ class NeighborSampler:
                 )
             if not torch.cuda.is_available():
                 raise ConfigError(f"sampler device {device} asked for, but torch sees no CUDA device")
+            if device.index is None:
+                # Pinned now: the current device is per thread, and a prefetch thread starts on GPU 0.
+                device = torch.device("cuda", torch.cuda.current_device())
         self.fanouts = fanouts
         self.replace = bool(replace)
         self.prob = prob
