@@ -4,7 +4,7 @@ Per mini-batch: ``--batch-size`` random seeds, then for each fanout in ``--fanou
 get 15, as in Quiver's benchmark) sample the frontier's in-neighbours and make the next frontier
 ``unique(frontier ++ neighbours)`` (torch.unique on the GPU, np.unique on the CPU). SEPS = sampled edges /
 wall time. "pipeline" times whole batches (sampling + unique); "sample only" adds up the sampling calls
-alone (GPU: synchronised around each call). Rows: CSC in GPU memory, CSC in pinned host memory read
+alone (GPU: synchronised around each call), and "us/call" is that time per sampling call (one per fanout). Rows: CSC in GPU memory, CSC in pinned host memory read
 zero-copy (UVA), and the C++ sampler (distgnn.sampling.kernels) with every CPU core, same graph, same run.
 
 The graph is generated directly with torch (on the GPU when there is one): in-degrees Pareto-distributed
@@ -62,7 +62,9 @@ def run_gpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, device):
 
     for _ in range(5):
         batch(False)
-    return measure(lambda: batch(False), lambda: batch(True), seconds, sync=lambda: torch.cuda.synchronize(device))
+    return measure(
+        lambda: batch(False), lambda: batch(True), seconds, len(fanouts), sync=lambda: torch.cuda.synchronize(device)
+    )
 
 
 def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads):
@@ -86,10 +88,10 @@ def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads):
         return edges, sample_time
 
     batch()
-    return measure(batch, batch, seconds, sync=lambda: None)
+    return measure(batch, batch, seconds, len(fanouts), sync=lambda: None)
 
 
-def measure(untimed_batch, timed_batch, seconds, sync):
+def measure(untimed_batch, timed_batch, seconds, calls_per_batch, sync):
     """Pipeline SEPS over about `seconds`, then sample-only SEPS over as many batches."""
     sync()
     start = time.perf_counter()
@@ -109,6 +111,7 @@ def measure(untimed_batch, timed_batch, seconds, sync):
         "edges_per_batch": edges / batches,
         "pipeline_seps": edges / pipeline,
         "sample_seps": sample_edges / sample_time,
+        "us_per_call": sample_time / (batches * calls_per_batch) * 1e6,
     }
 
 
@@ -166,7 +169,10 @@ def main() -> None:
     base = rows[-1][1] if not args.skip_cpu else None
 
     print(f"device: {name}; fanouts {fanouts}, batch {args.batch_size}")
-    header = f"| {'sampler':34} | batches | edges/batch | pipeline MSEPS | sample-only MSEPS | pipeline vs C++ | sample vs C++ |"
+    header = (
+        f"| {'sampler':34} | batches | edges/batch | pipeline MSEPS | sample-only MSEPS | us/call "
+        "| pipeline vs C++ | sample vs C++ |"
+    )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     for label, r in rows:
@@ -174,7 +180,7 @@ def main() -> None:
         ratio_s = f"{r['sample_seps'] / base['sample_seps']:.1f}x" if base else "-"
         print(
             f"| {label:34} | {r['batches']:7} | {r['edges_per_batch']:11,.0f} | {r['pipeline_seps'] / 1e6:14.1f} "
-            f"| {r['sample_seps'] / 1e6:17.1f} | {ratio_p:>15} | {ratio_s:>13} |"
+            f"| {r['sample_seps'] / 1e6:17.1f} | {r['us_per_call']:7.1f} | {ratio_p:>15} | {ratio_s:>13} |"
         )
     if args.json:
         with open(args.json, "w") as f:

@@ -2,7 +2,10 @@
 
 CPU-only machines run the fallback and validation tests; the CUDA tests skip without a GPU and cover both
 tiers (CSC on the GPU, and pinned host memory read zero-copy), int32 and int64 indices, with and without
-replacement, empty seed lists and zero-degree nodes.
+replacement, empty seed lists and zero-degree nodes, each fill path (groups of 1..32 lanes per seed for
+fanouts up to 32, a warp per seed above and for -1), both output paths (sized before the sync, and after it
+for fanout -1 or a large num_seeds * fanout), and the picks against a numpy re-implementation of the
+documented random stream.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from distgnn.sampling import gpu, kernels
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
-# Upper 0.9999 quantiles of chi-square by degrees of freedom: loose on purpose (seeded streams, so a pass
-# is reproducible).
-CHI2_CRITICAL = {19: 47.0, 29: 59.7}
+# Upper 0.9999 quantiles of chi-square by degrees of freedom (scipy.stats.chi2.ppf): loose on purpose.
+CHI2_CRITICAL = {14: 42.6, 19: 50.8, 29: 66.2, 59: 108.2}
+# Fanouts that reach every fill path: 1, 2, 4, 8, 16 and 32 lanes per seed, a warp per seed (> 32), all (-1).
+PATH_FANOUTS = [0, 1, 2, 3, 5, 8, 15, 25, 32, 33, 100, -1]
 
 
 def random_csc(rng: np.random.Generator, num_nodes: int, max_degree: int, index_dtype=np.int64):
@@ -55,6 +59,54 @@ def check_groups(indptr, indices, seeds, fanout, replace, counts, positions, nei
             assert len(np.unique(group)) == len(group)
     if neighbors is not None:
         np.testing.assert_array_equal(neighbors, indices[positions].astype(np.int64))
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_LOW32 = np.uint64(0xFFFFFFFF)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _mulhi64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The high 64 bits of a * b (CUDA's __umul64hi), from 32-bit halves."""
+    a_lo, a_hi, b_lo, b_hi = a & _LOW32, a >> np.uint64(32), b & _LOW32, b >> np.uint64(32)
+    lo_hi, hi_lo = a_lo * b_hi, a_hi * b_lo
+    cross = ((a_lo * b_lo) >> np.uint64(32)) + (hi_lo & _LOW32) + lo_hi
+    return a_hi * b_hi + (hi_lo >> np.uint64(32)) + (cross >> np.uint64(32))
+
+
+def stream_reference(indptr, seeds, fanout, replace, rng_seed):
+    """The GPU sampler's documented picks (csrc/cuda/sample.cu): splitmix64 draws keyed by (rng_seed, seed
+    index, draw number), below(bits, n) = mulhi(bits, n), Floyd's algorithm without replacement."""
+    with np.errstate(over="ignore"):
+        index = np.arange(len(seeds), dtype=np.uint64)
+        keys = _mix64(np.uint64(rng_seed) ^ _mix64(index * _GOLDEN + _GOLDEN))
+    counts = expected_counts(indptr, seeds, fanout, replace)
+    groups = []
+    for i, (seed, count) in enumerate(zip(seeds, counts, strict=True)):
+        start, degree = int(indptr[seed]), int(indptr[seed + 1] - indptr[seed])
+        if count == degree and (not replace or fanout == -1):
+            groups.append(np.arange(start, start + degree))
+            continue
+        draw = np.arange(count, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            bits = _mix64(keys[i] + (draw + np.uint64(1)) * _GOLDEN)
+        if replace:
+            groups.append(start + _mulhi64(bits, np.uint64(degree)).astype(np.int64))
+            continue
+        base = degree - count
+        draws = _mulhi64(bits, np.uint64(base + 1) + draw).astype(np.int64)
+        picks: list[int] = []
+        for k, t in enumerate(draws.tolist()):
+            picks.append(base + k if t in picks else t)
+        groups.append(start + np.array(picks, dtype=np.int64))
+    positions = np.concatenate(groups) if groups else np.zeros(0, dtype=np.int64)
+    return counts, positions
 
 
 # ---- CPU: fallback and validation ----
@@ -111,10 +163,10 @@ def test_fallback_rejects_out_of_range_seed():
 @pytest.mark.parametrize("tier", ["device", "pinned"])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("replace", [False, True])
-@pytest.mark.parametrize("fanout", [0, 1, 4, 25, -1])
+@pytest.mark.parametrize("fanout", PATH_FANOUTS)
 def test_gpu_picks_are_in_neighbours_with_right_counts(tier, index_dtype, replace, fanout):
     rng = np.random.default_rng()
-    indptr, indices = random_csc(rng, 500, 60, index_dtype)
+    indptr, indices = random_csc(rng, 500, 150, index_dtype)
     seeds = rng.integers(0, 500, 700)  # repeats included
     counts, positions, neighbors = gpu.sample_neighbors(
         place(indptr, tier), place(indices, tier), torch.from_numpy(seeds).cuda(), fanout, replace,
@@ -145,13 +197,14 @@ def test_gpu_empty_seeds_and_zero_degree_nodes(tier):
 @needs_cuda
 @pytest.mark.parametrize("tier", ["device", "pinned"])
 @pytest.mark.parametrize("replace", [False, True])
-def test_gpu_uniform_chi_square(tier, replace):
-    """One node of degree 20 sampled many times: every edge equally often (chi-square, loose bound)."""
-    degree, fanout, trials = 20, 5, 20000
+@pytest.mark.parametrize(("degree", "fanout"), [(20, 5), (30, 20), (60, 40)])  # 8 lanes, 32 lanes, a warp
+def test_gpu_uniform_chi_square(tier, replace, degree, fanout):
+    """One node sampled many times: every edge equally often (chi-square, loose bound)."""
+    trials = 20000
     indptr = np.array([0, 7, 7 + degree], dtype=np.int64)
     indices = np.arange(7 + degree, dtype=np.int64)
     seeds = torch.ones(trials, dtype=torch.int64)
-    rng_seed = int(np.random.default_rng().integers(2**63))
+    rng_seed = 2026 + degree  # fixed, so a pass or a failure is reproducible
     counts, positions = gpu.sample_neighbors(
         place(indptr, tier), place(indices, tier), seeds, fanout, replace, rng_seed
     )
@@ -187,7 +240,7 @@ def test_gpu_subsets_are_uniform():
     assert len(observed) == 15
     expected = trials / 15
     chi2 = float(((observed - expected) ** 2 / expected).sum())
-    assert chi2 < 40.0, (chi2, observed)  # 14 degrees of freedom; 0.9999 quantile is about 38.1
+    assert chi2 < CHI2_CRITICAL[14], (chi2, observed)
 
 
 @needs_cuda
@@ -203,18 +256,65 @@ def test_gpu_deterministic_per_rng_seed():
 
 
 @needs_cuda
-def test_gpu_rejects_bad_inputs():
+@pytest.mark.parametrize("fanout", [2, 40, -1])  # 2 lanes per seed, a warp per seed, output sized after the sync
+def test_gpu_rejects_bad_inputs(fanout):
     indptr = np.array([0, 2, 3], dtype=np.int64)
     indices = np.array([1, 0, 0], dtype=np.int64)
     dev_indptr, dev_indices = place(indptr, "device"), place(indices, "device")
     with pytest.raises(ValueError, match="seeds must be node ids"):
-        gpu.sample_neighbors(dev_indptr, dev_indices, torch.tensor([0, 2]), 2)
+        gpu.sample_neighbors(dev_indptr, dev_indices, torch.tensor([0, 2]), fanout)
     with pytest.raises(ValueError, match="seeds must be node ids"):
-        gpu.sample_neighbors(dev_indptr, dev_indices, torch.tensor([-1]), 2)
-    with pytest.raises(ValueError, match="pageable host memory"):
-        gpu.sample_neighbors(torch.from_numpy(indptr), dev_indices, torch.tensor([0]), 2)
+        gpu.sample_neighbors(dev_indptr, dev_indices, torch.tensor([-1]), fanout)
+    with pytest.raises(ValueError, match="indptr is in pageable host memory"):
+        gpu.sample_neighbors(torch.from_numpy(indptr), dev_indices, torch.tensor([0]), fanout)
+    with pytest.raises(ValueError, match="indices is in pageable host memory"):
+        gpu.sample_neighbors(dev_indptr, torch.from_numpy(indices), torch.tensor([0]), fanout)
     with pytest.raises(ValueError, match="indptr\\[-1\\]"):
-        gpu.sample_neighbors(dev_indptr, dev_indices[:2], torch.tensor([0]), 2)
+        gpu.sample_neighbors(dev_indptr, dev_indices[:2], torch.tensor([0]), fanout)
+    with pytest.raises(ValueError, match="indptr\\[-1\\]"):
+        gpu.sample_neighbors(dev_indptr, dev_indices[:2], torch.zeros(0, dtype=torch.int64), fanout)
     corrupt = torch.tensor([0, 3, 2], dtype=torch.int64, device="cuda")
     with pytest.raises(ValueError, match="corrupt"):
-        gpu.sample_neighbors(corrupt, dev_indices[:2], torch.tensor([1]), 2)
+        gpu.sample_neighbors(corrupt, dev_indices[:2], torch.tensor([1]), fanout)
+    # A rejected call leaves the sampler usable, and the stream has no pending error.
+    counts, positions = gpu.sample_neighbors(dev_indptr, dev_indices, torch.tensor([0, 1]), fanout)
+    torch.cuda.synchronize()
+    check_groups(indptr, indices, np.array([0, 1]), fanout, False, counts.cpu().numpy(), positions.cpu().numpy())
+
+
+@needs_cuda
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanout", PATH_FANOUTS)
+def test_gpu_picks_follow_the_documented_stream(replace, fanout):
+    """Every fill path draws the same picks: those of a numpy re-implementation of the stream."""
+    rng = np.random.default_rng()
+    indptr, indices = random_csc(rng, 300, 150, np.int32)
+    seeds = rng.integers(0, 300, 400)
+    rng_seed = int(rng.integers(2**64, dtype=np.uint64))
+    counts, positions, neighbors = gpu.sample_neighbors(
+        place(indptr, "device"), place(indices, "device"), torch.from_numpy(seeds).cuda(), fanout, replace,
+        rng_seed, return_neighbors=True,
+    )  # fmt: skip
+    want_counts, want_positions = stream_reference(indptr, seeds, fanout, replace, rng_seed)
+    np.testing.assert_array_equal(counts.cpu().numpy(), want_counts)
+    np.testing.assert_array_equal(positions.cpu().numpy(), want_positions)
+    np.testing.assert_array_equal(neighbors.cpu().numpy(), indices[want_positions])
+
+
+@needs_cuda
+@pytest.mark.parametrize("fanout", [5, 32])
+def test_gpu_output_sized_after_the_sync_gives_the_same_picks(fanout):
+    """Over 2^24 / fanout seeds the outputs are sized after the sync: same picks for the same seed indices."""
+    rng = np.random.default_rng()
+    indptr, indices = random_csc(rng, 1000, 40)
+    dev_indptr, dev_indices = place(indptr, "device"), place(indices, "device")
+    seeds = torch.randint(0, 1000, (2**24 // fanout + 1000,), device="cuda")
+    head = 5000
+    small = gpu.sample_neighbors(dev_indptr, dev_indices, seeds[:head], fanout, False, 99, return_neighbors=True)
+    large = gpu.sample_neighbors(dev_indptr, dev_indices, seeds, fanout, False, 99, return_neighbors=True)
+    np.testing.assert_array_equal(large[0].cpu().numpy(), expected_counts(indptr, seeds.cpu().numpy(), fanout, False))
+    assert large[1].numel() == int(large[0].sum())
+    picks = int(small[0].sum())
+    assert torch.equal(large[0][:head], small[0])
+    assert torch.equal(large[1][:picks], small[1]) and torch.equal(large[2][:picks], small[2])
+    assert small[1].numel() == picks

@@ -1,20 +1,26 @@
 // Uniform neighbour sampling of a CSC graph on the GPU: parameter blocks and launchers (sample.cu).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 namespace distgnn_sample {
 
-// Bits of the error word the count pass sets (the binding turns them into ValueErrors).
-enum SampleFlag : int32_t {
-  kSeedOutOfRange = 1,  // a seed is < 0 or >= num_nodes
-  kCorruptIndptr = 2,   // indptr[s] > indptr[s + 1], or a seed's range leaves [0, num_edges]
-  kIndptrEnd = 4,       // indptr[num_nodes] != num_edges
+// Bits of the error word (the Python side, distgnn/sampling/gpu.py, turns them into ValueErrors).
+enum SampleFlag : int64_t {
+  kSeedOutOfRange = 1,   // a seed is < 0 or >= num_nodes (scan pass)
+  kCorruptIndptr = 2,    // indptr[s] > indptr[s + 1], or a seed's range leaves [0, num_edges] (scan pass)
+  kIndptrEnd = 4,        // indptr[num_nodes] != num_edges (scan pass)
+  kIndptrPageable = 8,   // indptr is in pageable host memory (binding, before any launch)
+  kIndicesPageable = 16  // indices is in pageable host memory (binding, before any launch)
 };
 
-struct CountParams {
+// Fanouts up to this are sampled by lane groups of fanout rounded up to a power of two, picks in registers.
+constexpr int64_t kMaxSmallFanout = 32;
+
+struct ScanParams {
   const int64_t* indptr;  // (num_nodes + 1,), device-readable
   int64_t num_nodes;
   int64_t num_edges;
@@ -22,8 +28,8 @@ struct CountParams {
   int64_t num_seeds;
   int64_t fanout;  // -1 = all
   bool replace;
-  int64_t* counts;  // out: (num_seeds,)
-  int32_t* flags;   // out: one word of SampleFlag bits, zeroed by the caller
+  int64_t* offsets;  // out: (num_seeds + 1,) exclusive prefix sum of the counts; offsets[num_seeds] = total
+  int64_t* flags;    // out: one word of SampleFlag bits, zeroed by the caller (cudaMemsetAsync)
 };
 
 struct FillParams {
@@ -32,16 +38,19 @@ struct FillParams {
   bool indices_int64;
   const int64_t* seeds;
   int64_t num_seeds;
-  const int64_t* counts;  // from the count pass
-  const int64_t* ends;    // inclusive prefix sum of counts
+  const int64_t* offsets;  // from the scan pass
   int64_t fanout;
   bool replace;
   uint64_t rng_seed;
-  int64_t* positions;  // out: (ends[-1],)
-  int64_t* neighbors;  // out: (ends[-1],) indices[positions] as int64, or nullptr
+  int64_t* counts;     // out: (num_seeds,) offsets[i + 1] - offsets[i]
+  int64_t* positions;  // out: (offsets[num_seeds],) or more
+  int64_t* neighbors;  // out: like positions, indices[positions] as int64, or nullptr
 };
 
-void launch_count(const CountParams& p, cudaStream_t stream);
-void launch_fill(const FillParams& p, cudaStream_t stream);
+// Count pass fused into a device-wide exclusive scan (cub). With temp == nullptr only sets *temp_bytes.
+cudaError_t launch_scan(const ScanParams& p, void* temp, size_t* temp_bytes, cudaStream_t stream);
+// Writes counts and fills positions (and neighbors) from the offsets; seeds with count 0 (among them every
+// seed the scan flagged) touch nothing but their count, so the fill may run before the flags are read.
+cudaError_t launch_fill(const FillParams& p, cudaStream_t stream);
 
 }  // namespace distgnn_sample

@@ -2,11 +2,17 @@
 //
 // The Python side (distgnn/sampling/gpu.py) validates types and moves the seeds to the device; this file
 // checks what it hands over, resolves device-readable addresses (device memory, or pinned host memory read
-// zero-copy) and runs count -> scan -> fill on the current stream, with the count pass's
-// error bits returned as the third tensor (Python raises the ValueError). One host sync per call: the total
-// pick count and the error word come back together.
+// zero-copy) and runs, on the current stream: a memset of the error word, the scan pass (count + exclusive
+// scan, two cub kernels), the fill pass, then one 16-byte copy of [total, error word] into pinned host
+// memory and one stream sync (with the GIL released). When the output size has a small upper bound
+// (num_seeds * fanout) the outputs are allocated at that size before the sync and the fill runs right
+// after the scan, so the GPU never waits for the host; the outputs returned are views of their first
+// `total` entries. Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill.
+// The error word goes back to Python, which raises the ValueError.
 
 #include <cstdint>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include <c10/cuda/CUDAException.h>
@@ -19,98 +25,169 @@
 
 namespace {
 
-// An address `device` may read for `t`: its own memory, or the mapped address of pinned host memory.
+// Outputs are sized before the sync when num_seeds * fanout is at most this many picks (2 x 128 MiB).
+constexpr int64_t kMaxBoundPicks = int64_t{1} << 24;
+
+// An address `device` may read for `t`: its own memory, or the mapped address of pinned host memory;
+// nullptr for pageable host memory (the caller raises the flag).
 const void* device_readable(const torch::Tensor& t, const torch::Device& device, const char* name) {
-  if (t.numel() == 0) return nullptr;
   if (t.is_cuda()) {
     TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the sampler runs on ", device);
     return t.data_ptr();
   }
+  if (t.numel() == 0) return nullptr;
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, t.data_ptr());
   if (err != cudaSuccess) {
     cudaGetLastError();
     TORCH_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
   }
-  TORCH_CHECK(attr.type == cudaMemoryTypeHost, name,
-                    " is in pageable host memory: move it to the GPU or pin it (tensor.pin_memory())");
+  if (attr.type != cudaMemoryTypeHost) return nullptr;
   TORCH_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
   return attr.devicePointer;
 }
 
-std::vector<torch::Tensor> sample_neighbors(const torch::Tensor& indptr, const torch::Tensor& indices,
-                                            const torch::Tensor& seeds, int64_t fanout, bool replace,
-                                            uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
+// Pinned 16-byte slots for [total, error word], reused across calls; one per call in flight, so concurrent
+// callers (the GIL is released during the sync) never share one. Slots live as long as the process.
+class SummarySlots {
+ public:
+  int64_t* acquire() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+      constexpr size_t kSlotsPerPage = 256;
+      void* page = nullptr;
+      C10_CUDA_CHECK(cudaHostAlloc(&page, kSlotsPerPage * 2 * sizeof(int64_t), cudaHostAllocPortable));
+      for (size_t k = 0; k < kSlotsPerPage; ++k) free_.push_back(static_cast<int64_t*>(page) + 2 * k);
+    }
+    int64_t* slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+
+  void release(int64_t* slot) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(slot);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<int64_t*> free_;
+};
+
+SummarySlots& summary_slots() {
+  static SummarySlots* slots = new SummarySlots();  // never destroyed: CUDA may be gone at process exit
+  return *slots;
+}
+
+// Copies [offsets[num_seeds], flags] to the host and waits for the stream; returns {total, flags}.
+std::pair<int64_t, int64_t> read_summary(const int64_t* offsets_end, cudaStream_t stream) {
+  int64_t* slot = summary_slots().acquire();
+  cudaError_t err = cudaMemcpyAsync(slot, offsets_end, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) {
+    const pybind11::gil_scoped_release no_gil;
+    err = cudaStreamSynchronize(stream);
+  }
+  const std::pair<int64_t, int64_t> summary{slot[0], slot[1]};
+  summary_slots().release(slot);
+  C10_CUDA_CHECK(err);
+  return summary;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbors(
+    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& seeds, int64_t fanout,
+    bool replace, uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
   const c10::cuda::CUDAGuard guard(device);
   TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
-                        indptr.is_contiguous(),
-                    "indptr must be a contiguous 1-D int64 tensor of num_nodes + 1 entries");
+                  indptr.is_contiguous(),
+              "indptr must be a contiguous 1-D int64 tensor of num_nodes + 1 entries");
   TORCH_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
-                        indices.dim() == 1 && indices.is_contiguous(),
-                    "indices must be a contiguous 1-D int32 or int64 tensor");
+                  indices.dim() == 1 && indices.is_contiguous(),
+              "indices must be a contiguous 1-D int32 or int64 tensor");
   TORCH_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
-                        seeds.device() == device,
-                    "seeds must be a contiguous 1-D int64 tensor on ", device);
+                  seeds.device() == device,
+              "seeds must be a contiguous 1-D int64 tensor on ", device);
   TORCH_CHECK(fanout >= -1, "fanout must be >= -1 (-1 = all neighbours), got ", fanout);
 
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const int64_t num_seeds = seeds.numel();
+  const torch::Tensor none;
+
+  const void* indptr_ptr = device_readable(indptr, device, "indptr");
+  const void* indices_ptr = indices.numel() > 0 ? device_readable(indices, device, "indices") : nullptr;
+  int64_t pageable = 0;
+  if (indptr_ptr == nullptr) pageable |= distgnn_sample::kIndptrPageable;
+  if (indices.numel() > 0 && indices_ptr == nullptr) pageable |= distgnn_sample::kIndicesPageable;
+  if (pageable != 0) return {torch::empty({0}, ids), torch::empty({0}, ids), none, pageable};
+
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+
+  distgnn_sample::ScanParams sp{};
+  sp.indptr = static_cast<const int64_t*>(indptr_ptr);
+  sp.num_nodes = indptr.numel() - 1;
+  sp.num_edges = indices.numel();
+  sp.seeds = seeds.data_ptr<int64_t>();
+  sp.num_seeds = num_seeds;
+  sp.fanout = fanout;
+  sp.replace = replace;
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, nullptr, &temp_bytes, stream));
+
+  // One scratch allocation: offsets (num_seeds + 1), the error word right after them (so one copy reads
+  // [total, flags]), then cub's temporary storage at a 256-byte boundary.
+  const int64_t words = (num_seeds + 2 + 31) / 32 * 32;
+  torch::Tensor scratch = torch::empty({words + static_cast<int64_t>((temp_bytes + 7) / 8)}, ids);
+  sp.offsets = scratch.data_ptr<int64_t>();
+  sp.flags = sp.offsets + num_seeds + 1;
+  C10_CUDA_CHECK(cudaMemsetAsync(sp.flags, 0, sizeof(int64_t), stream));
+  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, sp.offsets + words, &temp_bytes, stream));
 
   torch::Tensor counts = torch::empty({num_seeds}, ids);
-  torch::Tensor flags = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt32).device(device));
-  distgnn_sample::CountParams cp{};
-  cp.indptr = static_cast<const int64_t*>(device_readable(indptr, device, "indptr"));
-  cp.num_nodes = indptr.numel() - 1;
-  cp.num_edges = indices.numel();
-  cp.seeds = seeds.data_ptr<int64_t>();
-  cp.num_seeds = num_seeds;
-  cp.fanout = fanout;
-  cp.replace = replace;
-  cp.counts = counts.data_ptr<int64_t>();
-  cp.flags = flags.data_ptr<int32_t>();
-  distgnn_sample::launch_count(cp, stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  distgnn_sample::FillParams fp{};
+  fp.indptr = sp.indptr;
+  fp.indices = indices_ptr;
+  fp.indices_int64 = indices.scalar_type() == torch::kInt64;
+  fp.seeds = sp.seeds;
+  fp.num_seeds = num_seeds;
+  fp.offsets = sp.offsets;
+  fp.fanout = fanout;
+  fp.replace = replace;
+  fp.rng_seed = rng_seed;
+  fp.counts = counts.data_ptr<int64_t>();
 
-  torch::Tensor ends = torch::cumsum(counts, 0);
-  torch::Tensor total = num_seeds > 0 ? ends.slice(0, num_seeds - 1, num_seeds) : torch::zeros({1}, ids);
-  const torch::Tensor summary = torch::cat({total, flags.to(torch::kInt64)}).cpu();  // the one sync
-  const int64_t num_picks = summary[0].item<int64_t>();
-  const torch::Tensor bits = summary.slice(0, 1, 2);
-  if (bits.item<int64_t>() != 0) {
-    // Bad seeds or a corrupt indptr: nothing is filled; Python raises the ValueError from the bits.
-    return {counts, torch::empty({0}, ids), bits};
-  }
-
-  torch::Tensor positions = torch::empty({num_picks}, ids);
-  torch::Tensor neighbors = return_neighbors ? torch::empty({num_picks}, ids) : torch::Tensor();
-  if (num_picks > 0) {
-    distgnn_sample::FillParams fp{};
-    fp.indptr = cp.indptr;
-    fp.indices = return_neighbors ? device_readable(indices, device, "indices") : nullptr;
-    fp.indices_int64 = indices.scalar_type() == torch::kInt64;
-    fp.seeds = cp.seeds;
-    fp.num_seeds = num_seeds;
-    fp.counts = cp.counts;
-    fp.ends = ends.data_ptr<int64_t>();
-    fp.fanout = fanout;
-    fp.replace = replace;
-    fp.rng_seed = rng_seed;
+  const bool bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
+  torch::Tensor positions;
+  torch::Tensor neighbors;
+  if (bounded) {
+    // The fill follows the scan at once; a flagged seed counts 0, so a bad input makes it write nothing.
+    positions = torch::empty({num_seeds * fanout}, ids);
+    neighbors = return_neighbors ? torch::empty({num_seeds * fanout}, ids) : none;
     fp.positions = positions.data_ptr<int64_t>();
     fp.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
-    distgnn_sample::launch_fill(fp, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
   }
-  if (return_neighbors) return {counts, positions, bits, neighbors};
-  return {counts, positions, bits};
+  const auto [total, flags] = read_summary(sp.offsets + num_seeds, stream);
+  if (flags != 0) return {counts, torch::empty({0}, ids), none, flags};
+  if (bounded) {
+    positions = positions.narrow(0, 0, total);
+    if (return_neighbors) neighbors = neighbors.narrow(0, 0, total);
+  } else {
+    positions = torch::empty({total}, ids);
+    neighbors = return_neighbors ? torch::empty({total}, ids) : none;
+    fp.positions = positions.data_ptr<int64_t>();
+    fp.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
+    C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
+  }
+  return {counts, positions, neighbors, 0};
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn GPU neighbour sampling (uniform, with or without replacement)";
-  m.def("sample_neighbors", &sample_neighbors, "count -> scan -> fill; returns [counts, positions, error_bits(, neighbors)]",
+  m.def("sample_neighbors", &sample_neighbors,
+        "scan -> fill; returns (counts, positions, neighbors or None, error bits); outputs are meaningful only "
+        "when the error bits are 0",
         pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("seeds"), pybind11::arg("fanout"),
         pybind11::arg("replace"), pybind11::arg("rng_seed"), pybind11::arg("return_neighbors"),
         pybind11::arg("device_index"));

@@ -2,15 +2,21 @@
 
 The CSC graph (``indptr``, ``indices``) lives either in GPU memory or in pinned host memory that the kernel
 reads zero-copy over PCIe (UVA), so a partition larger than the GPU can still be sampled there; each tensor
-may sit in either tier. The kernel (``csrc/cuda/sample.cu``) runs two passes: count the picks per seed,
-scan, fill the positions (and optionally the neighbour ids). It is built on first use with
-``torch.utils.cpp_extension.load`` into ``~/.cache/distgnn/extensions/sample-<torch>-<cuda>-<sm>``.
+may sit in either tier. The kernel (``csrc/cuda/sample.cu``) runs two passes: a device-wide scan whose input
+computes each seed's pick count (cub, two kernels), then the fill of the positions (and optionally the
+neighbour ids), with fanouts up to 32 served by groups of lanes that keep their picks in registers. A call
+makes one host sync: 16 bytes (total picks, error bits) copied into pinned memory. When ``num_seeds * fanout``
+is small enough, the outputs are allocated at that size and the fill is queued before the sync, so the GPU
+runs scan and fill back to back; the tensors returned are then views of the first ``counts.sum()`` entries
+of those allocations. It is built on first use with ``torch.utils.cpp_extension.load`` into
+``~/.cache/distgnn/extensions/sample-<torch>-<cuda>-<sm>``.
 
 Differences from the CPU kernel: the same counts and the same per-seed groups in seed order, but a
-different random stream, and within a group the picks come in draw order (ascending only when every edge
-is taken). On a machine where torch has no CUDA, :func:`sample_neighbors` runs the C++ CPU kernel instead
-(same results as :func:`distgnn.sampling.kernels.sample_neighbors` for the same ``rng_seed``) and returns
-CPU tensors.
+different random stream (splitmix64 keyed by ``(rng_seed, seed index, draw number)``, unchanged since the
+first GPU version, so the same ``rng_seed`` gives the same picks as before), and within a group the picks come
+in draw order (ascending only when every edge is taken). On a machine where torch has no CUDA,
+:func:`sample_neighbors` runs the C++ CPU kernel instead (same results as
+:func:`distgnn.sampling.kernels.sample_neighbors` for the same ``rng_seed``) and returns CPU tensors.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ def sample_neighbors(
         ``min(fanout, degree)`` picks without replacement, ``fanout`` with replacement when the degree is
         positive, every edge for ``fanout=-1``; positions grouped by seed in seed order (order inside a
         group: see the module docstring); with ``return_neighbors`` a third tensor, the neighbour ids.
+        ``positions`` and the neighbour ids may be views of larger allocations (module docstring).
         The sampling GPU is ``indptr``'s, else ``indices``', else ``seeds``', else the current device.
         Without CUDA: the CPU kernel's result, as CPU tensors.
 
@@ -79,9 +86,9 @@ def sample_neighbors(
             raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
     if indptr.dtype != torch.int64 or len(indptr) < 1:
         raise ValueError(f"indptr must be int64 with num_nodes + 1 >= 1 entries, got {indptr.dtype} of {len(indptr)}")
-    if indices.dtype not in (torch.int32, torch.int64):
+    if indices.dtype not in _INDEX_DTYPES:
         raise ValueError(f"indices must be int32 or int64, got {indices.dtype}")
-    if seeds.dtype.is_floating_point or seeds.dtype.is_complex or seeds.dtype == torch.bool:
+    if seeds.dtype not in _SEED_DTYPES:
         raise ValueError(f"seeds must be an integer tensor, got {seeds.dtype}")
     if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < -1:
         raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
@@ -89,37 +96,45 @@ def sample_neighbors(
     if not torch.cuda.is_available():
         return _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors)
 
-    graph_devices = {t.device for t in (indptr, indices) if t.is_cuda}
-    if len(graph_devices) > 1:
-        raise ValueError(f"indptr and indices are on different GPUs ({indptr.device}, {indices.device})")
-    device = next((t.device for t in (indptr, indices, seeds) if t.is_cuda), None)
-    if device is None:
+    # Pinned-or-pageable is checked by the binding (error bits), which asks CUDA once per tensor anyway.
+    if indptr.is_cuda:
+        device = indptr.device
+        if indices.is_cuda and indices.device != device:
+            raise ValueError(f"indptr and indices are on different GPUs ({indptr.device}, {indices.device})")
+    elif indices.is_cuda:
+        device = indices.device
+    elif seeds.is_cuda:
+        device = seeds.device
+    else:
         device = torch.device("cuda", torch.cuda.current_device())
-    for name, tensor in (("indptr", indptr), ("indices", indices)):
-        if not tensor.is_cuda and not tensor.is_pinned():
-            raise ValueError(f"{name} is in pageable host memory: move it to the GPU or pin it (tensor.pin_memory())")
-        if not tensor.is_contiguous():
-            raise ValueError(f"{name} must be contiguous")
+    if not indptr.is_contiguous():
+        raise ValueError("indptr must be contiguous")
+    if not indices.is_contiguous():
+        raise ValueError("indices must be contiguous")
     seeds = seeds.to(device=device, dtype=torch.int64).contiguous()
-    counts, positions, bits, *neighbors = load_extension().sample_neighbors(
-        indptr,
-        indices,
-        seeds,
-        int(fanout),
-        bool(replace),
-        int(rng_seed) % 2**64,
-        bool(return_neighbors),
-        device.index,
+    counts, positions, neighbors, bits = load_extension().sample_neighbors(
+        indptr, indices, seeds, int(fanout), bool(replace), int(rng_seed) % 2**64, bool(return_neighbors), device.index
     )
-    _raise_for(int(bits.item()), len(indptr) - 1, len(indices))
-    return (counts, positions, *neighbors)
+    if bits:
+        _raise_for(bits, len(indptr) - 1, len(indices))
+    if return_neighbors:
+        return counts, positions, neighbors
+    return counts, positions
 
 
-# Error bits of the count pass (SampleFlag in csrc/cuda/sample.h).
-_SEED_OUT_OF_RANGE, _CORRUPT_INDPTR, _INDPTR_END = 1, 2, 4
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_SEED_DTYPES = frozenset(
+    (torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64, torch.uint64)
+)
+
+# Error bits of the binding (SampleFlag in csrc/cuda/sample.h).
+_SEED_OUT_OF_RANGE, _CORRUPT_INDPTR, _INDPTR_END, _INDPTR_PAGEABLE, _INDICES_PAGEABLE = 1, 2, 4, 8, 16
 
 
 def _raise_for(bits: int, num_nodes: int, num_edges: int) -> None:
+    for flag, name in ((_INDPTR_PAGEABLE, "indptr"), (_INDICES_PAGEABLE, "indices")):
+        if bits & flag:
+            raise ValueError(f"{name} is in pageable host memory: move it to the GPU or pin it (tensor.pin_memory())")
     if bits & _INDPTR_END:
         raise ValueError(f"indptr[-1] must equal len(indices) = {num_edges}")
     if bits & _SEED_OUT_OF_RANGE:
