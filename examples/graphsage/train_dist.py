@@ -91,6 +91,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "through distgnn.cache (default: 1.0 with --device cuda, 0 = off on cpu)",
     )
     p.add_argument(
+        "--sample-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda (with --device cuda): sample this machine's partition on the trainer's GPU (remote seeds\n"
+        "still go to their servers); needs --num-workers 0",
+    )
+    p.add_argument(
+        "--graph-memory",
+        default="gpu",
+        choices=("gpu", "pinned"),
+        help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
+    )
+    p.add_argument(
         "--cache-policy",
         default="replicate",
         choices=("replicate", "clique"),
@@ -282,7 +295,11 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     if world > 1:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-    sampler = NeighborSampler(args.fanouts)
+    if args.sample_device == "cuda" and device.type != "cuda":
+        raise SystemExit("error: --sample-device cuda needs --device cuda")
+    sampler = NeighborSampler(
+        args.fanouts, device=device if args.sample_device == "cuda" else None, graph_memory=args.graph_memory
+    )
     feat, label = g.ndata["feat"], g.ndata["label"]
     cached = None
     if args.cache_gb > 0 and isinstance(feat, distgnn.DistTensor):
@@ -315,7 +332,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     )
     epoch_batches = GatherAhead(loader, cached, device) if pipeline else loader
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
-    epoch_times, seps_list = [], []
+    epoch_times, seps_list, stage_times = [], [], []
     cache_counts = [0.0, 0.0, 0.0]  # hits, lookups, peer hits over all trainers and epochs
     try:
         for epoch in range(args.epochs):
@@ -382,6 +399,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
             )
             epoch_times.append(slowest[0])
+            stage_times.append(slowest[1:])
             cache_note = ""
             if cached is not None:
                 hits, lookups, peer = all_reduce([cached.cache_hits, cached.lookups, cached.peer_hits])
@@ -412,11 +430,14 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
         "epoch_times_s": [round(t, 4) for t in epoch_times],
+        # Per epoch, the slowest trainer's [sample, fetch, compute, waited for batches] seconds.
+        "stage_times_s": [[round(t, 4) for t in stages] for stages in stage_times],
         "seps": statistics.median(seps_list) if seps_list else None,
         "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
         "cache_gb": args.cache_gb if cached is not None else 0.0,
         "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
         "cache_policy": args.cache_policy if cached is not None else None,
+        "sample_device": args.sample_device,
         "cache_peer_hit_rate": cache_counts[2] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
     if not args.no_eval:

@@ -1,0 +1,103 @@
+"""GraphSAGE epoch time on 1 and 2 GPUs of one machine: scaling efficiency T1 / (n * Tn), time split by stage.
+
+Runs ``examples/graphsage/train_dist.py --local`` on one partition (the whole graph on one simulated machine,
+one graph server) with 1, then n trainers, one per GPU, DDP over NCCL; by default local sampling on the GPU
+and a clique feature cache. Every run reads the same partition (made once in ``--workdir``). Prints a table
+and writes the RESULT lines as JSON.
+
+    python3 benchmarks/scaling.py                      # products-scale synthetic graph, 1 and 2 GPUs
+    python3 benchmarks/scaling.py --num-nodes 200000   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "graphsage" / "train_dist.py"
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--num-nodes", type=int, default=2_400_000, help="products: 2.4M nodes")
+    p.add_argument("--avg-degree", type=float, default=25.8, help="products: 61.8M directed edges / 2.4M")
+    p.add_argument("--feat-dim", type=int, default=100)
+    p.add_argument("--classes", type=int, default=47)
+    p.add_argument("--gpus", default="1,2", help="trainer counts to run, the first is the baseline")
+    p.add_argument("--epochs", type=int, default=4, help="the first is warm-up; the median of the rest counts")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--cache-gb", type=float, default=1.0, help="per GPU")
+    p.add_argument("--cache-policy", default="clique", choices=("clique", "replicate"))
+    p.add_argument("--sample-device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script")
+    p.add_argument("--workdir", default=".work/scaling")
+    p.add_argument("--json", help="write every run's RESULT here")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    p.add_argument("extra", nargs="*", help="more train_dist.py flags (after --)")
+    return p.parse_args()
+
+
+def run(args: argparse.Namespace, gpus: int) -> dict:
+    cmd = [sys.executable, str(SCRIPT), "--local", f"--device={args.device}", "--dataset=synthetic"]
+    cmd += ["--part-method=random"]
+    cmd += [f"--num-nodes={args.num_nodes}", f"--avg-degree={args.avg_degree}", f"--feat-dim={args.feat_dim}"]
+    cmd += [f"--synthetic-classes={args.classes}", "--num-parts=1", f"--trainers-per-machine={gpus}"]
+    cmd += [f"--epochs={args.epochs}", f"--batch-size={args.batch_size}", f"--fanouts={args.fanouts}"]
+    cmd += [f"--hidden={args.hidden}", "--no-eval", "--quiet", f"--workdir={args.workdir}"]
+    if args.device == "cuda":
+        cmd += [f"--cache-gb={args.cache_gb}", f"--cache-policy={args.cache_policy}"]
+        cmd += [f"--sample-device={args.sample_device}"]
+    cmd += list(args.extra)
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
+    for line in proc.stdout.splitlines():
+        if line.startswith("epoch"):
+            print("  " + line, flush=True)
+    if proc.returncode != 0:
+        sys.exit(f"train_dist.py failed with code {proc.returncode}:\n{proc.stderr[-4000:]}")
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    result["wall_s"] = time.perf_counter() - start
+    return result
+
+
+def steady(result: dict) -> tuple[float, list[float]]:
+    """Median epoch time and per-stage medians over the epochs after the first (warm-up)."""
+    times = result["epoch_times_s"][1:] or result["epoch_times_s"]
+    stages = result["stage_times_s"][1:] or result["stage_times_s"]
+    return statistics.median(times), [statistics.median(column) for column in zip(*stages, strict=True)]
+
+
+def main() -> None:
+    args = parse_args()
+    counts = [int(g) for g in args.gpus.split(",")]
+    results = {}
+    for gpus in counts:
+        results[gpus] = run(args, gpus)
+    base_time, _ = steady(results[counts[0]])
+    print(
+        f"\n{'GPUs':>4} {'epoch s':>8} {'sample':>7} {'fetch':>7} {'compute':>8} {'waited':>7} {'hit':>6} "
+        f"{'peer':>6} {'loss':>7} {'speedup':>8} {'efficiency':>10}"
+    )
+    for gpus, result in results.items():
+        epoch, stages = steady(result)
+        speedup = base_time / epoch * counts[0]
+        print(
+            f"{gpus:4d} {epoch:8.3f} {stages[0]:7.3f} {stages[1]:7.3f} {stages[2]:8.3f} {stages[3]:7.3f} "
+            f"{result['cache_hit_rate'] or 0:6.1%} {result['cache_peer_hit_rate'] or 0:6.1%} "
+            f"{result['train_loss']:7.4f} {speedup:7.2f}x {speedup / gpus:10.2f}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({str(k): v for k, v in results.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
