@@ -15,7 +15,7 @@ import torch
 from distgnn.data import synthetic
 from distgnn.data.graph import Graph
 from distgnn.dataloader import DistNodeDataLoader
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, InputError
 from distgnn.sampling import device as on_device
 from distgnn.sampling import kernels, reference
 from distgnn.sampling.neighbor import InProcessGraph, LocalCSC, NeighborSampler, _merge, _sample_local
@@ -115,6 +115,15 @@ def test_cpu_device_with_empty_seeds_gives_empty_blocks(small_graph: Graph) -> N
     got = NeighborSampler([3, 2], device="cpu").sample_blocks(g, seeds)
     assert_blocks_equal(got, want)
     assert all(b.num_edges == 0 and b.num_src == 0 for b in got[2])
+
+
+def test_device_path_rejects_repeated_and_out_of_range_seeds(small_graph: Graph) -> None:
+    g = InProcessGraph(small_graph)
+    sampler = NeighborSampler([2], device="cpu")
+    with pytest.raises(InputError, match="unique"):
+        sampler.sample_blocks(g, np.array([1, 2, 1]))
+    with pytest.raises(InputError, match="out of range"):
+        sampler.sample_blocks(g, np.array([1, small_graph.num_nodes]))
 
 
 @pytest.mark.parametrize("trial", range(4))

@@ -246,6 +246,9 @@ class NeighborSampler:
         local, remote = sampling_view(g)
         host_seeds = as_node_ids(seeds)
         book.nid2partid(host_seeds)  # range check, with the CPU path's error
+        # Checked here once, so that the layers (unique by construction) relabel without a host sync.
+        if len(np.unique(host_seeds)) != len(host_seeds):
+            raise InputError("seeds must be unique node ids, got repeats")
         placed = self._placed_csc(local) if self.device.type == "cuda" else None
         range_ends = torch.from_numpy(book.node_map[:, 1].copy()).to(self.device)
         frontier = torch.from_numpy(host_seeds).to(self.device)
@@ -256,7 +259,7 @@ class NeighborSampler:
             counts, src, eids = sample_layer_on_device(
                 range_ends, local, placed, remote, frontier, self.fanouts[layer], self.replace, self.prob, layer_seed
             )
-            block = on_device.to_block(frontier, counts, src, eids)
+            block = on_device.to_block(frontier, counts, src, eids, validate=False)
             blocks.insert(0, block)
             frontier = block.src_nids
         return frontier, output_nodes, blocks
@@ -328,13 +331,7 @@ def sample_layer_on_device(
         seeds: ``(B,)`` int64 valid global ids on the device.
     """
     device = seeds.device
-    owners = torch.searchsorted(range_ends, seeds, right=True)
-    sizes = torch.bincount(owners, minlength=len(range_ends)).tolist()  # the layer's one sync to split it
-    if len(seeds) and max(sizes) == len(seeds):
-        by_owner: dict[int, torch.Tensor | None] = {sizes.index(len(seeds)): None}
-    else:
-        order = torch.argsort(owners, stable=True)  # within an owner, positions stay ascending
-        by_owner = {p: w for p, w in enumerate(torch.split(order, sizes)) if len(w)}
+    by_owner = _positions_by_owner(range_ends, seeds)
     remote_wheres, handles = [], []
     for part, where in by_owner.items():
         if part == local.part_id:
@@ -360,6 +357,22 @@ def sample_layer_on_device(
         for reply in remote.wait_sample(handles):
             results.append(tuple(on_device.as_tensor(a).to(device) for a in reply))
     return on_device.merge(len(seeds), wheres, results, device)
+
+
+def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[int, torch.Tensor | None]:
+    """Positions of each owner's seeds (ascending, on the device), None where one owner has them all."""
+    if len(seeds) == 0:
+        return {}
+    if len(range_ends) == 1:
+        return {0: None}
+    owners = torch.searchsorted(range_ends, seeds, right=True)
+    # Not torch.bincount: on CUDA it syncs twice more for the ids' min and max.
+    sizes = torch.zeros(len(range_ends), dtype=torch.int64, device=seeds.device)
+    sizes = sizes.index_add_(0, owners, torch.ones_like(owners)).tolist()  # the layer's one sync to split it
+    if max(sizes) == len(seeds):
+        return {sizes.index(len(seeds)): None}
+    order = torch.argsort(owners, stable=True)  # within an owner, positions stay ascending
+    return {part: where for part, where in enumerate(torch.split(order, sizes)) if len(where)}
 
 
 def _sample_local(
