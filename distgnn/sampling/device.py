@@ -4,7 +4,8 @@
 host memory that is page-locked (the ``/dev/shm`` mapping registered in place where possible) and read
 zero-copy by :func:`distgnn.sampling.gpu.sample_neighbors`. :func:`merge` and :func:`to_block` are the
 torch twins of :func:`distgnn.sampling.neighbor._merge` and :func:`distgnn.sampling.kernels.to_block`: same
-results, on whatever device their inputs live, with host synchronisation only for output sizes.
+results, on whatever device their inputs live, with host synchronisation only for output sizes (and, unless
+skipped, one for validation).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from distgnn.errors import ConfigError, DistGNNError, InputError
+from distgnn.errors import ConfigError, DistGNNError
 from distgnn.sampling import gpu
 from distgnn.sampling.block import Block
 
@@ -42,8 +43,9 @@ class DeviceCSC:
 
     ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` leaves them in
     host memory, page-locked, for zero-copy reads: registered in place when an array is a memory mapping of
-    its own (the ``/dev/shm`` segments of a DistGraph), else copied into pinned memory (registering whole
-    pages of the heap would also lock its neighbours, and CUDA then refuses their ordinary copies).
+    its own (the ``/dev/shm`` segments of a DistGraph), else copied into pinned memory: registration covers
+    whole pages, and on the heap those hold other arrays too, whose ordinary host-to-device copies CUDA
+    then refused ("invalid argument", seen on an H100).
     ``registered`` names the arrays registered in place. ``local2global`` (one
     entry per node) always goes to the device. ``eids`` is not held at all when it is the contiguous range
     the partition format guarantees (edge id = ``edge_start`` + CSC position), else it goes to the device.
@@ -114,12 +116,12 @@ def _page_locked(array: np.ndarray, device: torch.device, registrations: list) -
     tensor = as_tensor(array)
     if tensor.numel() == 0:
         return tensor.to(device)  # nothing to register, and the sampler refuses unpinned host tensors
-    if not _in_own_mapping(array):
+    if not (_in_own_mapping(array) and array.flags.c_contiguous):
         return tensor.pin_memory()
     try:
         registrations.append(HostRegistration(tensor))
         return tensor
-    except (RuntimeError, InputError, DistGNNError) as exc:
+    except (RuntimeError, DistGNNError) as exc:
         logger.warning("could not register %d bytes in place (%s); copying them into pinned memory", tensor.nbytes, exc)
         return tensor.pin_memory()
 
