@@ -13,6 +13,7 @@ figures mean nothing).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import mmap
 import time
@@ -225,7 +226,7 @@ def torch_index_then_copy(batches, table, device):
 def share_anatomy(batches, table, device):
     """Where the time of ``cpu_share=1`` goes, per batch (ms): planning + the keys' trip to the host, the CPU
     row gather alone (one call, and in the DMA-sized chunks), the chunks with their copies, the scatter."""
-    import distgnn.cache.gather as gather_module
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
 
     host = HostTier(table, 0)
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
@@ -292,7 +293,7 @@ def hit_rate(hot, batches, num_nodes):
 def main() -> None:
     args = parse_args()
     if args.cpu_chunk_mb:
-        import distgnn.cache.gather as gather_module
+        gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
 
         gather_module._CPU_CHUNK_BYTES = int(args.cpu_chunk_mb * 1e6)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -386,7 +387,7 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     tiers["host zero-copy, contiguous ids"] = timed_gather(contiguous, out, device, host=host)
     shares = [float(v) for v in args.cpu_shares.split(",") if v]
     by_share = {0.0: tiers["host zero-copy, sorted misses"]}
-    import distgnn.cache.gather as gather_module
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
 
     for share in shares:
         by_share[share] = timed_gather(timed, out, device, host=host, cpu_share=share)

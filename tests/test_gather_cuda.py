@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import uuid
 from pathlib import Path
@@ -98,7 +99,7 @@ def test_unsorted_miss_path_matches():
 @pytest.mark.parametrize("width", [3, 64, 129])
 @pytest.mark.parametrize("share", [0.3, 0.5, 1.0])
 def test_cpu_share_of_host_rows_matches_reference(dtype, width, share, monkeypatch):
-    import distgnn.cache.gather as gather_module
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
 
     # Small DMA chunks, so a batch crosses several chunk boundaries.
     monkeypatch.setattr(gather_module, "_CPU_CHUNK_BYTES", 97 * width * dtype.itemsize)
