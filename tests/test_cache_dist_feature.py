@@ -193,3 +193,27 @@ def test_train_dist_clique_cache_reads_peer_shards(tmp_path):
     replicated, _ = _train(tmp_path, "0.00003", *extra[:-2], "--max-batches=4")
     assert replicated["cache_peer_hit_rate"] == 0 and replicated["cache_hit_rate"] < result["cache_hit_rate"]
     assert result["train_loss"] == pytest.approx(replicated["train_loss"], rel=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_ids_are_checked_and_counted_on_the_gpu_like_cpu_ids(served):
+    graph, contexts = served
+    feat = _feat(graph, contexts[0])
+    rng = np.random.default_rng(21)
+    hot = torch.from_numpy(rng.permutation(graph.num_nodes)[:120])
+    with CachedFeature(feat, "cuda", 120 * 4 * feat.shape[1], hot_ids=hot) as cf:
+        for ids in _cases(graph, 0, rng).values():
+            ids = torch.from_numpy(ids.astype(np.int64))
+            cf.reset_stats()
+            on_cpu = cf[ids]
+            cpu_stats = cf.stats()
+            cf.reset_stats()
+            on_gpu = cf[ids.cuda()]
+            assert torch.equal(on_cpu, on_gpu)
+            assert cf.stats() == cpu_stats
+        with pytest.raises(InputError, match="out of range"):
+            cf[torch.tensor([0, NUM_NODES], device="cuda")]
+        with pytest.raises(InputError, match="out of range"):
+            cf[torch.tensor([-1, 3], device="cuda")]
+        with pytest.raises(InputError, match="1-d integer"):
+            cf[torch.tensor([0.5], device="cuda")]

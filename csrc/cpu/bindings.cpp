@@ -14,7 +14,6 @@
 
 #include "nn_ops.h"
 #include "relabel.h"
-#include "rows.h"
 #include "sample.h"
 
 // Hash of the sources, set by the build (distgnn/sampling/_build.py), so a
@@ -120,32 +119,6 @@ py::array_t<int64_t> take(const py::array& values, const py::array& positions, i
   return out;
 }
 
-// Byte matrices: torch passes any float rows as tensor.view(torch.uint8).numpy().
-void check_byte_matrix(const py::array& a, const char* name) {
-  if (a.ndim() != 2 || !has_dtype<uint8_t>(a))
-    throw std::invalid_argument(std::string(name) + " must be a 2-D uint8 array (rows of bytes)");
-  if (a.shape(0) > 1 && (a.strides(1) != 1 || a.strides(0) != a.shape(1)))
-    throw std::invalid_argument(std::string(name) + " must be C-contiguous");
-}
-
-void gather_rows(const py::array& table, const py::array& positions, py::array& out, int num_threads) {
-  check_byte_matrix(table, "table");
-  check_byte_matrix(out, "out");
-  const int64_t* positions_data = vector_data<int64_t>(positions, "positions", "int64");
-  if (!out.writeable()) throw std::invalid_argument("out must be writable");
-  if (out.shape(1) != table.shape(1))
-    throw std::invalid_argument("out rows have " + std::to_string(out.shape(1)) + " bytes but table rows " +
-                                std::to_string(table.shape(1)));
-  if (out.shape(0) != positions.shape(0))
-    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " +
-                                std::to_string(positions.shape(0)) + " positions");
-  const auto* table_data = static_cast<const uint8_t*>(table.data());
-  auto* out_data = static_cast<uint8_t*>(out.mutable_data());
-  const int64_t num_rows = table.shape(0), row_bytes = table.shape(1), n = positions.shape(0);
-  py::gil_scoped_release release;
-  distgnn::gather_rows(table_data, num_rows, row_bytes, positions_data, n, out_data, num_threads);
-}
-
 py::tuple relabel(const py::array& dst_nids, const py::array& src_nids_per_edge) {
   const int64_t* dst = vector_data<int64_t>(dst_nids, "dst_nids", "int64");
   const int64_t* src = vector_data<int64_t>(src_nids_per_edge, "src_nids_per_edge", "int64");
@@ -247,8 +220,6 @@ PYBIND11_MODULE(_sampling_cpu, m) {
         "Returns (counts, positions[, neighbors]), all int64; see distgnn.sampling.kernels.sample_neighbors.");
   m.def("take", &take, py::arg("values"), py::arg("positions"), py::arg("num_threads"),
         "values[positions] as int64, gathered in parallel; ValueError on an out-of-range position.");
-  m.def("gather_rows", &gather_rows, py::arg("table"), py::arg("positions"), py::arg("out"), py::arg("num_threads"),
-        "out[i] = table[positions[i]] for byte rows, in parallel with prefetching; IndexError on a bad position");
   m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
         "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
   m.def("mean_aggregate", &mean_aggregate, py::arg("indptr"), py::arg("indices"), py::arg("x"), py::arg("out"),

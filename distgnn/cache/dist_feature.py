@@ -18,7 +18,7 @@ import torch
 
 from distgnn.cache.extension import extension_available
 from distgnn.cache.feature_cache import FeatureCache
-from distgnn.cache.gather import gather, remote_misses
+from distgnn.cache.gather import cache_slots, gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
 from distgnn.cache.hot_set import choose_hot_set
 from distgnn.cache.ipc import clique_over_processes
@@ -160,14 +160,18 @@ class CachedFeature:
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
         """Rows ``ids`` (1-D integer ids, any order, repeats allowed, any device) as a ``(len(ids), F)`` tensor on the device."""
-        ids_cpu = _as_id_tensor(ids, len(self), self.tensor.name)
-        misses = remote_misses(ids_cpu, cache=self.cache, host=self.host)
+        if isinstance(ids, torch.Tensor) and ids.is_cuda and ids.device == self.device:
+            device_ids, misses, staged_ids = self._misses_on_device(ids)
+        else:
+            ids_cpu = _as_id_tensor(ids, len(self), self.tensor.name)
+            misses = remote_misses(ids_cpu, cache=self.cache, host=self.host)
+            device_ids = ids if isinstance(ids, torch.Tensor) and ids.device == self.device else ids_cpu.to(self.device)
+            staged_ids = torch.isin(ids_cpu, misses).sum() if misses.numel() else 0
         staging = None
         if misses.numel():
             rows = self.tensor[misses]
             staging = StagingTier(misses, rows.pin_memory() if self._pin else rows)
-        out = torch.empty((ids_cpu.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
-        device_ids = ids if isinstance(ids, torch.Tensor) and ids.device == self.device else ids_cpu.to(self.device)
+        out = torch.empty((device_ids.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
         gather(
             out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl, cpu_share=self.cpu_share
         )
@@ -179,11 +183,29 @@ class CachedFeature:
             self._in_flight.append((done, staging))
         while self._in_flight and self._in_flight[0][0].query():
             self._in_flight.popleft()
-        self.lookups += ids_cpu.shape[0]
+        self.lookups += device_ids.shape[0]
         self.remote_fetched += misses.numel()
-        if misses.numel():
-            self._remote_rows += torch.isin(ids_cpu, misses).sum()
+        self._remote_rows += staged_ids
         return out
+
+    def _misses_on_device(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """For ids already on the cache's GPU (a GPU sampler's): the ids as int64, the sorted unique ids no tier
+        holds (CPU, to fetch) and how many ids they account for; checked and looked up on the GPU with one
+        host sync instead of a trip of every id through host memory."""
+        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+            raise InputError(f"{self.tensor.name} ids must be a 1-d integer tensor, got {ids.dtype}{list(ids.shape)}")
+        ids = ids.to(torch.int64)
+        if ids.numel() == 0:
+            return ids, torch.empty(0, dtype=torch.int64), 0
+        missing = (ids < self.host.start) | (ids >= self.host.end)
+        if self.cache is not None:
+            missing &= cache_slots(self.cache, ids) < 0
+        low, high = torch.aminmax(ids)
+        low, high, count = torch.stack([low, high, missing.sum()]).tolist()
+        if low < 0 or high >= len(self):
+            raise InputError(f"{self.tensor.name} id {low if low < 0 else high} out of range [0, {len(self)})")
+        misses = torch.unique(ids[missing]).cpu() if count else torch.empty(0, dtype=torch.int64)
+        return ids, misses, count
 
     @property
     def cache_hits(self) -> int:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distgnn.cache.cpu_gather import gather_rows_cpu
 from distgnn.cache.extension import extension_available, load_extension
 from distgnn.cache.feature_cache import FeatureCache
 from distgnn.cache.tiers import HostTier, StagingTier, check_rows
@@ -215,12 +214,9 @@ def _gather_cuda(
         )
 
 
-# Rows per CPU gather + DMA step of the CPU share: ~4 MB, so the copy engine streams one chunk while the CPU
-# threads gather the next.
-_CPU_CHUNK_BYTES = 4 << 20
-# The CPU share's row gather: the C++ kernel (prefetching, the sampler's pool); torch.index_select is its
-# reference and the benchmark's comparison.
-_CPU_GATHER = "native"
+# Bytes per CPU gather + DMA step of the CPU share, so the copy engine streams one chunk while the CPU threads
+# gather the next; each torch.index_select call over 32 threads costs ~0.2 ms of start-up (docs/BENCHMARKS.md).
+_CPU_CHUNK_BYTES = 16 << 20
 _copy_streams: dict[int, torch.cuda.Stream] = {}
 
 
@@ -253,10 +249,7 @@ def _copy_cpu_share(out: torch.Tensor, order: torch.Tensor, host: HostTier, keys
         landed = torch.empty_like(staged, device=device)
         for lo in range(0, rows.shape[0], chunk):
             hi = min(rows.shape[0], lo + chunk)
-            if _CPU_GATHER == "native":
-                gather_rows_cpu(host.rows, rows[lo:hi], staged[lo:hi])
-            else:
-                torch.index_select(host.rows, 0, rows[lo:hi], out=staged[lo:hi])
+            torch.index_select(host.rows, 0, rows[lo:hi], out=staged[lo:hi])
             landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
         out.index_copy_(0, order, landed)
     torch.cuda.current_stream(device).wait_stream(side)
