@@ -68,6 +68,21 @@ def check_valid(graph: Graph, seeds: np.ndarray, fanouts: list[int], result, rep
         dst = src_nids
 
 
+def check_picks_among(block, every, fanout: int) -> None:
+    """``block`` (fanout ``fanout``, no replacement) picks among the edges of ``every`` (fanout -1, same dst)."""
+
+    def edges(b):
+        ends = torch.stack([b.src_nids[b.indices], b.dst_nids[b.dst_index()]], 1)
+        return zip(b.eids.tolist(), map(tuple, ends.tolist()), strict=True)
+
+    assert torch.equal(block.dst_nids, every.dst_nids)
+    np.testing.assert_array_equal(np.diff(block.indptr.numpy()), np.minimum(np.diff(every.indptr.numpy()), fanout))
+    edge = dict(edges(every))
+    picked = list(edges(block))
+    assert all(edge[e] == ends for e, ends in picked)
+    assert len({e for e, _ in picked}) == len(picked)
+
+
 @pytest.fixture(scope="module")
 def small_graph() -> Graph:
     return synthetic(3000, 8, feat_dim=4, num_classes=4, seed=3)
@@ -388,3 +403,29 @@ def test_loader_with_a_gpu_sampler_yields_device_batches_with_labels(small_graph
         assert batch.output_data["label"].is_cuda
         torch.testing.assert_close(batch.output_data["label"].cpu(), g.ndata["label"][output_nodes.cpu()])
         check_valid(small_graph, output_nodes.cpu().numpy(), [4, 3], batch)
+
+
+@needs_cuda
+@pytest.mark.parametrize("graph_memory", ["gpu", "pinned"])
+def test_gpu_sampling_on_a_cluster_is_valid_and_takes_all_like_the_cpu(cluster_graph, graph_memory: str) -> None:
+    """The real case: the local partition from /dev/shm on the GPU (or registered in place), remote seeds by RPC."""
+    from distgnn.context import connect
+    from distgnn.graph import DistGraph
+
+    json_path, cluster = cluster_graph
+    g = DistGraph("g", json_path, context=connect(cluster.config(0), rank=0, world_size=2))
+    sampler = NeighborSampler([-1, -1], device="cuda", graph_memory=graph_memory)
+    few = NeighborSampler([4], device="cuda", graph_memory=graph_memory)
+    try:
+        seeds = np.random.default_rng(4).choice(g.num_nodes(), 300, replace=False)
+        assert_blocks_equal(sampler.sample_blocks(g, seeds, 2), NeighborSampler([-1, -1]).sample_blocks(g, seeds, 2))
+        (placed,) = sampler._placed.values()
+        assert placed.registered == (["indptr", "indices"] if graph_memory == "pinned" else [])
+        # Fanout 4: every picked edge is one of the seed's in-edges, with its source; counts min(4, degree).
+        (every,) = NeighborSampler([-1]).sample_blocks(g, seeds, 2)[2]
+        (block,) = few.sample_blocks(g, seeds, 3)[2]
+        check_picks_among(block.to("cpu"), every, 4)
+    finally:
+        sampler.close()
+        few.close()
+        g.context.close()
