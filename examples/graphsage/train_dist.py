@@ -324,7 +324,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         shuffle=True,
         num_workers=args.num_workers,
         prefetch=args.prefetch,
-        device=torch.device("cpu") if pipeline else device,
+        # The pipeline copies CPU-sampled batches itself; a GPU sampler's batches are already on the device.
+        device=torch.device("cpu") if pipeline and args.sample_device == "cpu" else device,
         seed=args.seed,
         # With the cache, features are gathered in this loop on the device instead of by the loader.
         input_feats=("feat",) if (args.prefetch or args.num_workers) and cached is None else (),
@@ -417,6 +418,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 )
     finally:
         loader.close()
+        sampler.close()
         if cached is not None:
             cached.close()
     result = {
