@@ -318,3 +318,23 @@ def test_gpu_output_sized_after_the_sync_gives_the_same_picks(fanout):
     assert torch.equal(large[0][:head], small[0])
     assert torch.equal(large[1][:picks], small[1]) and torch.equal(large[2][:picks], small[2])
     assert small[1].numel() == picks
+
+
+@needs_cuda
+@pytest.mark.parametrize("fanout", [1, 5, 20])
+def test_gpu_many_tiles(fanout):
+    """Thousands of scan tiles (the look-back walks windows of 32): counts, group bounds and distinctness."""
+    rng = np.random.default_rng()
+    indptr, indices = random_csc(rng, 5000, 40)
+    seeds = rng.integers(0, 5000, 300_000)
+    counts, positions = gpu.sample_neighbors(
+        place(indptr, "device"), place(indices, "device"), torch.from_numpy(seeds).cuda(), fanout, False, 5
+    )
+    counts, positions = counts.cpu().numpy(), positions.cpu().numpy()
+    np.testing.assert_array_equal(counts, expected_counts(indptr, seeds, fanout, False))
+    assert len(positions) == counts.sum()
+    owner = np.repeat(np.arange(len(seeds)), counts)
+    assert np.all((positions >= indptr[seeds][owner]) & (positions < indptr[seeds + 1][owner]))
+    order = np.lexsort((positions, owner))
+    same = (owner[order][1:] == owner[order][:-1]) & (positions[order][1:] == positions[order][:-1])
+    assert not same.any()

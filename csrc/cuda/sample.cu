@@ -1,4 +1,4 @@
-// Uniform neighbour sampling of a CSC graph on the GPU, in two passes: count + scan, then fill.
+// Uniform neighbour sampling of a CSC graph on the GPU: count + scan + fill, fused for fanouts up to 32.
 //
 // Assumptions (the binding, sample_binding.cpp, checks or establishes them):
 // - indptr is int64 with num_nodes + 1 entries, indices int32 or int64, seeds int64; indptr and indices
@@ -8,10 +8,15 @@
 // - Counts follow the CPU kernel (csrc/cpu/sample.cpp): min(fanout, deg) without replacement, fanout with
 //   replacement when deg > 0 (else 0), deg when fanout == -1. A seed the scan flags (out of range, corrupt
 //   range) counts 0, so the fill never reads outside indices even before the binding has seen the flags.
-// - Scan pass: one cub::DeviceScan::ExclusiveSum over num_seeds + 1 items whose input computes each seed's
-//   count on the fly (no count kernel, no counts array in between); item num_seeds checks indptr's end and
-//   counts 0, so offsets[num_seeds] is the total. Seed i's group is positions[offsets[i], offsets[i + 1]),
-//   so groups come in seed order, as on the CPU.
+// - Scan pass: one kernel, a tile of seeds per block: each thread counts one seed, cub::BlockScan sums the
+//   tile, warp 0 finds the tile's offset by decoupled look-back (Merrill & Garland 2016: tiles publish their
+//   aggregate, then their inclusive prefix, as one 64-bit word each; tile ids come from an atomic counter,
+//   so every predecessor of a tile is running or done and the look-back cannot deadlock). The last tile
+//   writes the total. Seed i's group is positions[offset_i, offset_i + count_i), so groups come in seed
+//   order, as on the CPU.
+// - Fused (0 <= fanout <= 32 and outputs sized before the sync): the tile then fills its own seeds from
+//   shared memory, so a call is one memset, one kernel and one 16-byte copy. Otherwise the scan writes
+//   offsets[] and a fill kernel reads them.
 // - Within a group: ascending positions when every edge is taken (fanout == -1 or deg <= fanout without
 //   replacement); otherwise draw order, which differs from the CPU kernel's order and random stream.
 // - Random numbers come from a counter-based splitmix64 keyed by (rng_seed, seed index, draw number), so a
@@ -27,10 +32,9 @@
 
 #include <cstdint>
 
-#include <cub/device/device_scan.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cuda/atomic>
 #include <cuda_runtime.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
 
 #include "sample.h"
 
@@ -38,7 +42,24 @@ namespace distgnn_sample {
 namespace {
 
 constexpr int kFillThreads = 256;
+constexpr int kTileThreads = 256;
 constexpr int kWarp = 32;
+// Look-back status word: 0 = not yet published, else one flag bit and the value below bit 62.
+constexpr uint64_t kAggregateFlag = 1ull << 62;
+constexpr uint64_t kInclusiveFlag = 1ull << 63;
+constexpr uint64_t kValueMask = kAggregateFlag - 1;
+
+// Lanes per seed for a fanout of at most 32: the fanout rounded up to a power of two.
+__host__ __device__ constexpr int lanes_for(int64_t fanout) {
+  int lanes = 1;
+  while (lanes < fanout) lanes *= 2;
+  return lanes;
+}
+
+// Seeds per tile: a fused tile serves kTileThreads / G seeds at a time, twice; a scan-only tile one per thread.
+__host__ __device__ constexpr int seeds_per_tile(int lanes) {
+  return 2 * kTileThreads / lanes < kTileThreads ? 2 * kTileThreads / lanes : kTileThreads;
+}
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -65,56 +86,67 @@ __device__ __forceinline__ void raise_flag(int64_t* flags, int64_t bit) {
   atomicOr(reinterpret_cast<unsigned long long*>(flags), static_cast<unsigned long long>(bit));
 }
 
-// The scan's input: item i < num_seeds is seed i's pick count; item num_seeds checks indptr's end. Raising a
-// flag twice (should cub read an item twice) does no harm.
-struct PickCount {
-  ScanParams p;
-
-  __device__ int64_t operator()(int64_t i) const {
-    if (i >= p.num_seeds) {
-      if (p.indptr[p.num_nodes] != p.num_edges) raise_flag(p.flags, kIndptrEnd);
-      return 0;
-    }
-    const int64_t s = p.seeds[i];
-    if (s < 0 || s >= p.num_nodes) {
-      raise_flag(p.flags, kSeedOutOfRange);
-      return 0;
-    }
-    const int64_t start = p.indptr[s];
-    const int64_t end = p.indptr[s + 1];
-    if (start < 0 || end < start || end > p.num_edges) {
-      raise_flag(p.flags, kCorruptIndptr);
-      return 0;
-    }
-    const int64_t deg = end - start;
-    if (p.fanout < 0) return deg;
-    if (p.replace) return deg > 0 ? p.fanout : 0;
-    return deg < p.fanout ? deg : p.fanout;
+// Seed i's pick count, with its CSC range; flags a bad seed or range and counts it 0.
+__device__ __forceinline__ int64_t pick_count(const ScanParams& p, int64_t i, int64_t& start, int64_t& deg) {
+  const int64_t s = p.seeds[i];
+  if (s < 0 || s >= p.num_nodes) {
+    raise_flag(p.state + 1, kSeedOutOfRange);
+    return 0;
   }
-};
+  start = p.indptr[s];
+  const int64_t end = p.indptr[s + 1];
+  if (start < 0 || end < start || end > p.num_edges) {
+    raise_flag(p.state + 1, kCorruptIndptr);
+    return 0;
+  }
+  deg = end - start;
+  if (p.fanout < 0) return deg;
+  if (p.replace) return deg > 0 ? p.fanout : 0;
+  return deg < p.fanout ? deg : p.fanout;
+}
+
+// Decoupled look-back by warp 0: publishes this tile's aggregate, sums predecessors 32 at a time back to the
+// nearest inclusive prefix, publishes its own inclusive prefix; returns the tile's exclusive prefix.
+__device__ int64_t tile_prefix(int64_t* status_words, int64_t tile, int64_t aggregate) {
+  using Word = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
+  unsigned long long* words = reinterpret_cast<unsigned long long*>(status_words);
+  const int lane = static_cast<int>(threadIdx.x);
+  if (tile == 0) {
+    if (lane == 0) Word(words[0]).store(kInclusiveFlag | aggregate, cuda::std::memory_order_relaxed);
+    return 0;
+  }
+  if (lane == 0) Word(words[tile]).store(kAggregateFlag | aggregate, cuda::std::memory_order_relaxed);
+  int64_t prefix = 0;
+  for (int64_t pred = tile - 1 - lane;; pred -= kWarp) {
+    unsigned long long word = kInclusiveFlag;  // before tile 0: an inclusive 0
+    if (pred >= 0) {
+      const Word status(words[pred]);
+      do {
+        word = status.load(cuda::std::memory_order_relaxed);
+      } while (word == 0);
+    }
+    const unsigned inclusive = __ballot_sync(0xffffffffu, (word & kInclusiveFlag) != 0);
+    const int nearest = inclusive != 0 ? __ffs(inclusive) - 1 : kWarp;
+    int64_t value = lane <= nearest ? static_cast<int64_t>(word & kValueMask) : 0;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+    prefix += __shfl_sync(0xffffffffu, value, 0);
+    if (inclusive != 0) break;
+  }
+  if (lane == 0) Word(words[tile]).store(kInclusiveFlag | (prefix + aggregate), cuda::std::memory_order_relaxed);
+  return prefix;
+}
 
 template <typename Index>
 __device__ __forceinline__ int64_t neighbour(const FillParams& p, int64_t position) {
   return static_cast<int64_t>(static_cast<const Index*>(p.indices)[position]);
 }
 
-// G lanes per seed, fanout <= G: lane k computes and stores pick k.
+// The group of G lanes of seed i (fanout <= G): lane k computes and stores pick k.
 template <int G, typename Index>
-__global__ void fill_small_kernel(const FillParams p) {
-  // Every lane of a group has the same seed index, so whole groups return together and the group's mask
-  // names exactly the lanes that reach each shuffle and ballot.
-  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
+__device__ __forceinline__ void fill_group(const FillParams& p, int64_t i, int64_t begin, int64_t count,
+                                           int64_t start, int64_t deg) {
   const int lane = static_cast<int>(threadIdx.x % G);
-  if (i >= p.num_seeds) return;
   const unsigned mask = G == kWarp ? 0xffffffffu : ((1u << (G % kWarp)) - 1u) << (threadIdx.x % kWarp / G * G);
-  const int64_t begin = p.offsets[i];
-  const int64_t count = p.offsets[i + 1] - begin;
-  if (lane == 0) p.counts[i] = count;
-  if (count == 0) return;
-  const int64_t s = p.seeds[i];
-  const int64_t start = p.indptr[s];
-  const int64_t deg = p.indptr[s + 1] - start;
-
   int64_t pick = lane;  // relative to start; meaningful for lane < count
   if (p.replace) {
     pick = below(draw(stream_key(p.rng_seed, i), lane), deg);
@@ -131,6 +163,75 @@ __global__ void fill_small_kernel(const FillParams p) {
     p.positions[begin + lane] = start + pick;
     if (p.neighbors != nullptr) p.neighbors[begin + lane] = neighbour<Index>(p, start + pick);
   }
+}
+
+// Scan pass (see the top of the file); with Fill, also the fill of the tile's seeds by groups of G lanes.
+// Every lane of a group has the same seed, so whole groups leave loops together and each group's mask names
+// exactly the lanes that reach its shuffles and ballots.
+template <int G, typename Index, bool Fill>
+__global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, const FillParams f) {
+  constexpr int S = seeds_per_tile(G);
+  using BlockScan = cub::BlockScan<int64_t, kTileThreads>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ int64_t tile_id, tile_offset;
+  __shared__ int64_t seed_begin[Fill ? S : 1], seed_count[Fill ? S : 1], seed_start[Fill ? S : 1],
+      seed_deg[Fill ? S : 1];
+
+  if (threadIdx.x == 0) {
+    tile_id = static_cast<int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p.state + 2), 1ull));
+  }
+  __syncthreads();
+  const int64_t tile = tile_id;
+  const bool last = tile == static_cast<int64_t>(gridDim.x) - 1;
+  const int64_t first = tile * S;
+  const int64_t i = first + threadIdx.x;
+  int64_t count = 0, start = 0, deg = 0;
+  if (threadIdx.x < S && i < p.num_seeds) count = pick_count(p, i, start, deg);
+  if (tile == 0 && threadIdx.x == 0 && p.indptr[p.num_nodes] != p.num_edges) raise_flag(p.state + 1, kIndptrEnd);
+  int64_t local = 0, aggregate = 0;
+  BlockScan(scan_storage).ExclusiveSum(count, local, aggregate);
+  if (threadIdx.x < kWarp) {
+    const int64_t prefix = tile_prefix(p.state + 3, tile, aggregate);
+    if (threadIdx.x == 0) {
+      tile_offset = prefix;
+      if (last) p.state[0] = prefix + aggregate;
+    }
+  }
+  __syncthreads();
+  const int64_t begin = tile_offset + local;
+  if constexpr (!Fill) {
+    if (threadIdx.x < S && i < p.num_seeds) p.offsets[i] = begin;
+    if (last && threadIdx.x == 0) p.offsets[p.num_seeds] = tile_offset + aggregate;
+  } else {
+    if (threadIdx.x < S) {
+      seed_begin[threadIdx.x] = begin;
+      seed_count[threadIdx.x] = count;
+      seed_start[threadIdx.x] = start;
+      seed_deg[threadIdx.x] = deg;
+    }
+    __syncthreads();
+    for (int k = static_cast<int>(threadIdx.x) / G; k < S; k += kTileThreads / G) {
+      const int64_t seed = first + k;
+      if (seed >= p.num_seeds) break;
+      if (threadIdx.x % G == 0) f.counts[seed] = seed_count[k];
+      if (seed_count[k] == 0) continue;
+      fill_group<G, Index>(f, seed, seed_begin[k], seed_count[k], seed_start[k], seed_deg[k]);
+    }
+  }
+}
+
+// Fill from offsets[], G lanes per seed, fanout <= G.
+template <int G, typename Index>
+__global__ void fill_small_kernel(const FillParams p) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / G;
+  if (i >= p.num_seeds) return;
+  const int64_t begin = p.offsets[i];
+  const int64_t count = p.offsets[i + 1] - begin;
+  if (threadIdx.x % G == 0) p.counts[i] = count;
+  if (count == 0) return;
+  const int64_t s = p.seeds[i];
+  const int64_t start = p.indptr[s];
+  fill_group<G, Index>(p, i, begin, count, start, p.indptr[s + 1] - start);
 }
 
 // One warp per seed, any count (fanout > 32 or -1).
@@ -182,24 +283,53 @@ cudaError_t launch_small(const FillParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <int G>
+cudaError_t launch_fused(const ScanParams& p, const FillParams& f, cudaStream_t stream) {
+  const auto tiles = static_cast<unsigned>(scan_tiles(p.num_seeds, p.fanout, true));
+  if (f.indices_int64) {
+    scan_kernel<G, int64_t, true><<<tiles, kTileThreads, 0, stream>>>(p, f);
+  } else {
+    scan_kernel<G, int32_t, true><<<tiles, kTileThreads, 0, stream>>>(p, f);
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 // ---- launch logic ----
 
-cudaError_t launch_scan(const ScanParams& p, void* temp, size_t* temp_bytes, cudaStream_t stream) {
-  const auto counts = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), PickCount{p});
-  return cub::DeviceScan::ExclusiveSum(temp, *temp_bytes, counts, p.offsets, p.num_seeds + 1, stream);
+int64_t scan_tiles(int64_t num_seeds, int64_t fanout, bool fused) {
+  const int64_t per_tile = fused ? seeds_per_tile(lanes_for(fanout)) : seeds_per_tile(1);
+  return num_seeds > 0 ? (num_seeds + per_tile - 1) / per_tile : 1;
+}
+
+cudaError_t launch_scan(const ScanParams& p, const FillParams* fill, cudaStream_t stream) {
+  if (fill == nullptr) {
+    const auto tiles = static_cast<unsigned>(scan_tiles(p.num_seeds, p.fanout, false));
+    scan_kernel<1, int32_t, false><<<tiles, kTileThreads, 0, stream>>>(p, FillParams{});
+    return cudaGetLastError();
+  }
+  switch (lanes_for(p.fanout)) {
+    case 1: return launch_fused<1>(p, *fill, stream);
+    case 2: return launch_fused<2>(p, *fill, stream);
+    case 4: return launch_fused<4>(p, *fill, stream);
+    case 8: return launch_fused<8>(p, *fill, stream);
+    case 16: return launch_fused<16>(p, *fill, stream);
+    default: return launch_fused<32>(p, *fill, stream);
+  }
 }
 
 cudaError_t launch_fill(const FillParams& p, cudaStream_t stream) {
   if (p.num_seeds == 0) return cudaSuccess;
-  if (p.fanout >= 0 && p.fanout <= kMaxSmallFanout) {
-    if (p.fanout <= 1) return launch_small<1>(p, stream);
-    if (p.fanout <= 2) return launch_small<2>(p, stream);
-    if (p.fanout <= 4) return launch_small<4>(p, stream);
-    if (p.fanout <= 8) return launch_small<8>(p, stream);
-    if (p.fanout <= 16) return launch_small<16>(p, stream);
-    return launch_small<32>(p, stream);
+  if (fusable(p.fanout)) {
+    switch (lanes_for(p.fanout)) {
+      case 1: return launch_small<1>(p, stream);
+      case 2: return launch_small<2>(p, stream);
+      case 4: return launch_small<4>(p, stream);
+      case 8: return launch_small<8>(p, stream);
+      case 16: return launch_small<16>(p, stream);
+      default: return launch_small<32>(p, stream);
+    }
   }
   constexpr int64_t seeds_per_block = kFillThreads / kWarp;
   const int64_t blocks = (p.num_seeds + seeds_per_block - 1) / seeds_per_block;

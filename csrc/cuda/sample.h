@@ -28,8 +28,10 @@ struct ScanParams {
   int64_t num_seeds;
   int64_t fanout;  // -1 = all
   bool replace;
-  int64_t* offsets;  // out: (num_seeds + 1,) exclusive prefix sum of the counts; offsets[num_seeds] = total
-  int64_t* flags;    // out: one word of SampleFlag bits, zeroed by the caller (cudaMemsetAsync)
+  // Zeroed by the caller (one cudaMemsetAsync): [total, flags, tile counter, tile status (num_tiles)].
+  // total = the sum of the counts; flags = SampleFlag bits; tile status words for the decoupled look-back.
+  int64_t* state;
+  int64_t* offsets;  // out, scan-only launch: (num_seeds + 1,) exclusive prefix sum of the counts
 };
 
 struct FillParams {
@@ -47,9 +49,15 @@ struct FillParams {
   int64_t* neighbors;  // out: like positions, indices[positions] as int64, or nullptr
 };
 
-// Count pass fused into a device-wide exclusive scan (cub). With temp == nullptr only sets *temp_bytes.
-cudaError_t launch_scan(const ScanParams& p, void* temp, size_t* temp_bytes, cudaStream_t stream);
-// Writes counts and fills positions (and neighbors) from the offsets; seeds with count 0 (among them every
+// Whether the scan pass can fill too (0 <= fanout <= kMaxSmallFanout).
+inline bool fusable(int64_t fanout) { return fanout >= 0 && fanout <= kMaxSmallFanout; }
+// Tiles (blocks) of the scan pass, fused or scan-only: at least one, so indptr's end is always checked. The
+// caller zeroes 3 + scan_tiles(...) words of ScanParams::state.
+int64_t scan_tiles(int64_t num_seeds, int64_t fanout, bool fused);
+// Count pass + decoupled look-back scan in one kernel. With fill != nullptr (0 <= fanout <= kMaxSmallFanout)
+// each tile also fills its seeds at once (counts, positions, neighbors); else it writes p.offsets.
+cudaError_t launch_scan(const ScanParams& p, const FillParams* fill, cudaStream_t stream);
+// Writes counts and fills positions (and neighbors) from p.offsets; seeds with count 0 (among them every
 // seed the scan flagged) touch nothing but their count, so the fill may run before the flags are read.
 cudaError_t launch_fill(const FillParams& p, cudaStream_t stream);
 

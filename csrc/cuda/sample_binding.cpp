@@ -2,13 +2,13 @@
 //
 // The Python side (distgnn/sampling/gpu.py) validates types and moves the seeds to the device; this file
 // checks what it hands over, resolves device-readable addresses (device memory, or pinned host memory read
-// zero-copy) and runs, on the current stream: a memset of the error word, the scan pass (count + exclusive
-// scan, two cub kernels), the fill pass, then one 16-byte copy of [total, error word] into pinned host
-// memory and one stream sync (with the GIL released). When the output size has a small upper bound
-// (num_seeds * fanout) the outputs are allocated at that size before the sync and the fill runs right
-// after the scan, so the GPU never waits for the host; the outputs returned are views of their first
-// `total` entries. Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill.
-// The error word goes back to Python, which raises the ValueError.
+// zero-copy) and runs on the current stream: one memset of the scan's state, the scan pass (which also
+// fills when 0 <= fanout <= 32 and the outputs are sized before the sync), the fill kernel otherwise, one
+// 16-byte copy of [total, error word] into pinned host memory and one stream sync (GIL released). When the
+// output size has a small upper bound (num_seeds * fanout) the outputs are allocated at that size before the
+// sync, so the GPU never waits for the host; the outputs returned are views of their first `total` entries.
+// Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill. The error word goes back
+// to Python, which raises the ValueError.
 
 #include <cstdint>
 #include <mutex>
@@ -79,10 +79,10 @@ SummarySlots& summary_slots() {
   return *slots;
 }
 
-// Copies [offsets[num_seeds], flags] to the host and waits for the stream; returns {total, flags}.
-std::pair<int64_t, int64_t> read_summary(const int64_t* offsets_end, cudaStream_t stream) {
+// Copies [total, flags] (the start of the scan's state) to the host and waits for the stream.
+std::pair<int64_t, int64_t> read_summary(const int64_t* state, cudaStream_t stream) {
   int64_t* slot = summary_slots().acquire();
-  cudaError_t err = cudaMemcpyAsync(slot, offsets_end, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  cudaError_t err = cudaMemcpyAsync(slot, state, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
   if (err == cudaSuccess) {
     const pybind11::gil_scoped_release no_gil;
     err = cudaStreamSynchronize(stream);
@@ -122,6 +122,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
 
+  const bool bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
+  const bool fused = bounded && distgnn_sample::fusable(fanout);
+  const int64_t num_tiles = distgnn_sample::scan_tiles(num_seeds, fanout, fused);
+
+  // One scratch allocation: the scan's state ([total, flags, tile counter, tile status words], zeroed by one
+  // memset), then offsets[] when the fill is a kernel of its own.
+  const int64_t state_words = 3 + num_tiles;
+  torch::Tensor scratch = torch::empty({state_words + (fused ? 0 : num_seeds + 1)}, ids);
   distgnn_sample::ScanParams sp{};
   sp.indptr = static_cast<const int64_t*>(indptr_ptr);
   sp.num_nodes = indptr.numel() - 1;
@@ -130,17 +138,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   sp.num_seeds = num_seeds;
   sp.fanout = fanout;
   sp.replace = replace;
-  size_t temp_bytes = 0;
-  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, nullptr, &temp_bytes, stream));
-
-  // One scratch allocation: offsets (num_seeds + 1), the error word right after them (so one copy reads
-  // [total, flags]), then cub's temporary storage at a 256-byte boundary.
-  const int64_t words = (num_seeds + 2 + 31) / 32 * 32;
-  torch::Tensor scratch = torch::empty({words + static_cast<int64_t>((temp_bytes + 7) / 8)}, ids);
-  sp.offsets = scratch.data_ptr<int64_t>();
-  sp.flags = sp.offsets + num_seeds + 1;
-  C10_CUDA_CHECK(cudaMemsetAsync(sp.flags, 0, sizeof(int64_t), stream));
-  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, sp.offsets + words, &temp_bytes, stream));
+  sp.state = scratch.data_ptr<int64_t>();
+  sp.offsets = fused ? nullptr : sp.state + state_words;
+  C10_CUDA_CHECK(cudaMemsetAsync(sp.state, 0, state_words * sizeof(int64_t), stream));
 
   torch::Tensor counts = torch::empty({num_seeds}, ids);
   distgnn_sample::FillParams fp{};
@@ -155,18 +155,18 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   fp.rng_seed = rng_seed;
   fp.counts = counts.data_ptr<int64_t>();
 
-  const bool bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
   torch::Tensor positions;
   torch::Tensor neighbors;
   if (bounded) {
-    // The fill follows the scan at once; a flagged seed counts 0, so a bad input makes it write nothing.
+    // The fill runs before the sync; a flagged seed counts 0, so a bad input makes it write nothing.
     positions = torch::empty({num_seeds * fanout}, ids);
     neighbors = return_neighbors ? torch::empty({num_seeds * fanout}, ids) : none;
     fp.positions = positions.data_ptr<int64_t>();
     fp.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
-    C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
   }
-  const auto [total, flags] = read_summary(sp.offsets + num_seeds, stream);
+  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, fused ? &fp : nullptr, stream));
+  if (bounded && !fused) C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
+  const auto [total, flags] = read_summary(sp.state, stream);
   if (flags != 0) return {counts, torch::empty({0}, ids), none, flags};
   if (bounded) {
     positions = positions.narrow(0, 0, total);

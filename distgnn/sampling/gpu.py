@@ -2,13 +2,14 @@
 
 The CSC graph (``indptr``, ``indices``) lives either in GPU memory or in pinned host memory that the kernel
 reads zero-copy over PCIe (UVA), so a partition larger than the GPU can still be sampled there; each tensor
-may sit in either tier. The kernel (``csrc/cuda/sample.cu``) runs two passes: a device-wide scan whose input
-computes each seed's pick count (cub, two kernels), then the fill of the positions (and optionally the
-neighbour ids), with fanouts up to 32 served by groups of lanes that keep their picks in registers. A call
-makes one host sync: 16 bytes (total picks, error bits) copied into pinned memory. When ``num_seeds * fanout``
-is small enough, the outputs are allocated at that size and the fill is queued before the sync, so the GPU
-runs scan and fill back to back; the tensors returned are then views of the first ``counts.sum()`` entries
-of those allocations. It is built on first use with ``torch.utils.cpp_extension.load`` into
+may sit in either tier. The kernel (``csrc/cuda/sample.cu``) counts each seed's picks and scans the counts
+in one pass (a tile of seeds per block, decoupled look-back); for fanouts up to 32 the same kernel then
+fills its tile's positions (and optionally the neighbour ids), groups of lanes per seed keeping their picks
+in registers; larger fanouts and ``-1`` take a fill kernel of their own. A call makes one host sync: 16
+bytes (total picks, error bits) copied into pinned memory. When ``num_seeds * fanout`` is at most 2^24, the
+outputs are allocated at that size and the fill is queued before the sync, so the GPU never waits for the
+host; ``positions`` and the neighbour ids are then views of the first ``counts.sum()`` entries of those
+allocations. It is built on first use with ``torch.utils.cpp_extension.load`` into
 ``~/.cache/distgnn/extensions/sample-<torch>-<cuda>-<sm>``.
 
 Differences from the CPU kernel: the same counts and the same per-seed groups in seed order, but a
@@ -21,6 +22,7 @@ in draw order (ascending only when every edge is taken). On a machine where torc
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from types import ModuleType
 
@@ -93,7 +95,7 @@ def sample_neighbors(
     if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < -1:
         raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
 
-    if not torch.cuda.is_available():
+    if not _cuda_available():
         return _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors)
 
     # Pinned-or-pageable is checked by the binding (error bits), which asks CUDA once per tensor anyway.
@@ -111,7 +113,10 @@ def sample_neighbors(
         raise ValueError("indptr must be contiguous")
     if not indices.is_contiguous():
         raise ValueError("indices must be contiguous")
-    seeds = seeds.to(device=device, dtype=torch.int64).contiguous()
+    if seeds.device != device or seeds.dtype != torch.int64:
+        seeds = seeds.to(device=device, dtype=torch.int64)
+    if not seeds.is_contiguous():
+        seeds = seeds.contiguous()
     counts, positions, neighbors, bits = load_extension().sample_neighbors(
         indptr, indices, seeds, int(fanout), bool(replace), int(rng_seed) % 2**64, bool(return_neighbors), device.index
     )
@@ -122,6 +127,7 @@ def sample_neighbors(
     return counts, positions
 
 
+_cuda_available = functools.cache(torch.cuda.is_available)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 _SEED_DTYPES = frozenset(
     (torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32, torch.int64, torch.uint64)
