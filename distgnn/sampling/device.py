@@ -1,8 +1,7 @@
 """Neighbour sampling of the local partition on a torch device, and the merge and relabel steps in torch.
 
-:class:`DeviceCSC` is the local partition's CSC placed once for a CUDA device: in GPU memory, or left in
-host memory that is page-locked (the ``/dev/shm`` mapping registered in place where possible) and read
-zero-copy by :func:`distgnn.sampling.gpu.sample_neighbors`. :func:`merge` and :func:`to_block` are the
+:class:`DeviceCSC` is the local partition's CSC placed once for a CUDA device: in GPU memory, or copied into
+page-locked host memory and read zero-copy by :func:`distgnn.sampling.gpu.sample_neighbors`. :func:`merge` and :func:`to_block` are the
 torch twins of :func:`distgnn.sampling.neighbor._merge` and :func:`distgnn.sampling.kernels.to_block`: same
 results, on whatever device their inputs live, with host synchronisation only for output sizes (and, unless
 skipped, one for validation).
@@ -10,23 +9,18 @@ skipped, one for validation).
 
 from __future__ import annotations
 
-import logging
-import mmap
 import warnings
-import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from distgnn.errors import ConfigError, DistGNNError
+from distgnn.errors import ConfigError
 from distgnn.sampling import gpu
 from distgnn.sampling.block import Block
 
 if TYPE_CHECKING:
     from distgnn.sampling.neighbor import LocalCSC
-
-logger = logging.getLogger(__name__)
 
 GRAPH_MEMORY = ("gpu", "pinned")
 
@@ -41,17 +35,16 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
 class DeviceCSC:
     """A :class:`~distgnn.sampling.neighbor.LocalCSC` placed for sampling on one CUDA device.
 
-    ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` leaves them in
-    host memory, page-locked, for zero-copy reads: registered in place when an array is a memory mapping of
-    its own (the ``/dev/shm`` segments of a DistGraph), else copied into pinned memory: registration covers
-    whole pages, and on the heap those hold other arrays too, whose ordinary host-to-device copies CUDA
-    then refused ("invalid argument", seen on an H100).
-    ``registered`` names the arrays registered in place. ``local2global`` (one
+    ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` copies them into
+    page-locked host memory for zero-copy reads. They are not registered in place: registration covers whole
+    pages, and on the heap those hold other arrays too, whose ordinary host-to-device copies CUDA then
+    refused ("invalid argument", seen on an H100); and registering a DistGraph's partition mapping in place
+    crashed the process inside ``cudaHostRegister`` (segmentation fault on an H100, in
+    ``tests/test_sampling_device.py``'s cluster test), which is not understood yet. ``local2global`` (one
     entry per node) always goes to the device. ``eids`` is not held at all when it is the contiguous range
     the partition format guarantees (edge id = ``edge_start`` + CSC position), else it goes to the device.
 
-    Holds the source arrays while open; :meth:`close` (or garbage collection) releases the device memory
-    and the host registrations.
+    :meth:`close` (or garbage collection) releases the device and pinned memory.
     """
 
     def __init__(self, local: LocalCSC, device: torch.device, graph_memory: str = "gpu"):
@@ -63,25 +56,18 @@ class DeviceCSC:
         self.part_id = local.part_id
         self.node_start = local.node_start
         self.edge_start = contiguous_start(local.eids)
-        registrations: list = []
-        self.registered: list[str] = []
-        self._finalizer = weakref.finalize(self, _unregister, registrations)
-        # At interpreter exit the CUDA context may already be gone; the process ends the registrations then.
-        self._finalizer.atexit = False
         if graph_memory == "gpu" or device.type != "cuda":
             self.indptr = as_tensor(local.indptr).to(device)
             self.indices = as_tensor(local.indices).to(device)
         else:
-            self.indptr = _page_locked(local.indptr, device, registrations)
-            self.indices = _page_locked(local.indices, device, registrations)
-            placed = (("indptr", self.indptr), ("indices", self.indices))
-            self.registered = [name for name, t in placed if any(r.tensor is t for r in registrations)]
+            self.indptr = _pinned_copy(local.indptr, device)
+            self.indices = _pinned_copy(local.indices, device)
         self.local2global = as_tensor(local.local2global).to(device)
         self.eids = None if self.edge_start is not None else as_tensor(local.eids).to(device)
 
     def close(self) -> None:
-        """Unregisters host memory; the device tensors go with this object. Safe to call twice."""
-        self._finalizer()
+        """Drops the placed arrays (device and pinned memory go with them). Safe to call twice."""
+        self.indptr = self.indices = self.local2global = self.eids = None
 
     def sample(
         self, seeds: torch.Tensor, fanout: int, replace: bool, rng_seed: int
@@ -108,37 +94,11 @@ def contiguous_start(eids: np.ndarray) -> int | None:
     return start if np.array_equal(eids, np.arange(start, start + len(eids), dtype=np.int64)) else None
 
 
-def _page_locked(array: np.ndarray, device: torch.device, registrations: list) -> torch.Tensor:
-    """``array`` readable zero-copy by ``device``: registered in place if it is a mapping of its own, else a
-    pinned copy."""
-    from distgnn.cache.host_memory import HostRegistration
-
+def _pinned_copy(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A page-locked copy of ``array`` that ``device`` reads zero-copy (an empty array goes to the device:
+    the sampler refuses unpinned host tensors and there is nothing to pin)."""
     tensor = as_tensor(array)
-    if tensor.numel() == 0:
-        return tensor.to(device)  # nothing to register, and the sampler refuses unpinned host tensors
-    if not (_in_own_mapping(array) and array.flags.c_contiguous):
-        return tensor.pin_memory()
-    try:
-        registrations.append(HostRegistration(tensor))
-        return tensor
-    except (RuntimeError, DistGNNError) as exc:
-        logger.warning("could not register %d bytes in place (%s); copying them into pinned memory", tensor.nbytes, exc)
-        return tensor.pin_memory()
-
-
-def _in_own_mapping(array: np.ndarray) -> bool:
-    """Whether ``array`` lies in an ``mmap`` (a ``np.load(..., mmap_mode=...)`` file, or a view of one)."""
-    base = array
-    while base is not None:
-        if isinstance(base, mmap.mmap):
-            return True
-        base = getattr(base, "base", None)
-    return False
-
-
-def _unregister(registrations: list) -> None:
-    while registrations:
-        registrations.pop().close()
+    return tensor.to(device) if tensor.numel() == 0 else tensor.pin_memory()
 
 
 def merge(
