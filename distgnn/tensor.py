@@ -160,8 +160,28 @@ class DistTensor:
     def _by_owner(self, ids: np.ndarray) -> dict[int, np.ndarray | slice]:
         return positions_by_owner(self.context.range_ends(self.part_policy), ids)
 
+    # A CachedFeature that reads go through (see use_cache); class default so every constructor has it.
+    _cache: Any = None
+
+    def use_cache(self, cache: Any) -> None:
+        """Route ``self[ids]`` through ``cache``, a :class:`distgnn.cache.dist_feature.CachedFeature` of this
+        tensor (None stops it): reads then return rows on the cache's device, hot rows from GPU memory.
+
+        The cache holds a snapshot of its hot rows, so writes are refused while one is in use.
+        """
+        if cache is not None and cache.tensor is not self:
+            raise InputError(f"that cache reads {cache.tensor!r}, not {self!r}")
+        self._cache = cache
+
     def __getitem__(self, ids: Any) -> torch.Tensor:
-        """Rows ``ids`` (1-d int ids, any order, repeats allowed) as a new ``(len(ids), ...)`` tensor."""
+        """Rows ``ids`` (1-d int ids, any order, repeats allowed) as a new ``(len(ids), ...)`` tensor (on the
+        cache's device when :meth:`use_cache` set one, else a CPU tensor)."""
+        if self._cache is not None:
+            return self._cache[ids]
+        return self.read(ids)
+
+    def read(self, ids: Any) -> torch.Tensor:
+        """Rows ``ids`` as a CPU tensor: local rows from shared memory, the others pulled from their owners."""
         ids = as_ids(ids, self.shape[0], f"{self.name}")
         local_start, local_end = self._local_start, self._local_start + len(self._local)
         if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
@@ -201,6 +221,8 @@ class DistTensor:
         """
         if mode not in ("assign", "add"):
             raise InputError(f"push mode must be 'assign' or 'add', got {mode!r}")
+        if self._cache is not None:
+            raise InputError(f"{self.name!r} is read through a cache of its rows; use_cache(None) before writing it")
         ids = as_ids(ids, self.shape[0], f"{self.name}")
         if ids.size == 0:
             return

@@ -140,6 +140,27 @@ def test_bad_input_raises(served):
         cf[torch.tensor([0.5])]
 
 
+def test_dist_tensor_reads_go_through_an_attached_cache(served):
+    graph, contexts = served
+    feat = _feat(graph, contexts[0])
+    ids = torch.from_numpy(np.random.default_rng(5).integers(0, NUM_NODES, 200))
+    plain = feat[ids]
+    cf = CachedFeature(feat, "cpu", 50 * 4 * feat.shape[1], hot_ids=torch.arange(50))
+    feat.use_cache(cf)
+    try:
+        assert torch.equal(feat[ids], plain) and cf.lookups == 200 and cf.cache_hits == int((ids < 50).sum())
+        assert torch.equal(feat.read(ids), plain) and cf.lookups == 200  # read() bypasses the cache
+        with pytest.raises(InputError, match="use_cache"):
+            feat[ids[:3]] = torch.zeros(3, feat.shape[1])
+        other = _feat(graph, contexts[1])
+        with pytest.raises(InputError, match="not"):
+            other.use_cache(cf)
+    finally:
+        cf.close()
+    assert feat._cache is None  # close detaches it
+    assert torch.equal(feat[ids], plain) and cf.lookups == 200
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("impl", ["auto", "torch"])
 def test_cuda_rows_equal_the_plain_dist_tensor(served, impl):

@@ -68,7 +68,8 @@ class CachedFeature:
         cpu_share: passed to :func:`distgnn.cache.gather`: the fraction of this machine's uncached rows that
             CPU threads gather and DMA to the GPU beside the zero-copy reads.
 
-    Counters (since construction or :meth:`reset_stats`): ``lookups`` ids asked for, ``cache_hits``,
+    ``tensor.use_cache(cf)`` makes plain ``tensor[ids]`` reads go through it (what the example trainer does on
+    a GPU). Counters (since construction or :meth:`reset_stats`): ``lookups`` ids asked for, ``cache_hits``,
     ``local_rows`` read from this machine's partition, ``remote_rows`` ids answered by the staging tier and
     ``remote_fetched`` distinct rows pulled over RPC. Call :meth:`close` (or use ``with``) to unregister the
     host memory.
@@ -141,10 +142,10 @@ class CachedFeature:
 
                 rank = dist.get_rank(group)
                 self.cache = clique_over_processes(
-                    hot_ids, lambda ids: tensor[ids], num_nodes, rank, clique_size, self.device, group
+                    hot_ids, tensor.read, num_nodes, rank, clique_size, self.device, group
                 )
             else:
-                self.cache = FeatureCache.replicate(hot_ids, tensor[hot_ids], num_nodes, self.device)
+                self.cache = FeatureCache.replicate(hot_ids, tensor.read(hot_ids), num_nodes, self.device)
         self.reset_stats()
 
     @property
@@ -169,7 +170,7 @@ class CachedFeature:
             staged_ids = torch.isin(ids_cpu, misses).sum() if misses.numel() else 0
         staging = None
         if misses.numel():
-            rows = self.tensor[misses]
+            rows = self.tensor.read(misses)
             staging = StagingTier(misses, rows.pin_memory() if self._pin else rows)
         out = torch.empty((device_ids.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
         gather(
@@ -253,6 +254,8 @@ class CachedFeature:
         if self._closed:
             return
         self._closed = True
+        if self.tensor._cache is self:
+            self.tensor.use_cache(None)
         if self.policy == "clique" and self.cache is not None:
             import torch.distributed as dist
 

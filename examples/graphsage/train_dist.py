@@ -314,6 +314,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             group=machine_group,
             cpu_share=args.host_cpu_share,
         )
+        feat.use_cache(cached)  # feat[ids] now reads through the cache, onto the device
     # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
     pipeline = cached is not None and device.type == "cuda" and args.pipeline
     loader = DistNodeDataLoader(
@@ -359,7 +360,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
                 elif "feat" in batch.input_data:
                     x = batch.input_data["feat"]
                 elif cached is not None:
-                    x = cached[input_nodes]
+                    x = feat[input_nodes]  # through the cache
                 else:
                     x = feat[input_nodes.cpu()].to(device)
                 y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
