@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything issue 6 measures, for one call of the lent GPU machine, from the repo root there:
+#   bash benchmarks/gpu_session.sh [stages]      # stages: comma-separated, default tests,gather,sampling,scaling
+# tests    the CUDA tests of the gather, cache, sampler and loader (kernel vs reference, clique over 2 GPUs)
+# gather   benchmarks/gather.py on the 12.3 GB table (tiers, cpu_share sweep, mixed path vs table[ids].to)
+# sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores)
+# scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
+# Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
+# writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
+# ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
+set -uo pipefail
+stages=${1:-tests,gather,sampling,scaling}
+OUT=${OUT:-/tmp/distgnn-gpu-session}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 || {
+  cat "$OUT/install.log"
+  exit 1
+}
+{ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; echo "cpus $(nproc)"; } | tee "$OUT/device.txt"
+status=0
+has() { [[ ",$stages," == *",$1,"* ]]; }
+if has tests; then
+  python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_*.py tests/test_sampling_gpu.py \
+    tests/test_sampling_device.py >"$OUT/pytest.log" 2>&1 || status=1
+  tail -3 "$OUT/pytest.log"
+fi
+if has gather; then
+  python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json "$OUT/gather.json" >"$OUT/gather.log" 2>&1 || status=1
+  grep -E "anatomy|ceiling|sorted misses|cpu_share|CPU gather|torch table|^ +[0-9]+%" "$OUT/gather.log"
+fi
+if has sampling; then
+  python3 benchmarks/sampling_gpu.py --json "$OUT/sampling_gpu.json" >"$OUT/sampling.log" 2>&1 || status=1
+  tail -6 "$OUT/sampling.log"
+fi
+if has scaling; then
+  timeout 240 python3 benchmarks/scaling.py --json "$OUT/scaling.json" >"$OUT/scaling.log" 2>&1 || status=1
+  tail -4 "$OUT/scaling.log"
+  timeout 120 python3 benchmarks/scaling.py --json "$OUT/scaling_inline.json" -- --prefetch 0 >"$OUT/scaling_inline.log" 2>&1 \
+    || status=1
+  tail -4 "$OUT/scaling_inline.log"
+fi
+exit $status
