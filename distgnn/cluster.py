@@ -6,7 +6,9 @@ through the launcher's environment variables, exactly as ``distgnn-launch``
 starts it. On exit (also after an error, a dead server, or the test runner
 being killed) every process is stopped and the job's shared memory removed.
 Servers are tied to the thread that started them (``PR_SET_PDEATHSIG``): start
-a cluster from a thread that outlives it, normally the main thread.
+a cluster from a thread that outlives it, normally the main thread. An owner killed
+outright (SIGKILL) cannot remove its work directory; the next cluster started on
+the host does (:func:`sweep_orphans`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,44 @@ def _die_with_parent() -> None:
     # Runs in the child before exec: the kernel sends SIGTERM if the cluster's process dies.
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def sweep_orphans(tmp_dir: str | Path | None = None, min_idle_s: float = 300.0) -> list[str]:
+    """Removes what clusters whose owner process died without stopping them (SIGKILL) left behind: their
+    work directories under ``tmp_dir`` (default: the system temp dir) and their jobs' shared memory.
+
+    A directory counts as orphaned only when it holds an ``owner.pid`` naming a process that no longer exists
+    (a live or unknown owner, or a recycled pid, leaves it alone) and nothing in it changed for ``min_idle_s``
+    (an owner in another pid namespace sharing this temp dir still writes its servers' logs). Returns the job
+    ids cleaned up.
+    """
+    cleaned = []
+    now = time.time()
+    for workdir in Path(tmp_dir or tempfile.gettempdir()).glob("distgnn-cluster-*"):
+        try:
+            pid = int((workdir / "owner.pid").read_text())
+            job_id = (workdir / "job_id").read_text().strip()
+            last_change = max(path.stat().st_mtime for path in [workdir, *workdir.iterdir()])
+        except (OSError, ValueError):
+            continue  # not one of ours, or its owner is still writing it
+        if _process_exists(pid) or now - last_change < min_idle_s:
+            continue
+        if job_id:
+            shm.remove_segments(job_id)
+        shutil.rmtree(workdir, ignore_errors=True)
+        cleaned.append(job_id)
+        log.info("removed the files of cluster job %s, whose owner (pid %d) is gone", job_id, pid)
+    return cleaned
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _free_port_block(count: int, taken: set[int]) -> int:
@@ -141,6 +181,7 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         atexit.register(self.stop)
+        sweep_orphans(self.workdir.parent)
         try:
             for attempt in range(3):
                 self._write_ip_config()
@@ -164,6 +205,7 @@ class LocalCluster:
             taken.update(range(base, base + self.servers_per_machine))
             lines.append(f"127.0.0.1 {base}")
         self.ip_config.write_text("\n".join(lines) + "\n")
+        (self.workdir / "owner.pid").write_text(str(self._owner_pid))
         self._base = JobConfig.create(
             self.ip_config,
             self.part_config,
@@ -174,6 +216,7 @@ class LocalCluster:
             curve=self.curve,
             rpc_timeout_s=self.rpc_timeout_s,
         )
+        (self.workdir / "job_id").write_text(self._base.job_id)  # for sweep_orphans, with owner.pid
 
     def _spawn_servers(self) -> None:
         base = self._config_base()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from serving_graphs import child_processes, job_files, small_graph
 
 from distgnn import shm
-from distgnn.cluster import LocalCluster
+from distgnn.cluster import LocalCluster, sweep_orphans
 from distgnn.errors import DistGNNError, RpcTimeoutError
 from distgnn.rpc import RpcClient
 
@@ -90,7 +89,7 @@ def test_servers_die_with_the_process_that_started_them(graph):
     code = textwrap.dedent(
         f"""
         import os, signal, sys
-        from distgnn.cluster import LocalCluster
+        from distgnn.cluster import LocalCluster, sweep_orphans
         c = LocalCluster({str(graph.json_path)!r}, servers_per_machine=2, job_id="life-orphan").start()
         print(c.workdir, " ".join(str(p.pid) for p in c.processes.values()), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -98,7 +97,6 @@ def test_servers_die_with_the_process_that_started_them(graph):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     workdir, *pids = out.stdout.split()
-    shutil.rmtree(workdir)  # the ip_config and logs; the killed parent had no chance to remove them
     pids = [int(p) for p in pids]
     assert len(pids) == 4, out.stderr
     deadline = time.monotonic() + 10
@@ -106,6 +104,31 @@ def test_servers_die_with_the_process_that_started_them(graph):
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
     assert job_files("life-orphan") == []
+    # The killed owner had no chance to remove its work directory (ip_config, logs): the next sweep does.
+    assert os.path.isdir(workdir)
+    assert "life-orphan" not in sweep_orphans(os.path.dirname(workdir))  # too recent: could be live elsewhere
+    assert "life-orphan" in sweep_orphans(os.path.dirname(workdir), min_idle_s=0)
+    assert not os.path.exists(workdir)
+
+
+def test_sweep_leaves_live_owners_and_foreign_directories_alone(graph, tmp_path):
+    live = tmp_path / "distgnn-cluster-live"
+    live.mkdir()
+    (live / "owner.pid").write_text(str(os.getpid()))
+    (live / "job_id").write_text("life-live")
+    foreign = tmp_path / "distgnn-cluster-foreign"  # no owner.pid: not written by a LocalCluster
+    foreign.mkdir()
+    dead = tmp_path / "distgnn-cluster-dead"
+    dead.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (dead / "owner.pid").write_text(str(gone.pid))
+    (dead / "job_id").write_text("life-dead")
+    segment = shm.create_array("life-dead", 0, "x", np.int64, (4,), lambda a: a.fill(1))
+    del segment
+    assert sweep_orphans(tmp_path, min_idle_s=0) == ["life-dead"]
+    assert live.is_dir() and foreign.is_dir() and not dead.exists()
+    assert job_files("life-dead") == []
 
 
 def _alive(pid: int) -> bool:
