@@ -181,6 +181,7 @@ class NeighborSampler:
         self.graph_memory = graph_memory
         self._placed: dict[tuple[int, ...], on_device.DeviceCSC] = {}
         self._placing = threading.Lock()
+        self._range_ends: tuple[bytes, torch.Tensor] | None = None  # the book's node ranges on the device
 
     def spec(self) -> dict:
         """A small picklable description that :meth:`from_spec` turns back into a sampler."""
@@ -250,7 +251,7 @@ class NeighborSampler:
         if len(np.unique(host_seeds)) != len(host_seeds):
             raise InputError("seeds must be unique node ids, got repeats")
         placed = self._placed_csc(local) if self.device.type == "cuda" else None
-        range_ends = torch.from_numpy(book.node_map[:, 1].copy()).to(self.device)
+        range_ends = self._device_range_ends(book)
         frontier = torch.from_numpy(host_seeds).to(self.device)
         output_nodes = frontier
         blocks: list[Block] = []
@@ -263,6 +264,14 @@ class NeighborSampler:
             blocks.insert(0, block)
             frontier = block.src_nids
         return frontier, output_nodes, blocks
+
+    def _device_range_ends(self, book: RangePartitionBook) -> torch.Tensor:
+        """The end of each partition's node range on the device, copied there once per partition book."""
+        key = book.node_map.tobytes()
+        cached = self._range_ends
+        if cached is None or cached[0] != key:
+            cached = self._range_ends = (key, torch.from_numpy(book.node_map[:, 1].copy()).to(self.device))
+        return cached[1]
 
     def _placed_csc(self, local: LocalCSC) -> on_device.DeviceCSC:
         # A DistGraph hands out a new LocalCSC per call over the same shared-memory arrays; the placed copy
