@@ -215,8 +215,8 @@ def _gather_cuda(
 
 
 # Bytes per CPU gather + DMA step of the CPU share, so the copy engine streams one chunk while the CPU threads
-# gather the next; each torch.index_select call over 32 threads costs ~0.2 ms of start-up (docs/BENCHMARKS.md).
-_CPU_CHUNK_BYTES = 16 << 20
+# gather the next (4 MB and 16 MB measured alike, 38.9 vs 37.6 GB/s at cpu_share 0.4: docs/BENCHMARKS.md).
+_CPU_CHUNK_BYTES = 4 << 20
 _copy_streams: dict[int, torch.cuda.Stream] = {}
 
 
