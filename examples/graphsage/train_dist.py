@@ -145,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode.add_argument("--single", action="store_true", help="single-process reference run")
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
+    if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
+        p.error("--sample-device cuda and --cache-policy clique need --device cuda")
     if args.cache_gb is None:
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     return args
@@ -297,8 +299,6 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes).
     fused = {"fused": True} if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, **fused)
-    if args.sample_device == "cuda" and device.type != "cuda":
-        raise SystemExit("error: --sample-device cuda needs --device cuda")
     sampler = NeighborSampler(
         args.fanouts, device=device if args.sample_device == "cuda" else None, graph_memory=args.graph_memory
     )
