@@ -3,7 +3,8 @@
 #   bash benchmarks/gpu_session.sh [stages]      # stages: comma-separated, default tests,gather,sampling,scaling
 # tests    the CUDA tests of the gather, cache, sampler and loader (kernel vs reference, clique over 2 GPUs)
 # gather   benchmarks/gather.py on the 12.3 GB table (tiers, cpu_share sweep, mixed path vs table[ids].to)
-# sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores)
+# sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores) and
+#          benchmarks/relabel_gpu.py (the relabel kernel vs the torch relabel; the kernel is opt-in until measured)
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -38,6 +39,8 @@ fi
 if has sampling; then
   python3 benchmarks/sampling_gpu.py --json "$OUT/sampling_gpu.json" >"$OUT/sampling.log" 2>&1 || status=1
   tail -6 "$OUT/sampling.log"
+  python3 benchmarks/relabel_gpu.py >"$OUT/relabel.log" 2>&1 || status=1
+  tail -5 "$OUT/relabel.log"
 fi
 if has scaling; then
   timeout 240 python3 benchmarks/scaling.py --json "$OUT/scaling.json" >"$OUT/scaling.log" 2>&1 || status=1

@@ -141,22 +141,55 @@ def test_device_path_rejects_repeated_and_out_of_range_seeds(small_graph: Graph)
         sampler.sample_blocks(g, np.array([1, small_graph.num_nodes]))
 
 
-@pytest.mark.parametrize("trial", range(4))
-def test_relabel_matches_the_kernel_on_random_layers(trial: int) -> None:
+def random_layer(trial: int, scale: int = 1) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(100 + trial)
-    num_dst = [0, 1, 40, 300][trial]
-    pool = rng.choice(10_000, 600, replace=False)
+    num_dst = [0, 1, 40, 300, 3000][trial] * scale
+    pool = rng.choice(100_000 * scale, 6000 * scale, replace=False)
     dst = rng.permutation(pool)[:num_dst].astype(np.int64)
     counts = rng.integers(0, 6, num_dst).astype(np.int64)
     counts[rng.random(num_dst) < 0.3] = 0  # dst nodes without edges; trial 1 may have no edges at all
     # Sources drawn from a small pool: many repeats, and many of them are dst nodes too.
-    src = rng.choice(pool[:200], int(counts.sum())).astype(np.int64)
+    src = rng.choice(pool[: 2000 * scale], int(counts.sum())).astype(np.int64)
     eids = rng.integers(0, 50_000, len(src)).astype(np.int64)
-    got = on_device.to_block(*(torch.from_numpy(a) for a in (dst, counts, src, eids)))
+    return dst, counts, src, eids
+
+
+@pytest.mark.parametrize("relabel", ["torch", "kernel"])
+@pytest.mark.parametrize("trial", range(5))
+def test_relabel_matches_the_kernel_on_random_layers(trial: int, relabel: str) -> None:
+    dst, counts, src, eids = random_layer(trial)
+    got = on_device.to_block(*(torch.from_numpy(a) for a in (dst, counts, src, eids)), validate=False, relabel=relabel)
     for want in (kernels.to_block(dst, counts, src, eids), reference.to_block(dst, counts, src, eids)):
-        assert got.num_dst == want.num_dst == num_dst
+        assert got.num_dst == want.num_dst == len(dst)
         for field in ("src_nids", "indptr", "indices", "eids"):
             assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+@needs_cuda
+@pytest.mark.parametrize("scale", [1, 40])
+@pytest.mark.parametrize("trial", range(5))
+def test_cuda_relabel_kernel_matches_the_torch_relabel(trial: int, scale: int) -> None:
+    dst, counts, src, eids = (torch.from_numpy(a).cuda() for a in random_layer(trial, scale))
+    got = on_device.to_block(dst, counts, src, eids, validate=False, relabel="kernel")
+    want = on_device.to_block(dst, counts, src, eids, validate=False, relabel="torch")
+    assert got.num_dst == want.num_dst
+    for field in ("src_nids", "indptr", "indices", "eids"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_gpu_relabel_names_bad_inputs() -> None:
+    from distgnn.sampling import gpu
+
+    with pytest.raises(ValueError, match="int64"):
+        gpu.relabel(torch.tensor([1], dtype=torch.int32), torch.tensor([2]))
+    with pytest.raises(ValueError, match="relabel must be one of"):
+        on_device.to_block(
+            torch.tensor([1]),
+            torch.tensor([0]),
+            torch.zeros(0, dtype=torch.int64),
+            torch.zeros(0, dtype=torch.int64),
+            relabel="sort",
+        )
 
 
 def test_relabel_rejects_bad_inputs() -> None:

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <torch/extension.h>
 
+#include "relabel.h"
 #include "sample.h"
 
 namespace {
@@ -181,10 +182,57 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   return {counts, positions, neighbors, 0};
 }
 
+// Relabel of one layer (relabel.cu): (src_nids, indices), one host sync to size src_nids.
+std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const torch::Tensor& src) {
+  TORCH_CHECK(dst.is_cuda() && src.device() == dst.device(), "dst and src must be on one CUDA device");
+  for (const auto* t : {&dst, &src}) {
+    TORCH_CHECK(t->scalar_type() == torch::kInt64 && t->dim() == 1 && t->is_contiguous(),
+                "dst and src must be contiguous 1-D int64 tensors");
+  }
+  const int64_t num_dst = dst.numel(), num_edges = src.numel(), n = num_dst + num_edges;
+  TORCH_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
+  const c10::cuda::CUDAGuard guard(dst.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dst.device().index()).stream();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(dst.device());
+  int64_t capacity = 1024;
+  while (capacity < 2 * n) capacity <<= 1;
+  // keys | first | local, then [total, 0] for read_summary; keys and first start all-ones, the summary zero.
+  torch::Tensor table = torch::empty({3 * capacity + 2}, i64);
+  int64_t* words = table.data_ptr<int64_t>();
+  C10_CUDA_CHECK(cudaMemsetAsync(words, 0xFF, 2 * capacity * sizeof(int64_t), stream));
+  C10_CUDA_CHECK(cudaMemsetAsync(words + 3 * capacity, 0, 2 * sizeof(int64_t), stream));
+  torch::Tensor flags = torch::empty({n + 2 * num_edges}, i64.dtype(torch::kInt32));
+  torch::Tensor src_nids = torch::empty({n}, i64);
+  torch::Tensor indices = torch::empty({num_edges}, i64);
+  const size_t scan_bytes = distgnn_sample::relabel_scan_bytes(num_edges);
+  torch::Tensor scan = torch::empty({static_cast<int64_t>(scan_bytes) + 1}, i64.dtype(torch::kUInt8));
+
+  distgnn_sample::RelabelParams p{};
+  p.dst = dst.data_ptr<int64_t>();
+  p.num_dst = num_dst;
+  p.src = src.data_ptr<int64_t>();
+  p.num_edges = num_edges;
+  p.keys = reinterpret_cast<unsigned long long*>(words);
+  p.first = reinterpret_cast<unsigned long long*>(words + capacity);
+  p.local = words + 2 * capacity;
+  p.capacity = capacity;
+  p.slot_of = flags.data_ptr<int32_t>();
+  p.is_new = p.slot_of + n;
+  p.rank = p.is_new + num_edges;
+  p.src_nids = src_nids.data_ptr<int64_t>();
+  p.indices = indices.data_ptr<int64_t>();
+  p.total = words + 3 * capacity;
+  C10_CUDA_CHECK(distgnn_sample::launch_relabel(p, scan.data_ptr(), scan_bytes, stream));
+  const int64_t total = read_summary(p.total, stream).first;
+  return {src_nids.narrow(0, 0, num_dst + total), indices};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn GPU neighbour sampling (uniform, with or without replacement)";
+  m.def("relabel", &relabel, "dst first, then new sources in first-appearance order; (src_nids, indices)",
+        pybind11::arg("dst"), pybind11::arg("src"));
   m.def("sample_neighbors", &sample_neighbors,
         "scan -> fill; returns (counts, positions, neighbors or None, error bits); outputs are meaningful only "
         "when the error bits are 0",

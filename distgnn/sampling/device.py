@@ -139,12 +139,20 @@ def merge(
     return counts, src, eids
 
 
+# How the sampler relabels on a CUDA device: "torch" (unique + first-appearance ranking, ~25 launches per
+# layer) or "kernel" (gpu.relabel's hash table, ~9 launches). "torch" stays the default until the kernel is
+# measured on a GPU (it was written when this session's device time was spent; its CUDA tests compare the two).
+CUDA_RELABEL = "torch"
+RELABEL_IMPLS = ("torch", "kernel")
+
+
 def to_block(
     dst_nids: torch.Tensor,
     counts: torch.Tensor,
     src_nids_per_edge: torch.Tensor,
     eids: torch.Tensor,
     validate: bool = True,
+    relabel: str | None = None,
 ) -> Block:
     """Relabel one layer's sampled edges into a :class:`Block` on their device (torch twin of
     :func:`distgnn.sampling.kernels.to_block`: sources are ``dst_nids`` then the other sources in order of
@@ -157,6 +165,8 @@ def to_block(
         eids: ``(num_edges,)`` int64 global edge ids (becomes ``block.eids`` as is).
         validate: check the values too (one host sync); the sampler, whose layers are unique and
             consistent by construction, skips it.
+        relabel: ``"torch"`` or ``"kernel"`` (:func:`distgnn.sampling.gpu.relabel`, ids must be >= 0; used
+            only without ``validate``); default :data:`CUDA_RELABEL` on a CUDA device, ``"torch"`` elsewhere.
 
     Raises:
         ValueError: shapes or dtypes disagree, counts are negative or do not sum to the edge count, or
@@ -172,6 +182,14 @@ def to_block(
     if len(eids) != num_edges:
         raise ValueError(f"eids ({len(eids)}) and src_nids_per_edge ({num_edges}) must have equal length")
     device = dst_nids.device
+    relabel = relabel or (CUDA_RELABEL if device.type == "cuda" else "torch")
+    if relabel not in RELABEL_IMPLS:
+        raise ValueError(f"relabel must be one of {RELABEL_IMPLS}, got {relabel!r}")
+    indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    if relabel == "kernel" and not validate:
+        src_nids, indices = gpu.relabel(dst_nids, src_nids_per_edge)
+        return Block(src_nids=src_nids, num_dst=num_dst, indptr=indptr, indices=indices, eids=eids)
     everything = torch.cat([dst_nids, src_nids_per_edge])
     unique, inverse = torch.unique(everything, return_inverse=True)
     # First position of each unique id, then the ids ranked by it: first-appearance order.
@@ -181,8 +199,6 @@ def to_block(
     rank = torch.empty_like(order)
     rank[order] = torch.arange(len(order), device=device)
     relabelled = rank[inverse]
-    indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=indptr[1:])
     if not validate:
         return Block(src_nids=unique[order], num_dst=num_dst, indptr=indptr, indices=relabelled[num_dst:], eids=eids)
     # One host sync for all checks: dst ids unique (each its own first appearance), counts sum to the edges.

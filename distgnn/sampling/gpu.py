@@ -30,7 +30,7 @@ import torch
 
 from distgnn.cache import extension
 
-SOURCES = ("sample_binding.cpp", "sample.cu")
+SOURCES = ("sample_binding.cpp", "sample.cu", "relabel.cu")
 EXTENSION_NAME = "distgnn_sample_cuda"
 
 
@@ -147,6 +147,33 @@ def _raise_for(bits: int, num_nodes: int, num_edges: int) -> None:
         raise ValueError(f"seeds must be node ids in [0, {num_nodes})")
     if bits & _CORRUPT_INDPTR:
         raise ValueError("indptr is corrupt: a seed's range is decreasing or leaves [0, len(indices)]")
+
+
+def relabel(dst_nids: torch.Tensor, src_nids_per_edge: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's relabel: ``(src_nids, indices)`` with ``src_nids`` = ``dst_nids`` then the other sources in
+    order of first appearance, and ``indices[k]`` the position of edge ``k``'s source in ``src_nids`` (the
+    semantics of :func:`distgnn.sampling.kernels.to_block`).
+
+    On a CUDA device a hash-table kernel (``csrc/cuda/relabel.cu``: insert, flag, scan, assign, relabel; one host
+    sync to size ``src_nids``) does it without sorting; CPU tensors go to the C++ CPU kernel. Both take int64
+    ids ``>= 0`` and unique ``dst_nids``, and check neither (the sampler's layers are so by construction).
+
+    Raises:
+        ValueError: a tensor is not 1-D int64, or the two are on different devices.
+    """
+    for name, tensor in (("dst_nids", dst_nids), ("src_nids_per_edge", src_nids_per_edge)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 1 or tensor.dtype != torch.int64:
+            raise ValueError(f"{name} must be a 1-D int64 tensor, got {getattr(tensor, 'dtype', type(tensor))}")
+    if dst_nids.device != src_nids_per_edge.device:
+        raise ValueError(f"dst_nids is on {dst_nids.device} but src_nids_per_edge on {src_nids_per_edge.device}")
+    if not dst_nids.is_cuda:
+        from distgnn.sampling import kernels
+
+        src_nids, indices = kernels.extension().relabel(
+            dst_nids.contiguous().numpy(), src_nids_per_edge.contiguous().numpy()
+        )
+        return torch.from_numpy(src_nids), torch.from_numpy(indices)
+    return tuple(load_extension().relabel(dst_nids.contiguous(), src_nids_per_edge.contiguous()))
 
 
 def _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors):

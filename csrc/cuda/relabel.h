@@ -1,0 +1,38 @@
+// Relabel of one sampled layer on the GPU (relabel.cu): destination nodes first, then the other sources in
+// order of first appearance, the semantics of distgnn.sampling.kernels.to_block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace distgnn_sample {
+
+struct RelabelParams {
+  const int64_t* dst;  // (num_dst,) unique node ids >= 0, device memory
+  int64_t num_dst;
+  const int64_t* src;  // (num_edges,) node ids >= 0, device memory
+  int64_t num_edges;
+  // Hash table of `capacity` (a power of two >= 2 * (num_dst + num_edges)) slots: keys (-1 = empty) and the
+  // first position (dst i = i, edge k = num_dst + k) of each key, both all-ones before the launch; local ids.
+  unsigned long long* keys;
+  unsigned long long* first;
+  int64_t* local;
+  int64_t capacity;
+  int32_t* slot_of;  // (num_dst + num_edges,) the slot of each position
+  int32_t* is_new;   // (num_edges,) 1 where edge k is the first appearance of a non-destination source
+  int32_t* rank;     // (num_edges,) inclusive prefix sum of is_new
+  int64_t* src_nids;  // (num_dst + num_edges,) out: dst, then the new sources; the first num_dst + total used
+  int64_t* indices;   // (num_edges,) out: local id of each edge's source
+  int64_t* total;     // device scalar out: number of new sources
+};
+
+// Bytes of cub scan scratch for num_edges items.
+size_t relabel_scan_bytes(int64_t num_edges);
+
+// Inserts, flags, scans (into `scan_temp` of relabel_scan_bytes bytes), assigns and relabels on `stream`;
+// no host sync. The caller reads *total afterwards.
+cudaError_t launch_relabel(const RelabelParams& p, void* scan_temp, size_t scan_bytes, cudaStream_t stream);
+
+}  // namespace distgnn_sample
