@@ -122,6 +122,22 @@ def test_hot_set_by_in_degree_from_the_dist_graph(served):
     assert cf.cache_hits == k
 
 
+def test_hot_set_by_pre_sampled_frequency_with_degree_behind(served):
+    graph, contexts = served
+    g = distgnn.DistGraph(read_meta(graph.json_path).graph_name, graph.json_path, context=contexts[0])
+    degree = np.bincount(graph.dst, minlength=graph.num_nodes)
+    batches = [torch.tensor([7, 7, 7, 401, 401, 3]), torch.tensor([401, 12, 12, 12, 12])]
+    calls = iter(batches)
+    cf = CachedFeature(g.ndata["feat"], "cpu", 6 * 4 * 8, graph=g, hot_samples=lambda: next(calls), num_samples=2)
+    # 12 (4 hits), 401 (3), 7 (3; 401 and 7 by in-degree, then id), 3 (1), then the unsampled by in-degree.
+    unsampled = np.setdiff1d(np.lexsort((np.arange(graph.num_nodes), -degree)), [3, 7, 12, 401], assume_unique=True)
+    ties = sorted([7, 401], key=lambda v: (-degree[v], v))
+    assert cf.cache.capacity == 6
+    cached = torch.nonzero(cf.cache.slot_table >= 0).flatten()
+    assert sorted(cached.tolist()) == sorted([12, *ties, 3, *unsampled[:2].tolist()])
+    assert cf.cache.slot_table[12] == 0 and cf.cache.slot_table[3] == 3
+
+
 def test_bad_input_raises(served):
     graph, contexts = served
     feat = _feat(graph, contexts[0])
@@ -193,6 +209,12 @@ def _train(tmp_path, cache_gb: str, *extra: str) -> tuple[dict, list[str]]:
     lines = proc.stdout.splitlines()
     result = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT ") :])
     return result, [line for line in lines if line.startswith("epoch")]
+
+
+def test_train_dist_chooses_the_hot_set_by_pre_sampling(tmp_path):
+    result, epochs = _train(tmp_path, "0.00002", "--hot-set=presample", "--presample-batches=5")  # 312 rows
+    assert result["hot_set"] == "presample" and 0 < result["cache_hit_rate"] < 1
+    assert len(epochs) == 1 and "cache hit" in epochs[0]
 
 
 def test_train_dist_reads_feat_through_the_cache(tmp_path):

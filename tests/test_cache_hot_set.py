@@ -56,6 +56,8 @@ def test_frequency_ranks_first_then_degree_then_id(seed):
     budget = int(torch.randint(0, num_nodes * row_bytes, (1,), generator=gen))
     hot = choose_hot_set(budget, row_bytes, num_nodes, samples=batches, in_degree=degree)
     assert hot.tolist() == brute_force_ranking(num_nodes, frequency, degree)[: budget // row_bytes]
+    # Counts taken beforehand (a clique sums its trainers') rank exactly like the batches they came from.
+    assert torch.equal(choose_hot_set(budget, row_bytes, num_nodes, frequency=frequency, in_degree=degree), hot)
 
 
 def test_degree_is_the_fallback_without_samples():
@@ -72,3 +74,5 @@ def test_budget_larger_than_graph_caches_every_node():
 def test_needs_samples_or_degree():
     with pytest.raises(ConfigError, match="samples="):
         choose_hot_set(100, 4, 10)
+    with pytest.raises(ConfigError, match="not both"):
+        choose_hot_set(100, 4, 10, samples=[torch.tensor([1])], frequency=torch.zeros(10, dtype=torch.int64))

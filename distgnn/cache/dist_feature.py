@@ -20,7 +20,7 @@ from distgnn.cache.extension import extension_available
 from distgnn.cache.feature_cache import FeatureCache
 from distgnn.cache.gather import cache_slots, gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
-from distgnn.cache.hot_set import choose_hot_set
+from distgnn.cache.hot_set import Samples, access_frequency, choose_hot_set
 from distgnn.cache.ipc import clique_over_processes
 from distgnn.cache.tiers import FEATURE_DTYPES, HostTier, StagingTier
 from distgnn.errors import ConfigError, InputError
@@ -55,7 +55,8 @@ class CachedFeature:
         tensor: a 2-D float32/float16/bfloat16 node tensor (for instance ``g.ndata["feat"]``).
         device: where ``__getitem__`` puts the rows (and the cache lives).
         budget_bytes: cache bytes on ``device``; 0 caches nothing (local and remote tiers only).
-        hot_ids: ids to cache, hottest first (cut to the budget); None ranks every node by in-degree.
+        hot_ids: ids to cache, hottest first (cut to the budget); None ranks the nodes by ``hot_samples``'
+            access counts, then in-degree (the fallback, alone without ``hot_samples``).
         graph: the ``DistGraph`` whose in-degrees rank the nodes when ``hot_ids`` is None.
         policy: ``"replicate"`` (each trainer's GPU holds its own copy of the hot rows) or ``"clique"`` (the
             trainers of ``group``, one per GPU of one NVLink-connected machine, shard one cache of
@@ -67,6 +68,10 @@ class CachedFeature:
             best (handles travel as CPU tensors, and :meth:`close` can wait with a deadline).
         cpu_share: passed to :func:`distgnn.cache.gather`: the fraction of this machine's uncached rows that
             CPU threads gather and DMA to the GPU beside the zero-copy reads.
+        hot_samples: pre-sampled batches of this trainer's seeds (input-node id tensors, or a callable
+            returning one per call, called ``num_samples`` times), see :func:`distgnn.cache.access_frequency`;
+            with the clique policy the counts are summed over ``group`` (every member must pass samples), so
+            the trainers agree on one hot set.
 
     ``tensor.use_cache(cf)`` makes plain ``tensor[ids]`` reads go through it (what the example trainer does on
     a GPU). Counters (since construction or :meth:`reset_stats`): ``lookups`` ids asked for, ``cache_hits``,
@@ -87,6 +92,8 @@ class CachedFeature:
         impl: str = "auto",
         group: Any = None,
         cpu_share: float = 0.0,
+        hot_samples: Samples | None = None,
+        num_samples: int = 200,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"CachedFeature policy must be one of {POLICIES}, got {policy!r}")
@@ -135,7 +142,16 @@ class CachedFeature:
                 if graph is None:
                     raise ConfigError("CachedFeature needs hot_ids or a graph (to rank nodes by in-degree)")
                 in_degree = graph.in_degrees(torch.arange(num_nodes))
-                hot_ids = choose_hot_set(capacity * row_bytes, row_bytes, num_nodes, in_degree=in_degree)
+                frequency = None
+                if hot_samples is not None:
+                    frequency = access_frequency(hot_samples, num_nodes, num_samples).cpu()
+                    if policy == "clique":
+                        import torch.distributed as dist
+
+                        dist.all_reduce(frequency, group=group)  # one hot set for the whole clique
+                hot_ids = choose_hot_set(
+                    capacity * row_bytes, row_bytes, num_nodes, in_degree=in_degree, frequency=frequency
+                )
             hot_ids = torch.as_tensor(hot_ids, dtype=torch.int64).cpu()[:capacity]
             if policy == "clique":
                 import torch.distributed as dist

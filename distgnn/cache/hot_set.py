@@ -49,6 +49,7 @@ def choose_hot_set(
     samples: Samples | None = None,
     in_degree: torch.Tensor | None = None,
     num_batches: int = 200,
+    frequency: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ids to cache within ``budget_bytes``, hottest first.
 
@@ -62,16 +63,21 @@ def choose_hot_set(
         samples: see :func:`access_frequency`.
         in_degree: ``(N,)`` in-degrees.
         num_batches: calls of a callable ``samples``.
+        frequency: ``(N,)`` access counts already taken (e.g. :func:`access_frequency` summed over the trainers
+            of a clique), instead of ``samples``.
 
     Returns:
         int64 ids, at most ``min(N, budget_bytes // row_bytes)`` of them, on the device of the ranking data.
     """
     if row_bytes <= 0 or budget_bytes < 0:
         raise ConfigError(f"need row_bytes > 0 and budget_bytes >= 0, got {row_bytes} and {budget_bytes}")
-    if samples is None and in_degree is None:
+    if samples is None and in_degree is None and frequency is None:
         raise ConfigError("choose_hot_set needs sampled batches (samples=) or in-degrees (in_degree=) to rank nodes")
+    if samples is not None and frequency is not None:
+        raise ConfigError("give sampled batches (samples=) or their counts (frequency=), not both")
     capacity = min(num_nodes, budget_bytes // row_bytes)
-    frequency = access_frequency(samples, num_nodes, num_batches) if samples is not None else None
+    if samples is not None:
+        frequency = access_frequency(samples, num_nodes, num_batches)
     device = frequency.device if frequency is not None else in_degree.device
     order = torch.arange(num_nodes, device=device)
     # Stable sorts from the last key to the first leave ties in id order.

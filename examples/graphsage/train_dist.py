@@ -111,6 +111,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "of --cache-gb per GPU and read each other's shards over NVLink (CUDA IPC)",
     )
     p.add_argument(
+        "--hot-set",
+        default="degree",
+        choices=("degree", "presample"),
+        help="which rows the cache holds: the highest in-degrees, or the rows that --presample-batches sampled\n"
+        "batches of this trainer's seeds touch most (in-degree breaks ties; a clique sums its trainers' counts)",
+    )
+    p.add_argument("--presample-batches", type=int, default=200, help="with --hot-set presample")
+    p.add_argument(
         "--host-cpu-share",
         type=float,
         default=0.0,
@@ -307,6 +315,16 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     if args.cache_gb > 0 and isinstance(feat, distgnn.DistTensor):
         from distgnn.cache.dist_feature import CachedFeature
 
+        hot_samples = None
+        if args.hot_set == "presample":
+            picker = torch.Generator().manual_seed(derive_seed(args.seed, rank, 2))
+
+            def hot_samples():  # a clique's members must all sample (their counts are summed), seeds or not
+                if len(train_nids) == 0:
+                    return torch.empty(0, dtype=torch.int64)
+                seeds = train_nids[torch.randperm(len(train_nids), generator=picker)[: args.batch_size]]
+                return sampler.sample_blocks(g, seeds, int(torch.randint(2**62, (1,), generator=picker)))[0]
+
         cached = CachedFeature(
             feat,
             device,
@@ -315,6 +333,8 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
             policy=args.cache_policy,
             group=machine_group,
             cpu_share=args.host_cpu_share,
+            hot_samples=hot_samples,
+            num_samples=args.presample_batches,
         )
         feat.use_cache(cached)  # feat[ids] now reads through the cache, onto the device
     # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
@@ -442,6 +462,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "cache_gb": args.cache_gb if cached is not None else 0.0,
         "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
         "cache_policy": args.cache_policy if cached is not None else None,
+        "hot_set": args.hot_set if cached is not None else None,
         "sample_device": args.sample_device,
         "cache_peer_hit_rate": cache_counts[2] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
