@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from sampling_graphs import random_csc
 
 from distgnn.sampling import gpu, kernels
 
@@ -22,16 +23,6 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 CHI2_CRITICAL = {14: 42.6, 19: 50.8, 29: 66.2, 59: 108.2}
 # Fanouts that reach every fill path: 1, 2, 4, 8, 16 and 32 lanes per seed, a warp per seed (> 32), all (-1).
 PATH_FANOUTS = [0, 1, 2, 3, 5, 8, 15, 25, 32, 33, 100, -1]
-
-
-def random_csc(rng: np.random.Generator, num_nodes: int, max_degree: int, index_dtype=np.int64):
-    """A numpy CSC graph where about a fifth of the nodes have no in-edges."""
-    degrees = rng.integers(0, max_degree + 1, num_nodes)
-    degrees[rng.random(num_nodes) < 0.2] = 0
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(degrees, out=indptr[1:])
-    indices = rng.integers(0, num_nodes, int(indptr[-1])).astype(index_dtype)
-    return indptr, indices
 
 
 def expected_counts(indptr, seeds, fanout, replace):

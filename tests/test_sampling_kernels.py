@@ -9,6 +9,7 @@ import types
 
 import numpy as np
 import pytest
+from sampling_graphs import random_csc
 
 from distgnn.errors import ExtensionBuildError
 from distgnn.sampling import _build, kernels, reference
@@ -17,16 +18,6 @@ IMPLS = [kernels, reference]
 # Upper 0.9999 quantiles of chi-square, by degrees of freedom: loose on purpose,
 # the streams are seeded so a pass is reproducible.
 CHI2_CRITICAL = {1: 15.1, 2: 18.4, 4: 23.5, 5: 25.7, 19: 47.0, 29: 59.7}
-
-
-def random_csc(rng: np.random.Generator, num_nodes: int, max_degree: int, index_dtype=np.int64):
-    """A CSC graph where about a fifth of the nodes have no in-edges."""
-    degrees = rng.integers(0, max_degree + 1, num_nodes)
-    degrees[rng.random(num_nodes) < 0.2] = 0
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(degrees, out=indptr[1:])
-    indices = rng.integers(0, num_nodes, int(indptr[-1])).astype(index_dtype)
-    return indptr, indices
 
 
 def expected_counts(indptr, seeds, fanout, replace, prob=None):
