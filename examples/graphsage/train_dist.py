@@ -104,6 +104,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
     )
     p.add_argument(
+        "--gpu-relabel",
+        default=None,
+        choices=("torch", "kernel"),
+        help="with --sample-device cuda: relabel each layer with torch ops (unique + ranking) or the hash-table\n"
+        "kernel (distgnn.sampling.gpu.relabel); default: distgnn.sampling.device.CUDA_RELABEL",
+    )
+    p.add_argument(
         "--cache-policy",
         default="replicate",
         choices=("replicate", "clique"),
@@ -155,6 +162,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
         p.error("--sample-device cuda and --cache-policy clique need --device cuda")
+    if args.gpu_relabel and args.sample_device != "cuda":
+        p.error("--gpu-relabel needs --sample-device cuda")
     if args.cache_gb is None:
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     return args
@@ -307,6 +316,10 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes).
     fused = {"fused": True} if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, **fused)
+    if args.gpu_relabel:
+        import distgnn.sampling.device
+
+        distgnn.sampling.device.CUDA_RELABEL = args.gpu_relabel
     sampler = NeighborSampler(
         args.fanouts, device=device if args.sample_device == "cuda" else None, graph_memory=args.graph_memory
     )
