@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <torch/extension.h>
 
+#include "aggregate.h"
 #include "relabel.h"
 #include "sample.h"
 
@@ -229,6 +230,104 @@ std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const
 
 }  // namespace
 
+// Mean aggregation over a Block's CSC (aggregate.cu): [x[:num_dst] | mean] (with_self) or the mean alone, and its
+// backward. Shapes, dtypes and devices are checked here; index ranges and indptr's monotonicity on the device
+// (a device-side assert, no host sync). Both run on the current stream of x's device.
+namespace {
+
+distgnn_aggregate::Dtype aggregate_dtype(const torch::Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32:
+      return distgnn_aggregate::Dtype::kFloat32;
+    case torch::kFloat16:
+      return distgnn_aggregate::Dtype::kFloat16;
+    case torch::kBFloat16:
+      return distgnn_aggregate::Dtype::kBFloat16;
+    default:
+      TORCH_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+}
+
+void check_block_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Device& device) {
+  TORCH_CHECK(indptr.device() == device && indices.device() == device, "indptr (on ", indptr.device(),
+              ") and indices (on ", indices.device(), ") must be on the features' device ", device);
+  TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
+                  indptr.is_contiguous(),
+              "indptr must be a contiguous 1-D int64 tensor of num_dst + 1 >= 1 entries");
+  TORCH_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
+                  indices.dim() == 1 && indices.is_contiguous(),
+              "indices must be a contiguous 1-D int32 or int64 tensor");
+}
+
+torch::Tensor mean_aggregate(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& x,
+                             bool with_self) {
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got one on ", x.device());
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous 2-D (num_src, F) tensor, got shape ",
+              x.sizes());
+  const distgnn_aggregate::Dtype dtype = aggregate_dtype(x, "x");
+  check_block_csc(indptr, indices, x.device());
+  const int64_t num_dst = indptr.numel() - 1, width = x.size(1);
+  TORCH_CHECK(!with_self || x.size(0) >= num_dst, "x has ", x.size(0), " rows but the block has ", num_dst,
+              " destinations, which come first among its sources");
+  const c10::cuda::CUDAGuard guard(x.device());
+  torch::Tensor out = torch::empty({num_dst, with_self ? 2 * width : width}, x.options());
+  distgnn_aggregate::MeanParams p{};
+  p.indptr = indptr.data_ptr<int64_t>();
+  p.indices = indices.data_ptr();
+  p.indices_int64 = indices.scalar_type() == torch::kInt64;
+  p.num_dst = num_dst;
+  p.num_src = x.size(0);
+  p.num_edges = indices.numel();
+  p.width = width;
+  p.dtype = dtype;
+  p.x = x.data_ptr();
+  p.out = out.data_ptr();
+  p.out_stride = out.size(1);
+  p.mean_col = with_self ? width : 0;
+  p.self_col = with_self ? 0 : -1;
+  C10_CUDA_CHECK(distgnn_aggregate::launch_mean_forward(p, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()));
+  return out;
+}
+
+torch::Tensor mean_aggregate_backward(const torch::Tensor& indptr, const torch::Tensor& indices,
+                                      const torch::Tensor& grad_out, int64_t num_src, bool with_self) {
+  TORCH_CHECK(grad_out.is_cuda(), "grad_out must be a CUDA tensor, got one on ", grad_out.device());
+  TORCH_CHECK(grad_out.dim() == 2 && grad_out.is_contiguous(), "grad_out must be a contiguous 2-D tensor, got shape ",
+              grad_out.sizes());
+  const distgnn_aggregate::Dtype dtype = aggregate_dtype(grad_out, "grad_out");
+  check_block_csc(indptr, indices, grad_out.device());
+  const int64_t num_dst = indptr.numel() - 1;
+  TORCH_CHECK(grad_out.size(0) == num_dst, "grad_out has ", grad_out.size(0), " rows, the block ", num_dst,
+              " destinations");
+  TORCH_CHECK(!with_self || grad_out.size(1) % 2 == 0, "grad_out of [self | mean] needs an even width, got ",
+              grad_out.size(1));
+  TORCH_CHECK(num_src >= 0 && (!with_self || num_src >= num_dst), "num_src = ", num_src, " must be >= 0",
+              with_self ? " and >= num_dst" : "");
+  const int64_t width = with_self ? grad_out.size(1) / 2 : grad_out.size(1);
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  // float32 accumulator (the atomics need it); float16 / bfloat16 gradients are cast once at the end.
+  torch::Tensor grad_x = torch::zeros({num_src, width}, grad_out.options().dtype(torch::kFloat32));
+  distgnn_aggregate::MeanBackwardParams p{};
+  p.indptr = indptr.data_ptr<int64_t>();
+  p.indices = indices.data_ptr();
+  p.indices_int64 = indices.scalar_type() == torch::kInt64;
+  p.num_dst = num_dst;
+  p.num_src = num_src;
+  p.num_edges = indices.numel();
+  p.width = width;
+  p.dtype = dtype;
+  p.grad_out = grad_out.data_ptr();
+  p.grad_stride = grad_out.size(1);
+  p.mean_col = with_self ? width : 0;
+  p.self_col = with_self ? 0 : -1;
+  p.grad_x = grad_x.data_ptr<float>();
+  C10_CUDA_CHECK(
+      distgnn_aggregate::launch_mean_backward(p, c10::cuda::getCurrentCUDAStream(grad_out.get_device()).stream()));
+  return dtype == distgnn_aggregate::Dtype::kFloat32 ? grad_x : grad_x.to(grad_out.scalar_type());
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn GPU neighbour sampling (uniform, with or without replacement)";
   m.def("relabel", &relabel, "dst first, then new sources in first-appearance order; (src_nids, indices)",
@@ -239,4 +338,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("seeds"), pybind11::arg("fanout"),
         pybind11::arg("replace"), pybind11::arg("rng_seed"), pybind11::arg("return_neighbors"),
         pybind11::arg("device_index"));
+  m.def("mean_aggregate", &mean_aggregate,
+        "mean of each destination's in-neighbour rows of x (0 without in-edges); with_self: [x[:num_dst] | mean]",
+        pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("x"), pybind11::arg("with_self"));
+  m.def("mean_aggregate_backward", &mean_aggregate_backward,
+        "gradient of mean_aggregate w.r.t. x, (num_src, F) in grad_out's dtype (float32 atomics underneath)",
+        pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("grad_out"), pybind11::arg("num_src"),
+        pybind11::arg("with_self"));
 }

@@ -5,15 +5,24 @@ sparse-dense product (no ``(num_edges, F)`` message tensor is materialised);
 the attention softmax is a segment softmax over each destination's in-edges.
 On the CPU, float32 means run in the C++ kernels of ``csrc/cpu/nn_ops.cpp``
 (one pass over the edges, a scatter backward, the ``[self | mean]`` input of a
-SAGE layer written in the same pass); :func:`mean_reference` and
-:func:`self_and_mean_reference` are the torch versions they are tested against.
+SAGE layer written in the same pass). On a GPU, float32, float16 and bfloat16
+means run in the CUDA kernels of ``csrc/cuda/aggregate.cu`` (built into the
+sampling extension of :mod:`distgnn.sampling.gpu`): a group of lanes per
+destination, float32 sums, an atomic scatter backward (float32 atomics; half
+gradients are accumulated in float32 and cast once, and the order of the adds
+varies, so gradients are not bitwise reproducible). Where that extension cannot
+be built the torch versions run, after one warning. :func:`mean_reference` and
+:func:`self_and_mean_reference` are the torch versions both are tested against.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
+from types import ModuleType
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from distgnn.sampling import kernels
 from distgnn.sampling.block import Block
@@ -84,6 +93,8 @@ def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """Mean of the in-neighbours' rows of ``x`` (``(num_src, F)``) per destination; 0 where none."""
     if _native(block, x):
         return _MeanAggregate.apply(block.indptr, block.indices, x, False)
+    if _native_cuda(block, x):
+        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, False)
     return mean_reference(block, x)
 
 
@@ -94,6 +105,8 @@ def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """
     if _native(block, x):
         return _MeanAggregate.apply(block.indptr, block.indices, x, True)
+    if _native_cuda(block, x):
+        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, True)
     return self_and_mean_reference(block, x)
 
 
@@ -146,6 +159,57 @@ class _MeanAggregate(torch.autograd.Function):
         grad_x = grad_out.new_empty((ctx.num_src, width))
         kernels.extension().mean_aggregate_backward(
             indptr.numpy(), indices.numpy(), grad_out.numpy(), *ctx.layout, grad_x.numpy(), torch.get_num_threads()
+        )
+        return None, None, grad_x, None
+
+
+_CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _native_cuda(block: Block, x: torch.Tensor) -> bool:
+    return (
+        x.is_cuda
+        and x.dtype in _CUDA_DTYPES
+        and x.dim() == 2
+        and block.indptr.device == x.device
+        and block.indices.device == x.device
+        and block.indptr.dtype == torch.int64
+        and block.indices.dtype in (torch.int32, torch.int64)
+        and _cuda_extension() is not None
+    )
+
+
+@functools.cache
+def _cuda_extension() -> ModuleType | None:
+    """The sampling extension (which holds the CUDA mean kernels), or None after one warning where it cannot be built."""
+    from distgnn.errors import ExtensionBuildError
+    from distgnn.sampling import gpu
+
+    try:
+        return gpu.load_extension()
+    except ExtensionBuildError as exc:
+        warnings.warn(f"CUDA mean aggregation falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
+        return None
+
+
+class _CudaMeanAggregate(torch.autograd.Function):
+    """The CUDA mean (``with_self``: ``[x[:num_dst] | mean]``) and its atomic scatter backward, on the current stream."""
+
+    @staticmethod
+    def forward(ctx, indptr, indices, x, with_self):
+        out = _cuda_extension().mean_aggregate(indptr, indices, x.detach().contiguous(), with_self)
+        ctx.save_for_backward(indptr, indices)
+        ctx.num_src, ctx.with_self = x.shape[0], with_self
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        if not ctx.needs_input_grad[2]:
+            return None, None, None, None
+        indptr, indices = ctx.saved_tensors
+        grad_x = _cuda_extension().mean_aggregate_backward(
+            indptr, indices, grad_out.contiguous(), ctx.num_src, ctx.with_self
         )
         return None, None, grad_x, None
 

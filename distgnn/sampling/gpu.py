@@ -30,7 +30,7 @@ import torch
 
 from distgnn.cache import extension
 
-SOURCES = ("sample_binding.cpp", "sample.cu", "relabel.cu")
+SOURCES = ("sample_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 EXTENSION_NAME = "distgnn_sample_cuda"
 
 
