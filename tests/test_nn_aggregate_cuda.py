@@ -29,7 +29,13 @@ from distgnn.sampling import gpu
 from distgnn.sampling.block import Block
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def needs_cuda(test):
+    """Marked ``cuda`` (``pytest -m cuda`` selects the GPU tests) and skipped without a GPU."""
+    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
+
+
 WIDTHS = [1, 3, 64, 100, 256, 257]
 # (rtol, atol) against a float32 reference computed from the same (rounded) inputs.
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2)}
