@@ -200,6 +200,19 @@ def test_the_kernel_path_is_taken_on_cuda_without_host_syncs(monkeypatch) -> Non
         torch.cuda.set_sync_debug_mode("default")
 
 
+@needs_cuda
+def test_deterministic_mode_takes_the_torch_path() -> None:
+    block = make_block(3, 2, [0, 2, 3], [0, 1, 2], device="cuda")
+    x = torch.randn(3, 4, device="cuda")
+    assert aggregate._native_cuda(block, x)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        assert not aggregate._native_cuda(block, x)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
 BAD_INPUT_PROGRAM = textwrap.dedent(
     """
     import sys

@@ -10,9 +10,11 @@ means run in the CUDA kernels of ``csrc/cuda/aggregate.cu`` (built into the
 sampling extension of :mod:`distgnn.sampling.gpu`): a group of lanes per
 destination, float32 sums, an atomic scatter backward (float32 atomics; half
 gradients are accumulated in float32 and cast once, and the order of the adds
-varies, so gradients are not bitwise reproducible). Where that extension cannot
-be built the torch versions run, after one warning. :func:`mean_reference` and
-:func:`self_and_mean_reference` are the torch versions both are tested against.
+varies, so gradients are not bitwise reproducible; under
+``torch.use_deterministic_algorithms(True)`` the torch versions run instead).
+Where that extension cannot be built the torch versions run, after one
+warning. :func:`mean_reference` and :func:`self_and_mean_reference` are the
+torch versions both are tested against.
 """
 
 from __future__ import annotations
@@ -167,8 +169,10 @@ _CUDA_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _native_cuda(block: Block, x: torch.Tensor) -> bool:
+    # The kernels' backward adds with atomics (order varies): torch's deterministic mode takes the torch path.
     return (
         x.is_cuda
+        and not torch.are_deterministic_algorithms_enabled()
         and x.dtype in _CUDA_DTYPES
         and x.dim() == 2
         and block.indptr.device == x.device
