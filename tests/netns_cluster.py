@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -257,7 +258,27 @@ def netns_cluster_fixture(num_hosts: int = 2):
         cluster.close()
 
 
-def free_port() -> int:
+def free_port(span: int = 1) -> int:
+    """A port P with P .. P + span - 1 all free on 127.0.0.1, below the kernel's ephemeral range.
+
+    A port the kernel hands out for bind(0) lies in the ephemeral range, where the outgoing connections of
+    other tests (torchrun, ZeroMQ) are given local ports too, so P + 10 can be taken by the time a job binds it.
+    """
+    low_ephemeral = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, max(10001, low_ephemeral - span))
+        if all(_bindable(port) for port in range(base, base + span)):
+            return base
+    raise RuntimeError(f"no {span} consecutive free ports found below {low_ephemeral}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

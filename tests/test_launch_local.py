@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's 
 
 
 def local_job(tmp_path) -> FakeJob:
-    base = free_port()
+    base = free_port(span=20)
     return FakeJob(tmp_path, ["127.0.0.1", "127.0.0.1"], ports=[base, base + 10])
 
 
@@ -96,7 +96,7 @@ def test_bad_configuration_fails_before_anything_starts(tmp_path, ip_config, num
     import re
 
     job = local_job(tmp_path)
-    port = free_port()
+    port = free_port(span=20)
     job.write_ip_config(ip_config.format(p=port, q=port + 10))
     (tmp_path / "g.json").write_text(f'{{"num_parts": {num_parts}}}')
     proc = job.start(job.argv("--local"))

@@ -46,6 +46,7 @@ from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.format import read_meta
+from distgnn.sampling import device as sampling_device
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
 
 PLANETOID = ("cora", "citeseer", "pubmed")
@@ -317,9 +318,7 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     fused = {"fused": True} if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, **fused)
     if args.gpu_relabel:
-        import distgnn.sampling.device
-
-        distgnn.sampling.device.CUDA_RELABEL = args.gpu_relabel
+        sampling_device.CUDA_RELABEL = args.gpu_relabel
     sampler = NeighborSampler(
         args.fanouts, device=device if args.sample_device == "cuda" else None, graph_memory=args.graph_memory
     )
