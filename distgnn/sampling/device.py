@@ -139,10 +139,8 @@ def merge(
     return counts, src, eids
 
 
-# How the sampler relabels on a CUDA device: "torch" (unique + first-appearance ranking, ~25 launches per
-# layer) or "kernel" (gpu.relabel's hash table, ~9 launches). "torch" stays the default until the kernel is
-# measured on a GPU (it was written when this session's device time was spent; its CUDA tests compare the two).
-CUDA_RELABEL = "torch"
+# How a layer is relabelled: "torch" (unique + first-appearance ranking, ~25 launches) or "kernel"
+# (gpu.relabel's hash table, ~9 launches; 2.8-4.1x faster per layer on an H200, benchmarks/relabel_gpu.py).
 RELABEL_IMPLS = ("torch", "kernel")
 
 
@@ -166,7 +164,7 @@ def to_block(
         validate: check the values too (one host sync); the sampler, whose layers are unique and
             consistent by construction, skips it.
         relabel: ``"torch"`` or ``"kernel"`` (:func:`distgnn.sampling.gpu.relabel`, ids must be >= 0; used
-            only without ``validate``); default :data:`CUDA_RELABEL` on a CUDA device, ``"torch"`` elsewhere.
+            only without ``validate``); default ``"kernel"`` on a CUDA device, ``"torch"`` elsewhere.
 
     Raises:
         ValueError: shapes or dtypes disagree, counts are negative or do not sum to the edge count, or
@@ -182,7 +180,7 @@ def to_block(
     if len(eids) != num_edges:
         raise ValueError(f"eids ({len(eids)}) and src_nids_per_edge ({num_edges}) must have equal length")
     device = dst_nids.device
-    relabel = relabel or (CUDA_RELABEL if device.type == "cuda" else "torch")
+    relabel = relabel or ("kernel" if device.type == "cuda" else "torch")
     if relabel not in RELABEL_IMPLS:
         raise ValueError(f"relabel must be one of {RELABEL_IMPLS}, got {relabel!r}")
     indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=device)

@@ -46,7 +46,6 @@ from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.format import read_meta
-from distgnn.sampling import device as sampling_device
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
 
 PLANETOID = ("cora", "citeseer", "pubmed")
@@ -105,13 +104,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
     )
     p.add_argument(
-        "--gpu-relabel",
-        default=None,
-        choices=("torch", "kernel"),
-        help="with --sample-device cuda: relabel each layer with torch ops (unique + ranking) or the hash-table\n"
-        "kernel (distgnn.sampling.gpu.relabel); default: distgnn.sampling.device.CUDA_RELABEL",
-    )
-    p.add_argument(
         "--cache-policy",
         default="replicate",
         choices=("replicate", "clique"),
@@ -163,8 +155,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
         p.error("--sample-device cuda and --cache-policy clique need --device cuda")
-    if args.gpu_relabel and args.sample_device != "cuda":
-        p.error("--gpu-relabel needs --sample-device cuda")
     if args.cache_gb is None:
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     return args
@@ -317,8 +307,6 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes).
     fused = {"fused": True} if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, **fused)
-    if args.gpu_relabel:
-        sampling_device.CUDA_RELABEL = args.gpu_relabel
     sampler = NeighborSampler(
         args.fanouts, device=device if args.sample_device == "cuda" else None, graph_memory=args.graph_memory
     )
