@@ -1,9 +1,12 @@
 """Sampled edges per second (SEPS) of the GPU sampler vs the C++ CPU sampler on one power-law graph.
 
-Per mini-batch: ``--batch-size`` random seeds, then for each fanout in ``--fanouts`` (15,10,5: the seeds
-get 15, as in Quiver's benchmark) sample the frontier's in-neighbours and make the next frontier
-``unique(frontier ++ neighbours)`` (torch.unique on the GPU, np.unique on the CPU). SEPS = sampled edges /
-wall time. "pipeline" times whole batches (sampling + unique); "sample only" adds up the sampling calls
+Per mini-batch: ``--batch-size`` distinct random seeds, then for each fanout in ``--fanouts`` (15,10,5: the
+seeds get 15, as in Quiver's benchmark) sample the frontier's in-neighbours and make the next frontier from
+the frontier and the neighbours: with ``--merge relabel`` (default) by distgnn's per-layer relabel, what its
+samplers do to build a block (the C++ relabel on the CPU, the hash-table kernel on the GPU: frontier first,
+then new ids in order of first appearance), with ``--merge unique`` by ``unique(frontier ++ neighbours)``
+(torch.unique / np.unique, single-threaded on the CPU). SEPS = sampled edges / wall time. "pipeline" times
+whole batches (sampling + merge: the sampler as a trainer runs it); "sample only" adds up the sampling calls
 alone (GPU: synchronised around each call), and "us/call" is that time per sampling call (one per fanout). Rows: CSC in GPU memory, CSC in pinned host memory read
 zero-copy (UVA), and the C++ sampler (distgnn.sampling.kernels) with every CPU core, same graph, same run.
 
@@ -37,12 +40,19 @@ def power_law_csc(num_nodes, min_degree, alpha, max_degree, index_dtype, device,
     return indptr, indices
 
 
-def run_gpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, device):
+def next_frontier(frontier: torch.Tensor, neighbors: torch.Tensor, merge: str) -> torch.Tensor:
+    """The next layer's seeds: distgnn's relabel (C++ on CPU tensors, the hash-table kernel on a GPU) or unique."""
+    if merge == "relabel":
+        return gpu.relabel(frontier, neighbors)[0]
+    return torch.unique(torch.cat([frontier, neighbors]))
+
+
+def run_gpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, device, merge):
     rng_seed = 0
 
     def batch(timed_calls):
         nonlocal rng_seed
-        frontier = torch.randint(0, num_nodes, (batch_size,), device=device)
+        frontier = torch.randint(0, num_nodes, (batch_size,), device=device).unique()
         edges = 0
         sample_time = 0.0
         for fanout in fanouts:
@@ -57,7 +67,7 @@ def run_gpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, device):
                 torch.cuda.synchronize(device)
                 sample_time += time.perf_counter() - start
             edges += neighbors.numel()
-            frontier = torch.unique(torch.cat([frontier, neighbors]))
+            frontier = next_frontier(frontier, neighbors, merge)
         return edges, sample_time
 
     for _ in range(5):
@@ -67,13 +77,13 @@ def run_gpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, device):
     )
 
 
-def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads):
+def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads, merge):
     rng = np.random.default_rng(0)
     rng_seed = 0
 
     def batch():
         nonlocal rng_seed
-        frontier = rng.integers(0, num_nodes, batch_size)
+        frontier = np.unique(rng.integers(0, num_nodes, batch_size))
         edges = 0
         sample_time = 0.0
         for fanout in fanouts:
@@ -84,7 +94,10 @@ def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads):
             )
             sample_time += time.perf_counter() - start
             edges += len(neighbors)
-            frontier = np.unique(np.concatenate([frontier, neighbors]))
+            if merge == "relabel":
+                frontier = kernels.extension().relabel(frontier, neighbors)[0]
+            else:
+                frontier = np.unique(np.concatenate([frontier, neighbors]))
         return edges, sample_time
 
     batch()
@@ -126,6 +139,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=3.0, help="time per row (pipeline pass)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of the C++ sampler")
+    parser.add_argument("--merge", choices=("relabel", "unique"), default="relabel", help="next frontier by")
     parser.add_argument("--skip-cpu", action="store_true")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
@@ -149,14 +163,23 @@ def main() -> None:
         rows.append(
             (
                 "GPU, CSC in GPU memory",
-                run_gpu(indptr, indices, args.num_nodes, fanouts, args.batch_size, args.seconds, device),
+                run_gpu(indptr, indices, args.num_nodes, fanouts, args.batch_size, args.seconds, device, args.merge),
             )
         )
         host_indptr, host_indices = indptr.cpu().pin_memory(), indices.cpu().pin_memory()
         rows.append(
             (
                 "GPU, CSC pinned (zero-copy)",
-                run_gpu(host_indptr, host_indices, args.num_nodes, fanouts, args.batch_size, args.seconds, device),
+                run_gpu(
+                    host_indptr,
+                    host_indices,
+                    args.num_nodes,
+                    fanouts,
+                    args.batch_size,
+                    args.seconds,
+                    device,
+                    args.merge,
+                ),
             )
         )
         np_indptr, np_indices = host_indptr.numpy(), host_indices.numpy()
@@ -164,11 +187,13 @@ def main() -> None:
         name = "no GPU"
         np_indptr, np_indices = indptr.numpy(), indices.numpy()
     if not args.skip_cpu:
-        cpu_row = run_cpu(np_indptr, np_indices, args.num_nodes, fanouts, args.batch_size, args.seconds, args.threads)
+        cpu_row = run_cpu(
+            np_indptr, np_indices, args.num_nodes, fanouts, args.batch_size, args.seconds, args.threads, args.merge
+        )
         rows.append((f"C++ sampler, {args.threads} threads", cpu_row))
     base = rows[-1][1] if not args.skip_cpu else None
 
-    print(f"device: {name}; fanouts {fanouts}, batch {args.batch_size}")
+    print(f"device: {name}; {os.cpu_count()} CPU cores; fanouts {fanouts}, batch {args.batch_size}, merge {args.merge}")
     header = (
         f"| {'sampler':34} | batches | edges/batch | pipeline MSEPS | sample-only MSEPS | us/call "
         "| pipeline vs C++ | sample vs C++ |"
@@ -185,7 +210,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "num_nodes": args.num_nodes, "num_edges": num_edges, "fanouts": fanouts,
-                       "batch_size": args.batch_size, "rows": {label: r for label, r in rows}}, f, indent=1)  # fmt: skip
+                       "batch_size": args.batch_size, "merge": args.merge, "rows": {label: r for label, r in rows}}, f, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":
