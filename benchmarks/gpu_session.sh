@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Everything issue 6 measures, for one call of the lent GPU machine, from the repo root there:
 #   bash benchmarks/gpu_session.sh [stages]      # stages: comma-separated, default tests,gather,sampling,scaling
-# tests    the CUDA tests of the gather, cache, sampler and loader (kernel vs reference, clique over 2 GPUs)
+# tests    the CUDA tests of the gather, cache, sampler, relabel, aggregation and loader (kernel vs reference,
+#          clique over 2 GPUs where there are two)
 # gather   benchmarks/gather.py on the 12.3 GB table (tiers, cpu_share sweep, mixed path vs table[ids].to)
-# sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores) and
-#          benchmarks/relabel_gpu.py (the relabel kernel vs the torch relabel; the kernel is opt-in until measured)
+# pages    benchmarks/host_pages.py (zero-copy reads of scattered rows: cudaHostAlloc vs cuMemCreate host memory)
+# sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores, merge by relabel
+#          and by unique) and benchmarks/relabel_gpu.py (the relabel kernel vs the torch relabel)
+# aggregate benchmarks/aggregate_cuda.py (CUDA mean aggregation vs the torch path, layer and training step)
+# train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU), sampling thread and inline
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -28,19 +32,38 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/
 status=0
 has() { [[ ",$stages," == *",$1,"* ]]; }
 if has tests; then
-  python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_*.py tests/test_sampling_gpu.py \
-    tests/test_sampling_device.py >"$OUT/pytest.log" 2>&1 || status=1
-  tail -3 "$OUT/pytest.log"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_cuda.py tests/test_cache_*.py \
+    tests/test_sampling_gpu.py tests/test_sampling_device.py tests/test_sampling_kernels.py tests/test_nn_aggregate_cuda.py \
+    tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
 if has gather; then
   python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json "$OUT/gather.json" >"$OUT/gather.log" 2>&1 || status=1
   grep -E "anatomy|ceiling|sorted misses|cpu_share|CPU gather|torch table|^ +[0-9]+%" "$OUT/gather.log"
 fi
+if has pages; then
+  timeout 240 python3 benchmarks/host_pages.py >"$OUT/pages.log" 2>&1 || status=1
+  cat "$OUT/pages.log"
+fi
 if has sampling; then
-  python3 benchmarks/sampling_gpu.py --json "$OUT/sampling_gpu.json" >"$OUT/sampling.log" 2>&1 || status=1
-  tail -6 "$OUT/sampling.log"
-  python3 benchmarks/relabel_gpu.py >"$OUT/relabel.log" 2>&1 || status=1
+  for merge in relabel unique; do
+    timeout 180 python3 benchmarks/sampling_gpu.py --merge $merge --json "$OUT/sampling_$merge.json" \
+      >"$OUT/sampling_$merge.log" 2>&1 || status=1
+    tail -6 "$OUT/sampling_$merge.log"
+  done
+  timeout 120 python3 benchmarks/relabel_gpu.py >"$OUT/relabel.log" 2>&1 || status=1
   tail -5 "$OUT/relabel.log"
+fi
+if has aggregate; then
+  timeout 240 python3 benchmarks/aggregate_cuda.py >"$OUT/aggregate.log" 2>&1 || status=1
+  tail -20 "$OUT/aggregate.log"
+fi
+if has train1; then
+  timeout 300 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1.json" >"$OUT/train1.log" 2>&1 || status=1
+  tail -4 "$OUT/train1.log"
+  timeout 200 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1_inline.json" -- --prefetch 0 --sync-timing \
+    >"$OUT/train1_inline.log" 2>&1 || status=1
+  tail -4 "$OUT/train1_inline.log"
 fi
 if has scaling; then
   timeout 240 python3 benchmarks/scaling.py --json "$OUT/scaling.json" >"$OUT/scaling.log" 2>&1 || status=1
