@@ -226,3 +226,35 @@ def test_key_space_covers_every_tier_and_slot():
     assert key_space(None, host, staging) == (301, 511)
     assert key_space(cache, host, staging) == (400, 1023)
     assert key_space(None, None, None) == (0, 1)
+
+
+def _share_range_model(keys: list[int], start: int, end: int, share: float) -> tuple[int, int]:
+    """The CPU share's items, by a plain scan: the first round(share * n) of the n keys in [start, end), then
+    up to the end of that last key's run."""
+    inside = [i for i, k in enumerate(keys) if start <= k < end]
+    if not inside:
+        first = next((i for i, k in enumerate(keys) if k >= start), len(keys))
+        return first, first
+    take = round(share * len(inside))
+    if take == 0:
+        return inside[0], inside[0]
+    last = inside[0] + take - 1
+    stop = last + 1
+    while stop < len(keys) and keys[stop] == keys[last]:
+        stop += 1
+    return inside[0], stop
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cpu_share_range_takes_the_first_share_of_the_host_misses_whole_runs(seed):
+    from distgnn.cache.gather import cpu_share_range
+
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 400, (1,), generator=gen))
+    keys = torch.sort(torch.randint(0, 120, (n,), generator=gen)).values  # sorted, with runs of equal keys
+    start = int(torch.randint(0, 100, (1,), generator=gen))
+    rows = int(torch.randint(1, 60, (1,), generator=gen))
+    host = HostTier(torch.zeros(rows, 4), start)
+    for share in (0.0001, 0.3, 0.5, 1.0, float(torch.rand(1, generator=gen))):
+        got = tuple(cpu_share_range(keys, host, share).tolist())
+        assert got == _share_range_model(keys.tolist(), start, start + rows, share), (share, start, rows)

@@ -143,7 +143,7 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
                  bool deduplicate,
                  c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
                  c10::optional<torch::Tensor> staging_ids, std::vector<torch::Tensor> shards, torch::Tensor unplaced,
-                 int64_t skip_begin, int64_t skip_end) {
+                 c10::optional<torch::Tensor> skip) {
   TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
   const torch::Device device = out.device();
   const c10::cuda::CUDAGuard guard(device);
@@ -153,8 +153,10 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
   TORCH_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0),
               "keys and order need one entry per output row");
   TORCH_CHECK(unplaced.numel() == 2, "unplaced must hold [count, example]");
-  TORCH_CHECK(0 <= skip_begin && skip_begin <= skip_end && skip_end <= out.size(0),
-              "skip range [", skip_begin, ", ", skip_end, ") must lie within the ", out.size(0), " items");
+  if (skip.has_value()) {
+    check_index(*skip, "skip", device);
+    TORCH_CHECK(skip->numel() == 2, "skip must hold [begin, end), got ", skip->numel(), " entries");
+  }
   TORCH_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
 
   distgnn::GatherParams p{};
@@ -166,8 +168,7 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
   p.hit_base = hit_base;
   p.bad_key = bad_key;
   p.deduplicate = deduplicate;
-  p.skip_begin = skip_begin;
-  p.skip_end = skip_end;
+  p.skip = skip.has_value() ? skip->data_ptr<int64_t>() : nullptr;
   if (host.has_value()) {
     check_rows(*host, out, "host rows");
     p.host = device_readable(*host, device, "host rows");
@@ -250,7 +251,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("hit_base"), py::arg("bad_key"),
         py::arg("deduplicate"), py::arg("host"),
         py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"),
-        py::arg("skip_begin") = 0, py::arg("skip_end") = 0);
+        py::arg("skip") = py::none());
   m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
         py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_base"), py::arg("bad_key"), py::arg("sort"), py::arg("hits"),
         py::arg("unplaced"));

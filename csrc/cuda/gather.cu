@@ -12,8 +12,9 @@
 //   loads are key/order, then the row.
 // * Host and staging addresses are device-readable (pinned or cudaHostRegister'ed memory, mapped address);
 //   peer shard addresses are readable from this device (peer access enabled, or CUDA IPC mappings).
-// * Items [skip_begin, skip_end) are left to the caller (the CPU share of the host rows: gathered by CPU
-//   threads into pinned memory and copied in by DMA while this kernel reads the rest zero-copy).
+// * Items [skip[0], skip[1]) are left to the caller (the CPU share of the host rows: gathered by CPU threads
+//   into pinned memory and copied in by DMA while this kernel reads the rest zero-copy). The range is read from
+//   device memory and only filters items, so any values are memory-safe.
 // * Each output row has exactly one source, so items never write the same row: no ordering between blocks.
 // * A miss found in neither the host range nor the staging ids is counted in `unplaced` and its rows are left
 //   unwritten (ids the planner could not key are counted there already); the caller raises.
@@ -72,9 +73,11 @@ __global__ void __launch_bounds__(kBlockThreads, kBlocksPerSm) gather_rows_kerne
   const int64_t num_teams = (int64_t(gridDim.x) * blockDim.x) >> team_shift;
   const int64_t vecs = p.row_bytes / int64_t(sizeof(Vec));
   Vec* out = reinterpret_cast<Vec*>(p.out);
+  const int64_t skip_begin = p.skip != nullptr ? p.skip[0] : 0;
+  const int64_t skip_end = p.skip != nullptr ? p.skip[1] : 0;
 
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> team_shift; i < p.batch; i += num_teams) {
-    if (i >= p.skip_begin && i < p.skip_end) continue;  // another engine fills these
+    if (i >= skip_begin && i < skip_end) continue;  // another engine fills these
     const int64_t key = p.keys[i];
     if (key == p.bad_key) continue;                                    // counted by the planner
     if (p.deduplicate && i > 0 && p.keys[i - 1] == key) continue;  // the run's first item copies it

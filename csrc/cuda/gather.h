@@ -23,10 +23,10 @@ struct GatherParams {
   int64_t hit_base;
   int64_t bad_key;
   bool deduplicate;  // keys are sorted: the first item of a run of equal keys reads the row for the run
-  // Items [skip_begin, skip_end) are filled by someone else (host rows gathered by CPU threads and copied in
-  // by DMA); the range never splits a run of equal keys.
-  int64_t skip_begin;
-  int64_t skip_end;
+  // Items [skip[0], skip[1]) are filled by someone else (host rows gathered by CPU threads and copied in by
+  // DMA); the range never splits a run of equal keys. Device memory (the planner computes it on the GPU, so the
+  // launch need not wait for the host), or null: no items skipped.
+  const int64_t* skip;
 
   const char* host;  // device-readable address of the local partition's rows (global ids host_start + r)
   int64_t host_start;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from distgnn.cache.extension import extension_available, load_extension
@@ -186,9 +185,9 @@ def _gather_cuda(
     plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, key_space(cache, host, staging), sort_misses)
     if cache is not None:
         cache.stats.record(ids.shape[0], hits)
-    cpu_items, cpu_keys = (0, 0), None
+    share = None
     if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
-        cpu_items, cpu_keys = _cpu_share_items(plan, host, cpu_share)
+        share = _start_cpu_share(plan, host, cpu_share)
     extension.gather_rows(
         out,
         plan.keys,
@@ -202,10 +201,10 @@ def _gather_cuda(
         None if staging is None else staging.ids.to(out.device),
         [] if cache is None else cache.shards,
         unplaced,
-        *cpu_items,
+        None if share is None else share.items,
     )
-    if cpu_keys is not None:
-        _copy_cpu_share(out, plan.order[cpu_items[0] : cpu_items[1]], host, cpu_keys)
+    if share is not None:
+        _finish_cpu_share(out, plan, host, share)
     count, example = unplaced.tolist()
     if count:
         raise InputError(
@@ -220,39 +219,69 @@ _CPU_CHUNK_BYTES = 4 << 20
 _copy_streams: dict[int, torch.cuda.Stream] = {}
 
 
-def _cpu_share_items(plan: GatherPlan, host: HostTier, cpu_share: float) -> tuple[tuple[int, int], torch.Tensor]:
-    """The plan items ``[begin, end)`` the CPU fills and their keys (CPU tensor): the first ``cpu_share`` of the
-    host tier's sorted misses, extended to the end of a run of equal keys. Synchronises the current stream."""
-    keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
-    keys.copy_(plan.keys, non_blocking=True)
-    torch.cuda.current_stream(plan.keys.device).synchronize()
-    sorted_keys = keys.numpy()
-    begin, host_end = (int(v) for v in np.searchsorted(sorted_keys, [host.start, host.end]))
-    end = begin + round(cpu_share * (host_end - begin))
-    if end > begin:
-        end = int(np.searchsorted(sorted_keys, sorted_keys[end - 1], side="right"))
-    return (begin, end), keys[begin:end]
+def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> torch.Tensor:
+    """``[begin, end)`` as a ``(2,)`` int64 tensor on ``keys``' device: the plan items the CPU fills, the first
+    ``cpu_share`` of the host tier's misses among the sorted ``keys``, extended to the end of a run of equal keys.
+
+    Computed with device ops only (no host sync), so the kernel can be launched before the host learns the range.
+    """
+    begin = torch.searchsorted(keys, host.start).reshape(1)
+    host_end = torch.searchsorted(keys, host.end).reshape(1)
+    end = begin + ((host_end - begin).to(torch.float64) * cpu_share).round().to(torch.int64)
+    last = keys[(end - 1).clamp_min(0)]
+    end = torch.where(end > begin, torch.searchsorted(keys, last, right=True), end)
+    return torch.cat([begin, end])
 
 
-def _copy_cpu_share(out: torch.Tensor, order: torch.Tensor, host: HostTier, keys: torch.Tensor) -> None:
-    """CPU threads gather ``host`` rows of ``keys`` into pinned chunks; a side stream copies each chunk in and
-    scatters the rows to ``out[order]``; the current stream then waits for it. Runs while the kernel reads the
-    other rows (the caller launched it before)."""
-    device = out.device
+@dataclass
+class _CpuShare:
+    """The CPU share in flight: its plan items (device), and their copies to the host with the event that marks
+    their arrival (copied on the side stream, beside the kernel)."""
+
+    items: torch.Tensor
+    host_items: torch.Tensor
+    host_keys: torch.Tensor
+    arrived: torch.cuda.Event
+    side: torch.cuda.Stream
+
+
+def _start_cpu_share(plan: GatherPlan, host: HostTier, cpu_share: float) -> _CpuShare:
+    """Computes the CPU's items on the GPU and starts copying them and the keys to the host on a side stream, so
+    the kernel launched next on the current stream runs while they travel."""
+    device = plan.keys.device
     side = _copy_streams.get(device.index)
     if side is None:
         side = _copy_streams[device.index] = torch.cuda.Stream(device)
-    rows = keys - host.start
+    items = cpu_share_range(plan.keys, host, cpu_share)
+    host_items = torch.empty(2, dtype=torch.int64, pin_memory=True)
+    host_keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
+    side.wait_stream(torch.cuda.current_stream(device))
+    arrived = torch.cuda.Event()
+    with torch.cuda.stream(side):
+        host_items.copy_(items, non_blocking=True)
+        host_keys.copy_(plan.keys, non_blocking=True)
+        arrived.record(side)
+    return _CpuShare(items, host_items, host_keys, arrived, side)
+
+
+def _finish_cpu_share(out: torch.Tensor, plan: GatherPlan, host: HostTier, share: _CpuShare) -> None:
+    """Once the keys are on the host, CPU threads gather the share's rows into pinned chunks; the side stream
+    copies each chunk in and scatters the rows to their output rows; the current stream then waits for it. Runs
+    while the kernel reads the other rows."""
+    share.arrived.synchronize()
+    begin, end = share.host_items.tolist()
+    device = out.device
+    rows = share.host_keys[begin:end] - host.start
     chunk = max(1, _CPU_CHUNK_BYTES // (out.shape[1] * out.element_size()))
     staged = torch.empty((rows.shape[0], out.shape[1]), dtype=out.dtype, pin_memory=True)
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(share.side):
         landed = torch.empty_like(staged, device=device)
         for lo in range(0, rows.shape[0], chunk):
             hi = min(rows.shape[0], lo + chunk)
             torch.index_select(host.rows, 0, rows[lo:hi], out=staged[lo:hi])
             landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
-        out.index_copy_(0, order, landed)
-    torch.cuda.current_stream(device).wait_stream(side)
+        out.index_copy_(0, plan.order[begin:end], landed)
+    torch.cuda.current_stream(device).wait_stream(share.side)
 
 
 def _gather_reference(
