@@ -222,6 +222,23 @@ def torch_index_then_copy(batches, table, device):
     return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
 
 
+def host_first_split(gather_module, measure):
+    """``measure()`` with the gather's former order for the CPU share: the kernel is launched only once the
+    plan's keys have reached the host (as before the split moved to the GPU), for an A/B in one run."""
+    start = gather_module._start_cpu_share
+
+    def start_and_wait(*args, **kwargs):
+        share = start(*args, **kwargs)
+        share.arrived.synchronize()
+        return share
+
+    gather_module._start_cpu_share = start_and_wait
+    try:
+        return measure()
+    finally:
+        gather_module._start_cpu_share = start
+
+
 def share_anatomy(batches, table, device):
     """Where the time of ``cpu_share=1`` goes, per batch (ms): planning + the keys' trip to the host, the CPU
     row gather alone (one call, and in the DMA-sized chunks), the chunks with their copies, the scatter."""
@@ -236,7 +253,8 @@ def share_anatomy(batches, table, device):
         sync(device)
         t0 = time.perf_counter()
         plan, _, _ = plan_gather_cuda(ids, None, key_space(None, host, None))
-        (begin, end), keys = gather_module._cpu_share_items(plan, host, 1.0)
+        begin, end = gather_module.cpu_share_range(plan.keys, host, 1.0).tolist()
+        keys = plan.keys[begin:end].cpu()
         t1 = time.perf_counter()
         staged = torch.empty((keys.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
         torch.index_select(table, 0, keys, out=staged)
@@ -395,6 +413,19 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
                 timed, out, device, host=host, cpu_share=share
             )
             gather_module._CPU_CHUNK_BYTES = default_chunk
+        if share in (0.4, 0.45, 0.5) and device.type == "cuda":
+            # A/B of the split's place, alternated over 3 rounds of 3x the timed batches; medians.
+            rounds = {"split on the GPU": [], "kernel after the keys reach the host": []}
+            for _ in range(3):
+                rounds["split on the GPU"].append(timed_gather(timed * 3, out, device, host=host, cpu_share=share))
+                rounds["kernel after the keys reach the host"].append(
+                    host_first_split(
+                        gather_module,
+                        lambda share=share: timed_gather(timed * 3, out, device, host=host, cpu_share=share),
+                    )
+                )
+            for variant, results in rounds.items():
+                tiers[f"host, cpu_share {share:g}, {variant} (A/B)"] = sorted(results)[1]
         got = gather(out[: check.shape[0]], check, host=host, cpu_share=share).cpu()
         assert torch.equal(got, table[check.cpu()]), "wrong rows"
     best_share = max(by_share, key=lambda share: by_share[share][0])

@@ -3,12 +3,13 @@
 #   bash benchmarks/gpu_session.sh [stages]      # stages: comma-separated, default tests,gather,sampling,scaling
 # tests    the CUDA tests of the gather, cache, sampler, relabel, aggregation and loader (kernel vs reference,
 #          clique over 2 GPUs where there are two)
+# cachetests  the gather and cache tests alone (after a change to the gather)
 # gather   benchmarks/gather.py on the 12.3 GB table (tiers, cpu_share sweep, mixed path vs table[ids].to)
 # pages    benchmarks/host_pages.py (zero-copy reads of scattered rows: cudaHostAlloc vs cuMemCreate host memory)
 # sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores, merge by relabel
 #          and by unique) and benchmarks/relabel_gpu.py (the relabel kernel vs the torch relabel)
 # aggregate benchmarks/aggregate_cuda.py (CUDA mean aggregation vs the torch path, layer and training step)
-# train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU), sampling thread and inline
+# train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU): sampling thread, inline, pipeline
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -37,6 +38,11 @@ if has tests; then
     tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
+if has cachetests; then
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_gather_*.py tests/test_cache_*.py \
+    >"$OUT/pytest_cache.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_cache.log" | tail -15
+fi
 if has gather; then
   python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json "$OUT/gather.json" >"$OUT/gather.log" 2>&1 || status=1
   grep -E "anatomy|ceiling|sorted misses|cpu_share|CPU gather|torch table|^ +[0-9]+%" "$OUT/gather.log"
@@ -64,6 +70,9 @@ if has train1; then
   timeout 200 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1_inline.json" -- --prefetch 0 --sync-timing \
     >"$OUT/train1_inline.log" 2>&1 || status=1
   tail -4 "$OUT/train1_inline.log"
+  timeout 200 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1_pipeline.json" -- --pipeline \
+    >"$OUT/train1_pipeline.log" 2>&1 || status=1
+  tail -4 "$OUT/train1_pipeline.log"
 fi
 if has scaling; then
   timeout 240 python3 benchmarks/scaling.py --json "$OUT/scaling.json" >"$OUT/scaling.log" 2>&1 || status=1
