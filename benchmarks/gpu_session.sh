@@ -9,7 +9,8 @@
 # sampling benchmarks/sampling_gpu.py (GPU sampler vs the C++ sampler on this host's cores, merge by relabel
 #          and by unique) and benchmarks/relabel_gpu.py (the relabel kernel vs the torch relabel)
 # aggregate benchmarks/aggregate_cuda.py (CUDA mean aggregation vs the torch path, layer and training step)
-# train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU): sampling thread, inline, pipeline
+# train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU): sampling thread or inline, with
+#          and without the gather pipeline
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -65,14 +66,15 @@ if has aggregate; then
   tail -20 "$OUT/aggregate.log"
 fi
 if has train1; then
-  timeout 300 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1.json" >"$OUT/train1.log" 2>&1 || status=1
-  tail -4 "$OUT/train1.log"
-  timeout 200 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1_inline.json" -- --prefetch 0 --sync-timing \
-    >"$OUT/train1_inline.log" 2>&1 || status=1
-  tail -4 "$OUT/train1_inline.log"
-  timeout 200 python3 benchmarks/scaling.py --gpus 1 --json "$OUT/train1_pipeline.json" -- --pipeline \
-    >"$OUT/train1_pipeline.log" 2>&1 || status=1
-  tail -4 "$OUT/train1_pipeline.log"
+  # The first run also generates and partitions the graph and builds the extensions (its epoch 0).
+  variants=("thread:" "inline:--prefetch 0" "thread_pipeline:--pipeline" "inline_pipeline:--prefetch 0 --pipeline")
+  for variant in "${variants[@]}"; do
+    name=${variant%%:*}
+    # shellcheck disable=SC2086
+    timeout 240 python3 benchmarks/scaling.py --gpus 1 -- ${variant#*:} \
+      >"$OUT/train1_$name.log" 2>&1 || status=1
+    echo "train1 $name: $(tail -1 "$OUT/train1_$name.log")"
+  done
 fi
 if has scaling; then
   timeout 240 python3 benchmarks/scaling.py --json "$OUT/scaling.json" >"$OUT/scaling.log" 2>&1 || status=1

@@ -60,3 +60,17 @@ def test_cluster_training_is_reproducible_for_a_seed_whatever_the_worker_count(t
     for key in ("train_loss", "val_acc", "test_acc"):
         assert first[key] == second[key], key
     assert first["num_trainers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "prefetch"),
+    [
+        ([], None),  # the loader's default (2) for CPU sampling
+        (["--device=cuda", "--sample-device=cuda"], 0),  # GPU sampling runs inline by default
+        (["--device=cuda", "--sample-device=cuda", "--prefetch=2"], 2),  # unless asked for
+        (["--device=cuda", "--sample-device=cuda", "--num-workers=2"], None),  # workers keep the default
+    ],
+)
+def test_gpu_sampling_samples_inline_unless_prefetch_is_given(flags, prefetch) -> None:
+    args = load_example().parse_args([*SMALL, "--local", *flags])  # parsing only: no GPU needed
+    assert args.prefetch == prefetch

@@ -68,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--prefetch",
         type=int,
         default=None,
-        help="batches made ahead per worker (default 2); with 0 workers, > 0 samples in a background thread",
+        help="batches made ahead per worker (default 2; 0 with --sample-device cuda); with 0 workers, > 0 samples\n"
+        "in a background thread",
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
@@ -157,6 +158,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--sample-device cuda and --cache-policy clique need --device cuda")
     if args.cache_gb is None:
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
+    if args.prefetch is None and args.sample_device == "cuda" and args.num_workers == 0:
+        # GPU sampling is launch-bound Python: a background thread only shares the GIL with the training loop
+        # (products-scale, one H200: 1.27 s per epoch with the thread, 1.09-1.10 s inline; docs/BENCHMARKS.md).
+        args.prefetch = 0
     return args
 
 
