@@ -297,6 +297,20 @@ def copy_ceiling(table, device):
     return src.numel() * src.element_size() / sorted(times[1:])[5] / 1e9
 
 
+def host_copy_bandwidth():
+    """Host memory bandwidth seen by torch's intra-op threads: GB/s read + written by a copy of 1 GiB between two
+    host buffers (median of 5), the budget that the CPU share's gather (read a row, write it), its DMA (read it
+    again) and the zero-copy reads share."""
+    src = torch.ones(1 << 28)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(6):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / sorted(times[1:])[2] / 1e9
+
+
 def hit_rate(hot, batches, num_nodes):
     cached = torch.zeros(num_nodes, dtype=torch.bool, device=batches[0].device)
     cached[hot.to(cached.device)] = True
@@ -392,6 +406,8 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
     assert torch.equal(gather(out[: check.shape[0]], check, host=host).cpu(), table[check.cpu()]), "wrong rows"
 
     ceiling = copy_ceiling(table, device)
+    report["host_copy_gbps"] = host_copy_bandwidth()
+    print(f"host memory copy, {torch.get_num_threads()} threads: {report['host_copy_gbps']:.1f} GB/s read + written")
     tiers = {}
     tiers["host zero-copy, sorted misses"] = timed_gather(timed, out, device, host=host)
     tiers["host zero-copy, unsorted"] = timed_gather(timed, out, device, host=host, sort_misses=False)
@@ -503,7 +519,7 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
         rate, ms = timed_gather(timed, out, device, cache=cache, host=host)
         shared_rate, shared_ms = timed_gather(timed, out, device, cache=cache, host=host, cpu_share=best_share)
         if cache is not None:
-            check = evaluation[1]
+            check = evaluation[-1]
             got = gather(out[: check.shape[0]], check, cache=cache, host=host, cpu_share=best_share).cpu()
             assert torch.equal(got, table[check.cpu()]), "wrong rows"
         row = {"frac": frac, "hit_freq": freq_rate, "hit_degree": degree_rate, "gbps": rate, "ms_per_batch": ms}

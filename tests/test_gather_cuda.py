@@ -107,6 +107,25 @@ def test_cpu_share_of_host_rows_matches_reference(dtype, width, share, monkeypat
         check_kernel(*cuda_setup(20 + seed, width=width, dtype=dtype), cpu_share=share)
 
 
+def test_extension_errors_are_raised_with_their_values():
+    """A failed check with formatted values raises (it crashed the process on the GPU image: csrc/cuda/check.h)."""
+    from distgnn.cache.extension import load_extension
+
+    out = torch.empty(4, 8, device="cuda")
+    keys = torch.zeros(4, dtype=torch.int64, device="cuda")
+    unplaced = torch.zeros(2, dtype=torch.int64, device="cuda")
+    args = (out, keys, keys, 10, 15, True)
+    with pytest.raises(RuntimeError, match=r"skip must hold \[begin, end\), got 3 entries"):
+        load_extension().gather_rows(
+            *args, None, 0, None, None, [], unplaced, torch.zeros(3, dtype=torch.int64, device="cuda")
+        )
+    wrong = torch.zeros(10, 4).pin_memory()
+    with pytest.raises(RuntimeError, match=r"host rows must be \(rows, 8\) of Float, got \[10, 4\] of Float"):
+        load_extension().gather_rows(*args, wrong, 0, None, None, [], unplaced)
+    with pytest.raises(RuntimeError, match="keys must be on cuda:0, got cpu"):
+        load_extension().gather_rows(out, keys.cpu(), keys, 10, 15, True, None, 0, None, None, [], unplaced)
+
+
 def test_cpu_share_with_host_tier_only_and_repeated_ids():
     table = torch.randn(3000, 32)
     host = HostTier(pinned_rows(table), 0)

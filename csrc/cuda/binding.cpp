@@ -18,21 +18,22 @@
 #include <cuda_runtime.h>
 #include <torch/extension.h>
 
+#include "check.h"
 #include "gather.h"
 
 namespace {
 
 void check_index(const torch::Tensor& t, const char* name, const torch::Device& device) {
-  TORCH_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
-  TORCH_CHECK(t.scalar_type() == torch::kInt64 && t.dim() == 1 && t.is_contiguous(), name,
-              " must be a contiguous 1-D int64 tensor");
+  DISTGNN_CHECK(t.device() == device, name, " must be on ", device, ", got ", t.device());
+  DISTGNN_CHECK(t.scalar_type() == torch::kInt64 && t.dim() == 1 && t.is_contiguous(), name,
+                " must be a contiguous 1-D int64 tensor");
 }
 
 void check_rows(const torch::Tensor& rows, const torch::Tensor& out, const char* name) {
-  TORCH_CHECK(rows.dim() == 2 && rows.size(1) == out.size(1) && rows.scalar_type() == out.scalar_type(), name,
-              " must be (rows, ", out.size(1), ") of ", out.scalar_type(), ", got ", rows.sizes(), " of ",
-              rows.scalar_type());
-  TORCH_CHECK(rows.size(0) == 0 || rows.size(1) == 0 || rows.is_contiguous(), name, " must be contiguous");
+  DISTGNN_CHECK(rows.dim() == 2 && rows.size(1) == out.size(1) && rows.scalar_type() == out.scalar_type(), name,
+                " must be (rows, ", out.size(1), ") of ", out.scalar_type(), ", got ", rows.sizes(), " of ",
+                rows.scalar_type());
+  DISTGNN_CHECK(rows.size(0) == 0 || rows.size(1) == 0 || rows.is_contiguous(), name, " must be contiguous");
 }
 
 // An address the kernel on `device` may dereference for `rows`, enabling peer access where rows live on
@@ -43,18 +44,18 @@ const char* device_readable(const torch::Tensor& rows, const torch::Device& devi
   const cudaError_t err = cudaPointerGetAttributes(&attr, rows.data_ptr());
   if (err != cudaSuccess) {
     cudaGetLastError();
-    TORCH_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
+    DISTGNN_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
   }
   if (attr.type == cudaMemoryTypeHost) {
-    TORCH_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
+    DISTGNN_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
     return static_cast<const char*>(attr.devicePointer);
   }
   if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
     if (attr.type == cudaMemoryTypeDevice && attr.device != device.index()) {
       int can_access = 0;
       C10_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, device.index(), attr.device));
-      TORCH_CHECK(can_access, name, " lives on cuda:", attr.device, ", which cuda:", device.index(),
-                  " cannot read (no peer access between them)");
+      DISTGNN_CHECK(can_access, name, " lives on cuda:", attr.device, ", which cuda:", device.index(),
+                    " cannot read (no peer access between them)");
       const cudaError_t peer = cudaDeviceEnablePeerAccess(attr.device, 0);
       if (peer == cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();
@@ -64,9 +65,9 @@ const char* device_readable(const torch::Tensor& rows, const torch::Device& devi
     }
     return static_cast<const char*>(rows.data_ptr());
   }
-  TORCH_CHECK(false, name,
-              " is in pageable host memory: pin it (tensor.pin_memory()) or register it "
-              "(distgnn.cache.HostRegistration)");
+  DISTGNN_CHECK(false, name,
+                " is in pageable host memory: pin it (tensor.pin_memory()) or register it "
+                "(distgnn.cache.HostRegistration)");
   return nullptr;
 }
 
@@ -91,25 +92,25 @@ int num_sms(const torch::Device& device) {
 std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> table, int64_t num_shards,
                                 int64_t local_rank, int64_t hit_base, int64_t bad_key, bool sort, torch::Tensor hits,
                                 torch::Tensor unplaced) {
-  TORCH_CHECK(ids.is_cuda(), "ids must be on a CUDA device");
+  DISTGNN_CHECK(ids.is_cuda(), "ids must be on a CUDA device");
   const torch::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
   check_index(ids, "ids", device);
   check_index(hits, "hits", device);
   check_index(unplaced, "unplaced", device);
-  TORCH_CHECK(hits.numel() == 2 && unplaced.numel() == 2, "hits and unplaced hold two counters each");
-  TORCH_CHECK(bad_key > hit_base && hit_base >= 0 && ((bad_key + 1) & bad_key) == 0,
-              "need bad_key = 2^k - 1 above hit_base, got ", bad_key, " and ", hit_base);
-  TORCH_CHECK(num_shards >= 1 && local_rank >= 0 && local_rank < num_shards, "bad shard count or local rank");
+  DISTGNN_CHECK(hits.numel() == 2 && unplaced.numel() == 2, "hits and unplaced hold two counters each");
+  DISTGNN_CHECK(bad_key > hit_base && hit_base >= 0 && ((bad_key + 1) & bad_key) == 0,
+                "need bad_key = 2^k - 1 above hit_base, got ", bad_key, " and ", hit_base);
+  DISTGNN_CHECK(num_shards >= 1 && local_rank >= 0 && local_rank < num_shards, "bad shard count or local rank");
 
   distgnn::PlanParams p{};
   p.ids = ids.data_ptr<int64_t>();
   p.batch = ids.numel();
   if (table.has_value()) {
-    TORCH_CHECK(table->device() == device && table->dim() == 1 && table->is_contiguous(),
-                "the slot table must be a contiguous 1-D tensor on ", device);
-    TORCH_CHECK(table->scalar_type() == torch::kInt32 || table->scalar_type() == torch::kInt64,
-                "the slot table must be int32 or int64");
+    DISTGNN_CHECK(table->device() == device && table->dim() == 1 && table->is_contiguous(),
+                  "the slot table must be a contiguous 1-D tensor on ", device);
+    DISTGNN_CHECK(table->scalar_type() == torch::kInt32 || table->scalar_type() == torch::kInt64,
+                  "the slot table must be int32 or int64");
     p.table = table->data_ptr();
     p.table_is_int64 = table->scalar_type() == torch::kInt64;
     p.table_size = table->numel();
@@ -144,20 +145,20 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
                  c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
                  c10::optional<torch::Tensor> staging_ids, std::vector<torch::Tensor> shards, torch::Tensor unplaced,
                  c10::optional<torch::Tensor> skip) {
-  TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
+  DISTGNN_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
   const torch::Device device = out.device();
   const c10::cuda::CUDAGuard guard(device);
   check_index(keys, "keys", device);
   check_index(order, "order", device);
   check_index(unplaced, "unplaced", device);
-  TORCH_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0),
-              "keys and order need one entry per output row");
-  TORCH_CHECK(unplaced.numel() == 2, "unplaced must hold [count, example]");
+  DISTGNN_CHECK(keys.numel() == out.size(0) && order.numel() == out.size(0),
+                "keys and order need one entry per output row");
+  DISTGNN_CHECK(unplaced.numel() == 2, "unplaced must hold [count, example]");
   if (skip.has_value()) {
     check_index(*skip, "skip", device);
-    TORCH_CHECK(skip->numel() == 2, "skip must hold [begin, end), got ", skip->numel(), " entries");
+    DISTGNN_CHECK(skip->numel() == 2, "skip must hold [begin, end), got ", skip->numel(), " entries");
   }
-  TORCH_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
+  DISTGNN_CHECK(shards.size() <= size_t(distgnn::kMaxShards), "at most ", distgnn::kMaxShards, " cache shards");
 
   distgnn::GatherParams p{};
   p.out = static_cast<char*>(out.data_ptr());
@@ -176,10 +177,10 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
     p.host_rows = host->size(0);
   }
   if (staging.has_value()) {
-    TORCH_CHECK(staging_ids.has_value(), "staging rows need their ids");
+    DISTGNN_CHECK(staging_ids.has_value(), "staging rows need their ids");
     check_rows(*staging, out, "staging rows");
     check_index(*staging_ids, "staging ids", device);
-    TORCH_CHECK(staging_ids->numel() == staging->size(0), "one staging id per staging row");
+    DISTGNN_CHECK(staging_ids->numel() == staging->size(0), "one staging id per staging row");
     p.staging = device_readable(*staging, device, "staging rows");
     p.staging_ids = staging_ids->data_ptr<int64_t>();
     p.staging_rows = staging->size(0);
@@ -196,7 +197,7 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
 // Page-locks [ptr, ptr + nbytes) (widened to whole pages) and maps it for the device; returns the base to pass
 // to host_unregister. Read-only mappings are registered read-only.
 int64_t host_register(int64_t ptr, int64_t nbytes) {
-  TORCH_CHECK(nbytes > 0, "nothing to register");
+  DISTGNN_CHECK(nbytes > 0, "nothing to register");
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = uintptr_t(ptr) & ~(page - 1);
   const uintptr_t end = (uintptr_t(ptr) + uintptr_t(nbytes) + page - 1) & ~(page - 1);
@@ -204,7 +205,7 @@ int64_t host_register(int64_t ptr, int64_t nbytes) {
   cudaError_t err = cudaHostRegister(reinterpret_cast<void*>(begin), end - begin, flags);
   if (err == cudaErrorHostMemoryAlreadyRegistered) {
     cudaGetLastError();
-    TORCH_CHECK(false, "host memory at ", ptr, " is already registered (or shares a page with registered memory)");
+    DISTGNN_CHECK(false, "host memory at ", ptr, " is already registered (or shares a page with registered memory)");
   }
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -218,7 +219,7 @@ void host_unregister(int64_t base) { C10_CUDA_CHECK(cudaHostUnregister(reinterpr
 
 // CUDA IPC handle of the allocation holding `t` (from torch's caching allocator) and t's byte offset in it.
 std::tuple<py::bytes, int64_t> ipc_export(const torch::Tensor& t) {
-  TORCH_CHECK(t.is_cuda() && t.numel() > 0, "only non-empty CUDA tensors can be shared");
+  DISTGNN_CHECK(t.is_cuda() && t.numel() > 0, "only non-empty CUDA tensors can be shared");
   const c10::cuda::CUDAGuard guard(t.device());
   size_t size = 0;
   void* base = c10::cuda::CUDACachingAllocator::getBaseAllocation(t.data_ptr(), &size);
@@ -232,8 +233,8 @@ std::tuple<py::bytes, int64_t> ipc_export(const torch::Tensor& t) {
 // mapping is closed when the tensor is freed.
 torch::Tensor ipc_open(const std::string& handle_bytes, int64_t offset, int64_t nbytes, int64_t device) {
   cudaIpcMemHandle_t handle;
-  TORCH_CHECK(handle_bytes.size() == sizeof(handle), "an IPC handle has ", sizeof(handle), " bytes, got ",
-              handle_bytes.size());
+  DISTGNN_CHECK(handle_bytes.size() == sizeof(handle), "an IPC handle has ", sizeof(handle), " bytes, got ",
+                handle_bytes.size());
   std::memcpy(&handle, handle_bytes.data(), sizeof(handle));
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   void* base = nullptr;

@@ -22,6 +22,7 @@
 #include <torch/extension.h>
 
 #include "aggregate.h"
+#include "check.h"
 #include "relabel.h"
 #include "sample.h"
 
@@ -34,7 +35,7 @@ constexpr int64_t kMaxBoundPicks = int64_t{1} << 24;
 // nullptr for pageable host memory (the caller raises the flag).
 const void* device_readable(const torch::Tensor& t, const torch::Device& device, const char* name) {
   if (t.is_cuda()) {
-    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the sampler runs on ", device);
+    DISTGNN_CHECK(t.device() == device, name, " is on ", t.device(), " but the sampler runs on ", device);
     return t.data_ptr();
   }
   if (t.numel() == 0) return nullptr;
@@ -42,10 +43,10 @@ const void* device_readable(const torch::Tensor& t, const torch::Device& device,
   const cudaError_t err = cudaPointerGetAttributes(&attr, t.data_ptr());
   if (err != cudaSuccess) {
     cudaGetLastError();
-    TORCH_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
+    DISTGNN_CHECK(false, name, ": cudaPointerGetAttributes failed: ", cudaGetErrorString(err));
   }
   if (attr.type != cudaMemoryTypeHost) return nullptr;
-  TORCH_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
+  DISTGNN_CHECK(attr.devicePointer != nullptr, name, " is pinned but not mapped into the device's address space");
   return attr.devicePointer;
 }
 
@@ -100,16 +101,16 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
     bool replace, uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
   const c10::cuda::CUDAGuard guard(device);
-  TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
-                  indptr.is_contiguous(),
-              "indptr must be a contiguous 1-D int64 tensor of num_nodes + 1 entries");
-  TORCH_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
-                  indices.dim() == 1 && indices.is_contiguous(),
-              "indices must be a contiguous 1-D int32 or int64 tensor");
-  TORCH_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
-                  seeds.device() == device,
-              "seeds must be a contiguous 1-D int64 tensor on ", device);
-  TORCH_CHECK(fanout >= -1, "fanout must be >= -1 (-1 = all neighbours), got ", fanout);
+  DISTGNN_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
+                    indptr.is_contiguous(),
+                "indptr must be a contiguous 1-D int64 tensor of num_nodes + 1 entries");
+  DISTGNN_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
+                    indices.dim() == 1 && indices.is_contiguous(),
+                "indices must be a contiguous 1-D int32 or int64 tensor");
+  DISTGNN_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
+                    seeds.device() == device,
+                "seeds must be a contiguous 1-D int64 tensor on ", device);
+  DISTGNN_CHECK(fanout >= -1, "fanout must be >= -1 (-1 = all neighbours), got ", fanout);
 
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const int64_t num_seeds = seeds.numel();
@@ -185,13 +186,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
 
 // Relabel of one layer (relabel.cu): (src_nids, indices), one host sync to size src_nids.
 std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const torch::Tensor& src) {
-  TORCH_CHECK(dst.is_cuda() && src.device() == dst.device(), "dst and src must be on one CUDA device");
+  DISTGNN_CHECK(dst.is_cuda() && src.device() == dst.device(), "dst and src must be on one CUDA device");
   for (const auto* t : {&dst, &src}) {
-    TORCH_CHECK(t->scalar_type() == torch::kInt64 && t->dim() == 1 && t->is_contiguous(),
-                "dst and src must be contiguous 1-D int64 tensors");
+    DISTGNN_CHECK(t->scalar_type() == torch::kInt64 && t->dim() == 1 && t->is_contiguous(),
+                  "dst and src must be contiguous 1-D int64 tensors");
   }
   const int64_t num_dst = dst.numel(), num_edges = src.numel(), n = num_dst + num_edges;
-  TORCH_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
+  DISTGNN_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
   const c10::cuda::CUDAGuard guard(dst.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dst.device().index()).stream();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(dst.device());
@@ -244,31 +245,31 @@ distgnn_aggregate::Dtype aggregate_dtype(const torch::Tensor& t, const char* nam
     case torch::kBFloat16:
       return distgnn_aggregate::Dtype::kBFloat16;
     default:
-      TORCH_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+      DISTGNN_CHECK(false, name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
   }
 }
 
 void check_block_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Device& device) {
-  TORCH_CHECK(indptr.device() == device && indices.device() == device, "indptr (on ", indptr.device(),
-              ") and indices (on ", indices.device(), ") must be on the features' device ", device);
-  TORCH_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
-                  indptr.is_contiguous(),
-              "indptr must be a contiguous 1-D int64 tensor of num_dst + 1 >= 1 entries");
-  TORCH_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
-                  indices.dim() == 1 && indices.is_contiguous(),
-              "indices must be a contiguous 1-D int32 or int64 tensor");
+  DISTGNN_CHECK(indptr.device() == device && indices.device() == device, "indptr (on ", indptr.device(),
+                ") and indices (on ", indices.device(), ") must be on the features' device ", device);
+  DISTGNN_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
+                    indptr.is_contiguous(),
+                "indptr must be a contiguous 1-D int64 tensor of num_dst + 1 >= 1 entries");
+  DISTGNN_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
+                    indices.dim() == 1 && indices.is_contiguous(),
+                "indices must be a contiguous 1-D int32 or int64 tensor");
 }
 
 torch::Tensor mean_aggregate(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& x,
                              bool with_self) {
-  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got one on ", x.device());
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous 2-D (num_src, F) tensor, got shape ",
-              x.sizes());
+  DISTGNN_CHECK(x.is_cuda(), "x must be a CUDA tensor, got one on ", x.device());
+  DISTGNN_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be a contiguous 2-D (num_src, F) tensor, got shape ",
+                x.sizes());
   const distgnn_aggregate::Dtype dtype = aggregate_dtype(x, "x");
   check_block_csc(indptr, indices, x.device());
   const int64_t num_dst = indptr.numel() - 1, width = x.size(1);
-  TORCH_CHECK(!with_self || x.size(0) >= num_dst, "x has ", x.size(0), " rows but the block has ", num_dst,
-              " destinations, which come first among its sources");
+  DISTGNN_CHECK(!with_self || x.size(0) >= num_dst, "x has ", x.size(0), " rows but the block has ", num_dst,
+                " destinations, which come first among its sources");
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty({num_dst, with_self ? 2 * width : width}, x.options());
   distgnn_aggregate::MeanParams p{};
@@ -291,18 +292,18 @@ torch::Tensor mean_aggregate(const torch::Tensor& indptr, const torch::Tensor& i
 
 torch::Tensor mean_aggregate_backward(const torch::Tensor& indptr, const torch::Tensor& indices,
                                       const torch::Tensor& grad_out, int64_t num_src, bool with_self) {
-  TORCH_CHECK(grad_out.is_cuda(), "grad_out must be a CUDA tensor, got one on ", grad_out.device());
-  TORCH_CHECK(grad_out.dim() == 2 && grad_out.is_contiguous(), "grad_out must be a contiguous 2-D tensor, got shape ",
-              grad_out.sizes());
+  DISTGNN_CHECK(grad_out.is_cuda(), "grad_out must be a CUDA tensor, got one on ", grad_out.device());
+  DISTGNN_CHECK(grad_out.dim() == 2 && grad_out.is_contiguous(), "grad_out must be a contiguous 2-D tensor, got shape ",
+                grad_out.sizes());
   const distgnn_aggregate::Dtype dtype = aggregate_dtype(grad_out, "grad_out");
   check_block_csc(indptr, indices, grad_out.device());
   const int64_t num_dst = indptr.numel() - 1;
-  TORCH_CHECK(grad_out.size(0) == num_dst, "grad_out has ", grad_out.size(0), " rows, the block ", num_dst,
-              " destinations");
-  TORCH_CHECK(!with_self || grad_out.size(1) % 2 == 0, "grad_out of [self | mean] needs an even width, got ",
-              grad_out.size(1));
-  TORCH_CHECK(num_src >= 0 && (!with_self || num_src >= num_dst), "num_src = ", num_src, " must be >= 0",
-              with_self ? " and >= num_dst" : "");
+  DISTGNN_CHECK(grad_out.size(0) == num_dst, "grad_out has ", grad_out.size(0), " rows, the block ", num_dst,
+                " destinations");
+  DISTGNN_CHECK(!with_self || grad_out.size(1) % 2 == 0, "grad_out of [self | mean] needs an even width, got ",
+                grad_out.size(1));
+  DISTGNN_CHECK(num_src >= 0 && (!with_self || num_src >= num_dst), "num_src = ", num_src, " must be >= 0",
+                with_self ? " and >= num_dst" : "");
   const int64_t width = with_self ? grad_out.size(1) / 2 : grad_out.size(1);
   const c10::cuda::CUDAGuard guard(grad_out.device());
   // float32 accumulator (the atomics need it); float16 / bfloat16 gradients are cast once at the end.
