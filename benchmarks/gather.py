@@ -21,6 +21,7 @@ import time
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
+from distgnn.cache.extension import load_extension
 from distgnn.cache.gather import key_space, plan_gather, plan_gather_cuda
 
 
@@ -280,6 +281,78 @@ def share_anatomy(batches, table, device):
     return parts
 
 
+def contention(batches, table, device, rounds=3):
+    """What the zero-copy reads share with the CPU share's two halves: GB/s of each alone, then of both at once
+    (the other side working for exactly as long as the queued kernels run), for a CPU gather into pinned memory
+    (shares host memory, not the link) and a plain host->GPU copy stream (shares the link and the GPU's reads of
+    host memory, little host memory bandwidth). Medians of ``rounds``.
+    """
+    extension = load_extension()
+    host = HostTier(table, 0)
+    keys = key_space(None, host, None)
+    plans = [plan_gather_cuda(ids, None, keys)[0] for ids in batches]
+    unplaced = torch.zeros(2, dtype=torch.int64, device=device)
+    out = torch.empty((max(ids.shape[0] for ids in batches), table.shape[1]), dtype=table.dtype, device=device)
+    ids_cpu = [plan.keys.cpu() for plan in plans]
+    staged = torch.empty((out.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
+    row_bytes = table.shape[1] * table.element_size()
+    gpu_bytes = sum(ids.shape[0] for ids in batches) * row_bytes
+
+    def launch_all():
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for plan in plans:
+            n = plan.keys.shape[0]
+            extension.gather_rows(
+                out[:n], plan.keys, plan.order, plan.hit_base, plan.bad_key, True, table, 0, None, None, [], unplaced
+            )
+        end.record()
+        return start, end
+
+    def cpu_gather(until=None):
+        rows, k, began = 0, 0, time.perf_counter()
+        while (until is None and k < len(ids_cpu)) or (until is not None and not until.query()):
+            ids = ids_cpu[k % len(ids_cpu)]
+            torch.index_select(table, 0, ids, out=staged[: ids.shape[0]])
+            rows, k = rows + ids.shape[0], k + 1
+        return rows * row_bytes / (time.perf_counter() - began) / 1e9
+
+    dense = table[: (256 << 20) // row_bytes]  # 256 MB of registered rows: a plain copy-engine stream
+    landed = torch.empty_like(dense, device=device)
+    copy_stream = torch.cuda.Stream(device)
+
+    def dma(until=None):
+        """Copies 256 MB pieces host->GPU on a side stream (until ``until`` completes); GB/s."""
+        copies, began = 0, time.perf_counter()
+        with torch.cuda.stream(copy_stream):
+            while copies == 0 or (until is not None and not until.query()):
+                landed.copy_(dense, non_blocking=True)
+                copy_stream.synchronize()
+                copies += 1
+        return copies * dense.numel() * dense.element_size() / (time.perf_counter() - began) / 1e9
+
+    results = {"zero-copy alone": [], "CPU gather alone": [], "zero-copy with CPU": [], "CPU with zero-copy": []}
+    results.update({"DMA alone": [], "zero-copy with DMA": [], "DMA with zero-copy": []})
+    for _ in range(rounds):
+        sync(device)
+        start, end = launch_all()
+        sync(device)
+        results["zero-copy alone"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
+        results["CPU gather alone"].append(cpu_gather())
+        sync(device)
+        start, end = launch_all()
+        results["CPU with zero-copy"].append(cpu_gather(until=end))
+        sync(device)
+        results["zero-copy with CPU"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
+        results["DMA alone"].append(dma())
+        sync(device)
+        start, end = launch_all()
+        results["DMA with zero-copy"].append(dma(until=end))
+        sync(device)
+        results["zero-copy with DMA"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
+    return {name: sorted(values)[len(values) // 2] for name, values in results.items()}
+
+
 def copy_ceiling(table, device):
     """Host->GPU copy bandwidth of a contiguous 2 GiB slice of the registered table (median of 10)."""
     if device.type != "cuda":
@@ -451,6 +524,11 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
         print(
             "cpu_share=1 anatomy (ms/batch): "
             + "; ".join(f"{k} {v:.2f}" for k, v in report["share_anatomy_ms"].items())
+        )
+    if device.type == "cuda":
+        report["contention_gbps"] = contention(timed, table, device)
+        print(
+            "host memory contention (GB/s): " + "; ".join(f"{k} {v:.1f}" for k, v in report["contention_gbps"].items())
         )
     if device.type == "cuda":
         small, _small_buf, small_registration = host_table(n, dim, dtype, False, device)
