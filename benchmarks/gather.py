@@ -223,21 +223,78 @@ def torch_index_then_copy(batches, table, device):
     return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
 
 
-def host_first_split(gather_module, measure):
-    """``measure()`` with the gather's former order for the CPU share: the kernel is launched only once the
-    plan's keys have reached the host (as before the split moved to the GPU), for an A/B in one run."""
-    start = gather_module._start_cpu_share
-
-    def start_and_wait(*args, **kwargs):
-        share = start(*args, **kwargs)
-        share.arrived.synchronize()
-        return share
-
-    gather_module._start_cpu_share = start_and_wait
-    try:
-        return measure()
-    finally:
-        gather_module._start_cpu_share = start
+def share_timeline(batches, table, device, share, keys_first=False):
+    """When each part of one ``gather(..., cpu_share=share)`` ends, in ms after the call starts (medians over
+    ``batches``): the plan, the zero-copy kernel, the keys' arrival on the host, the CPU gather loop (the host
+    has issued its last chunk copy), the last chunk's copy, the scatter. The steps of ``_gather_cuda`` and
+    ``_finish_cpu_share`` are replayed here with CUDA events between them. ``keys_first`` replays session 4's
+    order instead, for an A/B in one run: the CPU's items found with torch ops (``cpu_share_range``, a dozen
+    launches) and the keys' copy queued before the kernel."""
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    extension = load_extension()
+    host = HostTier(table, 0)
+    keys = key_space(None, host, None)
+    chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
+    names = ("plan", "keys copied (GPU)", "kernel launched (host)", "kernel", "keys on host", "CPU loop issued")
+    names += ("last copy", "scatter", "whole")
+    rows = {name: [] for name in names}
+    for ids in batches * 3:
+        out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
+        sync(device)
+        marks = {name: torch.cuda.Event(enable_timing=True) for name in ("start", "plan", "kernel", "copy", "scatter")}
+        t0 = time.perf_counter()
+        marks["start"].record()
+        plan, _, unplaced = plan_gather_cuda(ids, None, keys)
+        marks["plan"].record()
+        if keys_first:
+            items = gather_module.cpu_share_range(plan.keys, host, share)
+        else:
+            items = extension.share_range(plan.keys, host.start, host.end, share)
+        keys_ready = torch.cuda.Event()
+        keys_ready.record()
+        if keys_first:
+            cpu = gather_module._send_share_keys(plan, items, keys_ready)
+        args = (plan.keys, plan.order, plan.hit_base, plan.bad_key, True, table, 0, None, None, [], unplaced)
+        extension.gather_rows(out, *args, items)
+        marks["kernel"].record()
+        if not keys_first:
+            cpu = gather_module._send_share_keys(plan, items, keys_ready)
+        marks["keys copied"] = torch.cuda.Event(enable_timing=True)
+        marks["keys copied"].record(cpu.side)
+        t_launched = time.perf_counter()
+        cpu.arrived.synchronize()
+        t_keys = time.perf_counter()
+        begin, end = cpu.host_items.tolist()
+        picked = cpu.host_keys[begin:end]
+        staged = torch.empty((picked.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
+        with torch.cuda.stream(cpu.side):
+            landed = torch.empty_like(staged, device=device)
+            for lo in range(0, picked.shape[0], chunk):
+                hi = min(picked.shape[0], lo + chunk)
+                torch.index_select(table, 0, picked[lo:hi], out=staged[lo:hi])
+                landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
+            marks["copy"].record(cpu.side)
+            t_loop = time.perf_counter()
+            out.index_copy_(0, plan.order[begin:end], landed)
+            marks["scatter"].record(cpu.side)
+        torch.cuda.current_stream(device).wait_stream(cpu.side)
+        unplaced.tolist()
+        t_end = time.perf_counter()
+        start = marks["start"]
+        values = (
+            start.elapsed_time(marks["plan"]),
+            start.elapsed_time(marks["keys copied"]),
+            (t_launched - t0) * 1e3,
+            start.elapsed_time(marks["kernel"]),
+            (t_keys - t0) * 1e3,
+            (t_loop - t0) * 1e3,
+            start.elapsed_time(marks["copy"]),
+            start.elapsed_time(marks["scatter"]),
+            (t_end - t0) * 1e3,
+        )
+        for name, value in zip(names, values, strict=True):
+            rows[name].append(value)
+    return {name: sorted(v)[len(v) // 2] for name, v in rows.items()}
 
 
 def share_anatomy(batches, table, device):
@@ -249,12 +306,13 @@ def share_anatomy(batches, table, device):
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
     parts = {"plan + keys to host": 0.0, "CPU gather, one call": 0.0, "CPU gather, chunked": 0.0}
     parts.update({"chunks + H2D copies": 0.0, "scatter (index_copy_)": 0.0, "whole gather": 0.0})
+    extension = load_extension()
     for ids in batches:
         out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
         sync(device)
         t0 = time.perf_counter()
         plan, _, _ = plan_gather_cuda(ids, None, key_space(None, host, None))
-        begin, end = gather_module.cpu_share_range(plan.keys, host, 1.0).tolist()
+        begin, end = extension.share_range(plan.keys, host.start, host.end, 1.0).tolist()
         keys = plan.keys[begin:end].cpu()
         t1 = time.perf_counter()
         staged = torch.empty((keys.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
@@ -502,24 +560,25 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
                 timed, out, device, host=host, cpu_share=share
             )
             gather_module._CPU_CHUNK_BYTES = default_chunk
-        if share in (0.4, 0.45, 0.5) and device.type == "cuda":
-            # A/B of the split's place, alternated over 3 rounds of 3x the timed batches; medians.
-            rounds = {"split on the GPU": [], "kernel after the keys reach the host": []}
-            for _ in range(3):
-                rounds["split on the GPU"].append(timed_gather(timed * 3, out, device, host=host, cpu_share=share))
-                rounds["kernel after the keys reach the host"].append(
-                    host_first_split(
-                        gather_module,
-                        lambda share=share: timed_gather(timed * 3, out, device, host=host, cpu_share=share),
-                    )
-                )
-            for variant, results in rounds.items():
-                tiers[f"host, cpu_share {share:g}, {variant} (A/B)"] = sorted(results)[1]
         got = gather(out[: check.shape[0]], check, host=host, cpu_share=share).cpu()
         assert torch.equal(got, table[check.cpu()]), "wrong rows"
     best_share = max(by_share, key=lambda share: by_share[share][0])
     report["best_cpu_share"] = best_share
     if device.type == "cuda":
+        report["share_timeline_ms"] = {}
+        for share in sorted({0.4, best_share, 0.6} - {0.0}):
+            # A/B: the committed order, then session 4's (keys first), alternated over 3 rounds; medians.
+            for keys_first in (False, True, False, True, False, True):
+                order = "keys first (session 4)" if keys_first else "kernel first"
+                times = share_timeline(timed, table, device, share, keys_first)
+                report["share_timeline_ms"].setdefault(f"{share:g} {order}", []).append(times)
+            for order in ("kernel first", "keys first (session 4)"):
+                rounds = report["share_timeline_ms"][f"{share:g} {order}"]
+                times = {name: sorted(r[name] for r in rounds)[1] for name in rounds[0]}
+                print(
+                    f"cpu_share={share:g} timeline, {order} (ms after the call starts): "
+                    + "; ".join(f"{k} {v:.2f}" for k, v in times.items())
+                )
         report["share_anatomy_ms"] = share_anatomy(timed, table, device)
         print(
             "cpu_share=1 anatomy (ms/batch): "

@@ -126,6 +126,28 @@ def test_extension_errors_are_raised_with_their_values():
         load_extension().gather_rows(out, keys.cpu(), keys, 10, 15, True, None, 0, None, None, [], unplaced)
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_share_range_kernel_matches_the_torch_reference(seed):
+    from distgnn.cache.extension import load_extension
+    from distgnn.cache.gather import cpu_share_range
+
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(0, 5000, (1,), generator=gen))
+    keys = torch.sort(torch.randint(0, 3000, (n,), generator=gen)).values.cuda()  # runs of equal keys
+    start = int(torch.randint(0, 2500, (1,), generator=gen))
+    host = HostTier(torch.zeros(int(torch.randint(1, 1500, (1,), generator=gen)), 4), start)
+    for share in (0.0, 0.0001, 0.25, 0.5, 0.999, 1.0, float(torch.rand(1, generator=gen))):
+        got = load_extension().share_range(keys, host.start, host.end, share)
+        assert got.tolist() == cpu_share_range(keys, host, share).tolist(), (share, n, host.start, host.end)
+
+
+def test_share_range_refuses_a_share_outside_zero_to_one():
+    from distgnn.cache.extension import load_extension
+
+    with pytest.raises(RuntimeError, match="share must be in \\[0, 1\\], got 1.5"):
+        load_extension().share_range(torch.arange(10, device="cuda"), 0, 10, 1.5)
+
+
 def test_cpu_share_with_host_tier_only_and_repeated_ids():
     table = torch.randn(3000, 32)
     host = HostTier(pinned_rows(table), 0)

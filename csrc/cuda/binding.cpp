@@ -140,6 +140,22 @@ std::vector<torch::Tensor> plan(torch::Tensor ids, c10::optional<torch::Tensor> 
   return {sorted_keys, sorted_order};
 }
 
+// [begin, end) of the sorted `keys` that the CPU share takes (plan.cu, launch_share_range), as a (2,) int64 tensor
+// on the keys' device, computed on the current stream.
+torch::Tensor share_range(const torch::Tensor& keys, int64_t host_start, int64_t host_end, double share) {
+  DISTGNN_CHECK(keys.is_cuda(), "keys must be on a CUDA device, got ", keys.device());
+  const torch::Device device = keys.device();
+  const c10::cuda::CUDAGuard guard(device);
+  check_index(keys, "keys", device);
+  DISTGNN_CHECK(share >= 0.0 && share <= 1.0, "share must be in [0, 1], got ", share);
+  DISTGNN_CHECK(host_start <= host_end, "host range [", host_start, ", ", host_end, ") is reversed");
+  torch::Tensor range = torch::empty({2}, keys.options());
+  C10_CUDA_CHECK(distgnn::launch_share_range(keys.data_ptr<int64_t>(), keys.numel(), host_start, host_end, share,
+                                             range.data_ptr<int64_t>(),
+                                             c10::cuda::getCurrentCUDAStream(device.index())));
+  return range;
+}
+
 void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int64_t hit_base, int64_t bad_key,
                  bool deduplicate,
                  c10::optional<torch::Tensor> host, int64_t host_start, c10::optional<torch::Tensor> staging,
@@ -256,6 +272,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
         py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_base"), py::arg("bad_key"), py::arg("sort"), py::arg("hits"),
         py::arg("unplaced"));
+  m.def("share_range", &share_range, "Items of the sorted keys that the CPU share takes, [begin, end) on the GPU",
+        py::arg("keys"), py::arg("host_start"), py::arg("host_end"), py::arg("share"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",
         py::arg("ptr"));
   m.def("host_register", &host_register, "cudaHostRegister whole pages around [ptr, ptr + nbytes); returns base",

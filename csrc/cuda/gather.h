@@ -68,4 +68,10 @@ cudaError_t launch_plan(const PlanParams& params, int num_sms, cudaStream_t stre
 cudaError_t sort_plan(void* temp, size_t* temp_bytes, const int64_t* keys_in, int64_t* keys_out,
                       const int64_t* order_in, int64_t* order_out, int64_t n, int end_bit, cudaStream_t stream);
 
+// range = [begin, end): the items of the sorted `keys` that CPU threads gather instead of the kernel, the first
+// `share` (0..1, rounded half to even) of the keys in [host_start, host_end), extended to the end of a run of
+// equal keys. One thread, no host sync; the reference is cpu_share_range in distgnn/cache/gather.py.
+cudaError_t launch_share_range(const int64_t* keys, int64_t n, int64_t host_start, int64_t host_end, double share,
+                               int64_t* range, cudaStream_t stream);
+
 }  // namespace distgnn

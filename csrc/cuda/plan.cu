@@ -51,7 +51,38 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const PlanParams p) 
   }
 }
 
+// First position in keys[0, n) whose key is >= value (or > value with `after`).
+__device__ int64_t bound(const int64_t* keys, int64_t n, int64_t value, bool after) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < value || (after && keys[mid] == value)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// One thread: the CPU share's items (see launch_share_range).
+__global__ void share_range_kernel(const int64_t* keys, int64_t n, int64_t host_start, int64_t host_end,
+                                   double share, int64_t* range) {
+  const int64_t begin = bound(keys, n, host_start, false);
+  const int64_t stop = bound(keys, n, host_end, false);
+  int64_t end = begin + int64_t(rint(double(stop - begin) * share));  // rint: half to even, as torch.round
+  if (end > begin) end = bound(keys, n, keys[end - 1], true);
+  range[0] = begin;
+  range[1] = end;
+}
+
 }  // namespace
+
+cudaError_t launch_share_range(const int64_t* keys, int64_t n, int64_t host_start, int64_t host_end, double share,
+                               int64_t* range, cudaStream_t stream) {
+  share_range_kernel<<<1, 1, 0, stream>>>(keys, n, host_start, host_end, share, range);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_plan(const PlanParams& p, int num_sms, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;

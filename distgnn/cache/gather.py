@@ -185,9 +185,12 @@ def _gather_cuda(
     plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, key_space(cache, host, staging), sort_misses)
     if cache is not None:
         cache.stats.record(ids.shape[0], hits)
-    share = None
+    items = keys_ready = None
     if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
-        share = _start_cpu_share(plan, host, cpu_share)
+        # The CPU's items are found on the GPU, so the kernel is queued at once; the keys go to the host after.
+        items = extension.share_range(plan.keys, host.start, host.end, cpu_share)
+        keys_ready = torch.cuda.Event()
+        keys_ready.record()
     extension.gather_rows(
         out,
         plan.keys,
@@ -201,10 +204,10 @@ def _gather_cuda(
         None if staging is None else staging.ids.to(out.device),
         [] if cache is None else cache.shards,
         unplaced,
-        None if share is None else share.items,
+        items,
     )
-    if share is not None:
-        _finish_cpu_share(out, plan, host, share)
+    if items is not None:
+        _finish_cpu_share(out, plan, host, _send_share_keys(plan, items, keys_ready))
     count, example = unplaced.tolist()
     if count:
         raise InputError(
@@ -223,7 +226,8 @@ def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> tor
     """``[begin, end)`` as a ``(2,)`` int64 tensor on ``keys``' device: the plan items the CPU fills, the first
     ``cpu_share`` of the host tier's misses among the sorted ``keys``, extended to the end of a run of equal keys.
 
-    Computed with device ops only (no host sync), so the kernel can be launched before the host learns the range.
+    The torch reference of the extension's ``share_range`` kernel (csrc/cuda/plan.cu), which the gather uses: one
+    launch where these are a dozen.
     """
     begin = torch.searchsorted(keys, host.start).reshape(1)
     host_end = torch.searchsorted(keys, host.end).reshape(1)
@@ -245,17 +249,16 @@ class _CpuShare:
     side: torch.cuda.Stream
 
 
-def _start_cpu_share(plan: GatherPlan, host: HostTier, cpu_share: float) -> _CpuShare:
-    """Computes the CPU's items on the GPU and starts copying them and the keys to the host on a side stream, so
-    the kernel launched next on the current stream runs while they travel."""
+def _send_share_keys(plan: GatherPlan, items: torch.Tensor, keys_ready: torch.cuda.Event) -> _CpuShare:
+    """Copies the CPU's items and the plan's keys to the host on a side stream, once ``keys_ready`` (recorded
+    before the kernel was queued) has passed, so they travel while the kernel runs."""
     device = plan.keys.device
     side = _copy_streams.get(device.index)
     if side is None:
         side = _copy_streams[device.index] = torch.cuda.Stream(device)
-    items = cpu_share_range(plan.keys, host, cpu_share)
     host_items = torch.empty(2, dtype=torch.int64, pin_memory=True)
     host_keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
-    side.wait_stream(torch.cuda.current_stream(device))
+    side.wait_event(keys_ready)
     arrived = torch.cuda.Event()
     with torch.cuda.stream(side):
         host_items.copy_(items, non_blocking=True)
