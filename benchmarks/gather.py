@@ -564,6 +564,14 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
         assert torch.equal(got, table[check.cpu()]), "wrong rows"
     best_share = max(by_share, key=lambda share: by_share[share][0])
     report["best_cpu_share"] = best_share
+    if best_share > 0:
+        default_chunk = gather_module._CPU_CHUNK_BYTES
+        for chunk_mb in (1, 2, 8):
+            gather_module._CPU_CHUNK_BYTES = chunk_mb << 20
+            tiers[f"host, cpu_share {best_share:g}, {chunk_mb} MB chunks"] = timed_gather(
+                timed, out, device, host=host, cpu_share=best_share
+            )
+        gather_module._CPU_CHUNK_BYTES = default_chunk
     if device.type == "cuda":
         report["share_timeline_ms"] = {}
         for share in sorted({0.4, best_share, 0.6} - {0.0}):
