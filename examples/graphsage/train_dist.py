@@ -124,7 +124,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="with the cache: fraction of this machine's uncached rows gathered by CPU threads and copied by\n"
-        "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0)",
+        "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0). Pays only where a\n"
+        "batch touches a small fraction of a large table; at products scale 0.3 slowed epochs (docs/BENCHMARKS.md)",
     )
     p.add_argument(
         "--sync-timing",
