@@ -389,25 +389,28 @@ def contention(batches, table, device, rounds=3):
                 copies += 1
         return copies * dense.numel() * dense.element_size() / (time.perf_counter() - began) / 1e9
 
-    results = {"zero-copy alone": [], "CPU gather alone": [], "zero-copy with CPU": [], "CPU with zero-copy": []}
-    results.update({"DMA alone": [], "zero-copy with DMA": [], "DMA with zero-copy": []})
+    def beside_kernels(other):
+        """(GB/s of the zero-copy kernels, GB/s of ``other``) with ``other`` working until the kernels finish."""
+        sync(device)
+        start, end = launch_all()
+        other_rate = other(until=end)
+        sync(device)
+        return gpu_bytes / start.elapsed_time(end) / 1e6, other_rate
+
+    sides = (("CPU gather", cpu_gather), ("DMA", dma))
+    results = {"zero-copy alone": []}
+    for name, _ in sides:
+        results.update({f"{name} alone": [], f"zero-copy with {name}": [], f"{name} with zero-copy": []})
     for _ in range(rounds):
         sync(device)
         start, end = launch_all()
         sync(device)
         results["zero-copy alone"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
-        results["CPU gather alone"].append(cpu_gather())
-        sync(device)
-        start, end = launch_all()
-        results["CPU with zero-copy"].append(cpu_gather(until=end))
-        sync(device)
-        results["zero-copy with CPU"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
-        results["DMA alone"].append(dma())
-        sync(device)
-        start, end = launch_all()
-        results["DMA with zero-copy"].append(dma(until=end))
-        sync(device)
-        results["zero-copy with DMA"].append(gpu_bytes / start.elapsed_time(end) / 1e6)
+        for name, other in sides:
+            results[f"{name} alone"].append(other())
+            kernels, beside = beside_kernels(other)
+            results[f"zero-copy with {name}"].append(kernels)
+            results[f"{name} with zero-copy"].append(beside)
     return {name: sorted(values)[len(values) // 2] for name, values in results.items()}
 
 

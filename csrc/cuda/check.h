@@ -3,7 +3,7 @@
 //
 // TORCH_CHECK with arguments formats them through std::ostringstream in the extension's own code; in a JIT
 // extension built with the GPU machines' image (torch 2.11, g++ 13.3) constructing an ostringstream segfaults, so
-// the process died where an error was due (tests/test_gather_cuda.py::test_extension_errors_are_raised).
+// the process died where an error was due (tests/test_gather_cuda.py and tests/test_sampling_gpu.py raise some).
 // Message parts: C strings, std::string, integers, floats, bools, c10::Device, c10::ScalarType, IntArrayRef.
 #pragma once
 

@@ -82,6 +82,16 @@ SummarySlots& summary_slots() {
   return *slots;
 }
 
+// A CSC's arrays: int64 indptr of `rows` + 1 >= 1 entries, int32 or int64 indices, both contiguous and 1-D.
+void check_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const char* rows) {
+  DISTGNN_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
+                    indptr.is_contiguous(),
+                "indptr must be a contiguous 1-D int64 tensor of ", rows, " + 1 >= 1 entries");
+  DISTGNN_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
+                    indices.dim() == 1 && indices.is_contiguous(),
+                "indices must be a contiguous 1-D int32 or int64 tensor");
+}
+
 // Copies [total, flags] (the start of the scan's state) to the host and waits for the stream.
 std::pair<int64_t, int64_t> read_summary(const int64_t* state, cudaStream_t stream) {
   int64_t* slot = summary_slots().acquire();
@@ -101,12 +111,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
     bool replace, uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
   const c10::cuda::CUDAGuard guard(device);
-  DISTGNN_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
-                    indptr.is_contiguous(),
-                "indptr must be a contiguous 1-D int64 tensor of num_nodes + 1 entries");
-  DISTGNN_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
-                    indices.dim() == 1 && indices.is_contiguous(),
-                "indices must be a contiguous 1-D int32 or int64 tensor");
+  check_csc(indptr, indices, "num_nodes");
   DISTGNN_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
                     seeds.device() == device,
                 "seeds must be a contiguous 1-D int64 tensor on ", device);
@@ -252,12 +257,7 @@ distgnn_aggregate::Dtype aggregate_dtype(const torch::Tensor& t, const char* nam
 void check_block_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Device& device) {
   DISTGNN_CHECK(indptr.device() == device && indices.device() == device, "indptr (on ", indptr.device(),
                 ") and indices (on ", indices.device(), ") must be on the features' device ", device);
-  DISTGNN_CHECK(indptr.scalar_type() == torch::kInt64 && indptr.dim() == 1 && indptr.numel() >= 1 &&
-                    indptr.is_contiguous(),
-                "indptr must be a contiguous 1-D int64 tensor of num_dst + 1 >= 1 entries");
-  DISTGNN_CHECK((indices.scalar_type() == torch::kInt64 || indices.scalar_type() == torch::kInt32) &&
-                    indices.dim() == 1 && indices.is_contiguous(),
-                "indices must be a contiguous 1-D int32 or int64 tensor");
+  check_csc(indptr, indices, "num_dst");
 }
 
 torch::Tensor mean_aggregate(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& x,

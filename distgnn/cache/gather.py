@@ -239,10 +239,9 @@ def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> tor
 
 @dataclass
 class _CpuShare:
-    """The CPU share in flight: its plan items (device), and their copies to the host with the event that marks
-    their arrival (copied on the side stream, beside the kernel)."""
+    """The CPU share in flight: its plan items and the plan's keys on their way to the host (copied on the side
+    stream, beside the kernel), and the event that marks their arrival."""
 
-    items: torch.Tensor
     host_items: torch.Tensor
     host_keys: torch.Tensor
     arrived: torch.cuda.Event
@@ -264,7 +263,7 @@ def _send_share_keys(plan: GatherPlan, items: torch.Tensor, keys_ready: torch.cu
         host_items.copy_(items, non_blocking=True)
         host_keys.copy_(plan.keys, non_blocking=True)
         arrived.record(side)
-    return _CpuShare(items, host_items, host_keys, arrived, side)
+    return _CpuShare(host_items, host_keys, arrived, side)
 
 
 def _finish_cpu_share(out: torch.Tensor, plan: GatherPlan, host: HostTier, share: _CpuShare) -> None:
