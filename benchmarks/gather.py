@@ -122,8 +122,10 @@ def batches_of(train_ids, batch_size, count, indptr, indices, fanouts):
 
 
 def timed_gather(batches, out, device, **tiers):
-    """GB/s of gathered bytes and ms per batch over ``batches`` (after one warm-up batch)."""
-    gather(out[: batches[0].shape[0]], batches[0], **tiers)
+    """GB/s of gathered bytes and ms per batch over ``batches``, after one untimed pass over them (so the caching
+    allocators hold blocks of every size the batches need: the steady state of an epoch)."""
+    for ids in batches:
+        gather(out[: ids.shape[0]], ids, **tiers)
     sync(device)
     start = time.perf_counter()
     rows = 0
@@ -223,78 +225,151 @@ def torch_index_then_copy(batches, table, device):
     return rows * table.shape[1] * table.element_size() / seconds / 1e9, seconds / len(ids_cpu) * 1e3
 
 
-def share_timeline(batches, table, device, share, keys_first=False):
-    """When each part of one ``gather(..., cpu_share=share)`` ends, in ms after the call starts (medians over
-    ``batches``): the plan, the zero-copy kernel, the keys' arrival on the host, the CPU gather loop (the host
-    has issued its last chunk copy), the last chunk's copy, the scatter. The steps of ``_gather_cuda`` and
-    ``_finish_cpu_share`` are replayed here with CUDA events between them. ``keys_first`` replays session 4's
-    order instead, for an A/B in one run: the CPU's items found with torch ops (``cpu_share_range``, a dozen
-    launches) and the keys' copy queued before the kernel."""
+_SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
+PYTHON_SHARE_STEPS = ("inputs", "plan", "share_range", "event", "kernel launch", "keys sent", "wait for keys")
+PYTHON_SHARE_STEPS += ("CPU setup", "CPU loop", "scatter + wait", "final check", "loop's index_select")
+PYTHON_SHARE_STEPS += ("loop's copy launches", "whole")
+
+
+def python_share_gather(out, ids, host, share, steps=None):
+    """The CPU share as session 5 ran it in Python (``_gather_cuda`` at commit 39a35bc, host tier only), replayed
+    for an A/B against the extension's one-call ``gather_rows_cpu_share``: plan, ``share_range``, an event, the
+    zero-copy kernel, the keys to pinned memory on a side stream, then on the host a loop of ``index_select``
+    chunks into pinned memory with their copies, the scatter and the final check. With ``steps`` (a dict of
+    lists), appends the host microseconds of each step (``PYTHON_SHARE_STEPS``)."""
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    extension = load_extension()
+    table, device = host.rows, out.device
+    chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
+    t = [time.perf_counter()]
+    ids = gather_module._check_inputs(out, ids, None, host, None)
+    extension.device_accessible(table.data_ptr())
+    t.append(time.perf_counter())
+    plan, _, unplaced = plan_gather_cuda(ids.to(device), None, key_space(None, host, None))
+    t.append(time.perf_counter())
+    items = extension.share_range(plan.keys, host.start, host.end, share)
+    t.append(time.perf_counter())
+    keys_ready = torch.cuda.Event()
+    keys_ready.record()
+    t.append(time.perf_counter())
+    args = (plan.keys, plan.order, plan.hit_base, plan.bad_key, True, table, host.start, None, None, [], unplaced)
+    extension.gather_rows(out, *args, items)
+    t.append(time.perf_counter())
+    side = _SIDE_STREAMS.setdefault(device.index, torch.cuda.Stream(device))
+    host_items = torch.empty(2, dtype=torch.int64, pin_memory=True)
+    host_keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
+    side.wait_event(keys_ready)
+    arrived = torch.cuda.Event()
+    with torch.cuda.stream(side):
+        host_items.copy_(items, non_blocking=True)
+        host_keys.copy_(plan.keys, non_blocking=True)
+        arrived.record(side)
+    t.append(time.perf_counter())
+    arrived.synchronize()
+    t.append(time.perf_counter())
+    begin, end = host_items.tolist()
+    rows = host_keys[begin:end] - host.start
+    staged = torch.empty((rows.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
+    selecting = copying = 0.0
+    with torch.cuda.stream(side):
+        landed = torch.empty_like(staged, device=device)
+        t.append(time.perf_counter())
+        for lo in range(0, rows.shape[0], chunk):
+            hi = min(rows.shape[0], lo + chunk)
+            a = time.perf_counter()
+            torch.index_select(table, 0, rows[lo:hi], out=staged[lo:hi])
+            b = time.perf_counter()
+            landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
+            selecting, copying = selecting + b - a, copying + time.perf_counter() - b
+        t.append(time.perf_counter())
+        out.index_copy_(0, plan.order[begin:end], landed)
+    torch.cuda.current_stream(device).wait_stream(side)
+    t.append(time.perf_counter())
+    unplaced.tolist()
+    t.append(time.perf_counter())
+    if steps is not None:
+        values = [(b - a) * 1e6 for a, b in zip(t, t[1:], strict=False)]
+        values += [selecting * 1e6, copying * 1e6, (t[-1] - t[0]) * 1e6]
+        for name, value in zip(PYTHON_SHARE_STEPS, values, strict=True):
+            steps.setdefault(name, []).append(value)
+    return out
+
+
+def launch_anatomy(batches, table, device, share, rounds=3):
+    """Host microseconds of each step of the Python CPU share (``python_share_gather``), medians over ``rounds``
+    x ``batches``: what the host spent before the kernel was queued and before the CPU could start its rows."""
+    host = HostTier(table, 0)
+    steps = {}
+    for ids in batches * rounds:
+        out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
+        sync(device)
+        python_share_gather(out, ids, host, share, steps)
+    return {name: sorted(v)[len(v) // 2] for name, v in steps.items()}
+
+
+SHARE_MARKS = ("keys copy queued", "keys on host", "buffers", "first chunk queued", "last chunk queued", "done")
+
+
+def share_marks(batches, table, device, share, rounds=3):
+    """Host clocks inside the extension's ``gather_rows_cpu_share`` (ms after it was called; medians over
+    ``rounds`` x ``batches``), the call ``gather`` makes for a CPU share, replayed with its ``marks``."""
     gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
     extension = load_extension()
     host = HostTier(table, 0)
-    keys = key_space(None, host, None)
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
-    names = ("plan", "keys copied (GPU)", "kernel launched (host)", "kernel", "keys on host", "CPU loop issued")
-    names += ("last copy", "scatter", "whole")
-    rows = {name: [] for name in names}
-    for ids in batches * 3:
+    marks = torch.zeros(len(SHARE_MARKS), dtype=torch.float64)
+    seen = {name: [] for name in SHARE_MARKS}
+    for ids in batches * rounds:
         out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
+        plan, _, unplaced = plan_gather_cuda(ids, None, key_space(None, host, None))
         sync(device)
-        marks = {name: torch.cuda.Event(enable_timing=True) for name in ("start", "plan", "kernel", "copy", "scatter")}
-        t0 = time.perf_counter()
-        marks["start"].record()
-        plan, _, unplaced = plan_gather_cuda(ids, None, keys)
-        marks["plan"].record()
-        if keys_first:
-            items = gather_module.cpu_share_range(plan.keys, host, share)
-        else:
-            items = extension.share_range(plan.keys, host.start, host.end, share)
-        keys_ready = torch.cuda.Event()
-        keys_ready.record()
-        if keys_first:
-            cpu = gather_module._send_share_keys(plan, items, keys_ready)
-        args = (plan.keys, plan.order, plan.hit_base, plan.bad_key, True, table, 0, None, None, [], unplaced)
-        extension.gather_rows(out, *args, items)
-        marks["kernel"].record()
-        if not keys_first:
-            cpu = gather_module._send_share_keys(plan, items, keys_ready)
-        marks["keys copied"] = torch.cuda.Event(enable_timing=True)
-        marks["keys copied"].record(cpu.side)
-        t_launched = time.perf_counter()
-        cpu.arrived.synchronize()
-        t_keys = time.perf_counter()
-        begin, end = cpu.host_items.tolist()
-        picked = cpu.host_keys[begin:end]
-        staged = torch.empty((picked.shape[0], table.shape[1]), dtype=table.dtype, pin_memory=True)
-        with torch.cuda.stream(cpu.side):
-            landed = torch.empty_like(staged, device=device)
-            for lo in range(0, picked.shape[0], chunk):
-                hi = min(picked.shape[0], lo + chunk)
-                torch.index_select(table, 0, picked[lo:hi], out=staged[lo:hi])
-                landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
-            marks["copy"].record(cpu.side)
-            t_loop = time.perf_counter()
-            out.index_copy_(0, plan.order[begin:end], landed)
-            marks["scatter"].record(cpu.side)
-        torch.cuda.current_stream(device).wait_stream(cpu.side)
-        unplaced.tolist()
-        t_end = time.perf_counter()
-        start = marks["start"]
-        values = (
-            start.elapsed_time(marks["plan"]),
-            start.elapsed_time(marks["keys copied"]),
-            (t_launched - t0) * 1e3,
-            start.elapsed_time(marks["kernel"]),
-            (t_keys - t0) * 1e3,
-            (t_loop - t0) * 1e3,
-            start.elapsed_time(marks["copy"]),
-            start.elapsed_time(marks["scatter"]),
-            (t_end - t0) * 1e3,
-        )
-        for name, value in zip(names, values, strict=True):
-            rows[name].append(value)
-    return {name: sorted(v)[len(v) // 2] for name, v in rows.items()}
+        marks.zero_()
+        args = (plan.keys, plan.order, plan.hit_base, plan.bad_key, table, host.start, None, None, [], unplaced)
+        extension.gather_rows_cpu_share(out, *args, share, chunk, marks)
+        sync(device)
+        for name, value in zip(SHARE_MARKS, marks.tolist(), strict=True):
+            seen[name].append(value * 1e3)
+    return {name: sorted(v)[len(v) // 2] for name, v in seen.items()}
+
+
+def copy_variants(batches, out, table, device, shares, rounds=3):
+    """GB/s of the host tier with a CPU share for each way of feeding the copy engines (copy streams, first chunk
+    size), alternated over ``rounds``; medians."""
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    host = HostTier(table, 0)
+    variants = {"1 stream": (1, 0), "2 streams": (2, 0), "1 stream, 512 KB first": (1, 512 << 10)}
+    variants["2 streams, 512 KB first"] = (2, 512 << 10)
+    results = {}
+    for _ in range(rounds):
+        for share in shares:
+            for name, (streams, first) in variants.items():
+                gather_module._CPU_COPY_STREAMS, gather_module._CPU_FIRST_CHUNK_BYTES = streams, first
+                gbps = timed_gather(batches, out, device, host=host, cpu_share=share)[0]
+                results.setdefault((share, name), []).append(gbps)
+                got = gather(out[: batches[0].shape[0]], batches[0], host=host, cpu_share=share)
+                assert torch.equal(got.cpu(), table[batches[0].cpu()]), f"wrong rows with {name}"
+    gather_module._CPU_COPY_STREAMS, gather_module._CPU_FIRST_CHUNK_BYTES = 1, 0
+    return {key: sorted(v)[len(v) // 2] for key, v in results.items()}
+
+
+def share_ab(batches, out, table, device, shares, rounds=3):
+    """GB/s of the host tier's gather with each ``cpu_share``: the extension's one call (``gather``) and the
+    Python replay (``python_share_gather``), alternated over ``rounds`` on the same batches; medians."""
+    host = HostTier(table, 0)
+    row_bytes = table.shape[1] * table.element_size()
+    results = {}
+    for _ in range(rounds):
+        for share in shares:
+            gbps = timed_gather(batches, out, device, host=host, cpu_share=share)[0]
+            results.setdefault((share, "one C++ call"), []).append(gbps)
+            sync(device)
+            start = time.perf_counter()
+            for ids in batches:
+                python_share_gather(out[: ids.shape[0]], ids, host, share)
+            sync(device)
+            gbps = sum(ids.shape[0] for ids in batches) * row_bytes / (time.perf_counter() - start) / 1e9
+            results.setdefault((share, "Python (session 5)"), []).append(gbps)
+    return {key: sorted(v)[len(v) // 2] for key, v in results.items()}
 
 
 def share_anatomy(batches, table, device):
@@ -576,20 +651,29 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
             )
         gather_module._CPU_CHUNK_BYTES = default_chunk
     if device.type == "cuda":
-        report["share_timeline_ms"] = {}
-        for share in sorted({0.4, best_share, 0.6} - {0.0}):
-            # A/B: the committed order, then session 4's (keys first), alternated over 3 rounds; medians.
-            for keys_first in (False, True, False, True, False, True):
-                order = "keys first (session 4)" if keys_first else "kernel first"
-                times = share_timeline(timed, table, device, share, keys_first)
-                report["share_timeline_ms"].setdefault(f"{share:g} {order}", []).append(times)
-            for order in ("kernel first", "keys first (session 4)"):
-                rounds = report["share_timeline_ms"][f"{share:g} {order}"]
-                times = {name: sorted(r[name] for r in rounds)[1] for name in rounds[0]}
-                print(
-                    f"cpu_share={share:g} timeline, {order} (ms after the call starts): "
-                    + "; ".join(f"{k} {v:.2f}" for k, v in times.items())
-                )
+        ab_shares = sorted({0.4, best_share, 0.5, 0.6} - {0.0})
+        ab = share_ab(timed, out, table, device, ab_shares)
+        report["share_ab_gbps"] = {f"{share:g} {how}": gbps for (share, how), gbps in ab.items()}
+        for share in ab_shares:
+            print(
+                f"cpu_share={share:g} A/B (GB/s, medians of 3 alternated rounds): one C++ call "
+                f"{ab[share, 'one C++ call']:.1f}, Python (session 5) {ab[share, 'Python (session 5)']:.1f}"
+            )
+        variants = copy_variants(timed, out, table, device, ab_shares)
+        report["copy_variants_gbps"] = {f"{share:g} {name}": gbps for (share, name), gbps in variants.items()}
+        for (share, name), gbps in variants.items():
+            print(f"cpu_share={share:g} copy variant {name}: {gbps:.1f} GB/s")
+        report["share_marks_ms"] = {}
+        for share in ab_shares:
+            marks = report["share_marks_ms"][f"{share:g}"] = share_marks(timed, table, device, share)
+            print(
+                f"cpu_share={share:g} C++ steps (ms after the call): "
+                + "; ".join(f"{k} {v:.3f}" for k, v in marks.items())
+            )
+        report["launch_anatomy_us"] = {}
+        for share in sorted({0.4, best_share} - {0.0}):
+            steps = report["launch_anatomy_us"][f"{share:g}"] = launch_anatomy(timed, table, device, share)
+            print(f"cpu_share={share:g} host steps (us): " + "; ".join(f"{k} {v:.0f}" for k, v in steps.items()))
         report["share_anatomy_ms"] = share_anatomy(timed, table, device)
         print(
             "cpu_share=1 anatomy (ms/batch): "

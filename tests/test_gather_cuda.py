@@ -156,6 +156,71 @@ def test_cpu_share_with_host_tier_only_and_repeated_ids():
     assert torch.equal(out, table[ids.cpu()].cuda())
 
 
+def test_cpu_share_binding_refuses_bad_arguments():
+    from distgnn.cache.extension import load_extension
+
+    out = torch.empty(4, 8, device="cuda")
+    keys = torch.arange(4, dtype=torch.int64, device="cuda")
+    unplaced = torch.zeros(2, dtype=torch.int64, device="cuda")
+    host = pinned_rows(torch.randn(10, 8))
+    call = load_extension().gather_rows_cpu_share
+    with pytest.raises(RuntimeError, match="reads host rows in host memory, got them on cuda:0"):
+        call(out, keys, keys, 10, 15, host.cuda(), 0, None, None, [], unplaced, 0.5, 4)
+    with pytest.raises(RuntimeError, match="chunk_rows must be >= 1, got 0"):
+        call(out, keys, keys, 10, 15, host, 0, None, None, [], unplaced, 0.5, 0)
+    with pytest.raises(RuntimeError, match="share must be in \\[0, 1\\], got 2"):
+        call(out, keys, keys, 10, 15, host, 0, None, None, [], unplaced, 2.0, 4)
+
+
+def test_cpu_share_on_a_side_stream_is_ordered_on_that_stream():
+    """A loader gathers on its own stream: the CPU's rows must be in ``out`` for work queued after on that stream."""
+    table, ids, cache, host, staging = cuda_setup(31, width=64)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out = gather(poisoned(len(ids), 64, table.dtype), ids, cache=cache, host=host, staging=staging, cpu_share=0.7)
+        total = out.double().sum(dim=1)  # queued on the side stream after the gather
+    side.synchronize()
+    expected = table[ids.cpu()].cuda()
+    assert torch.equal(out, expected)
+    assert torch.equal(total, expected.double().sum(dim=1))
+
+
+def test_cpu_share_releases_the_gil_while_the_cpu_gathers():
+    """Other Python threads (a loader's sampler) run while the CPU share gathers its rows."""
+    import threading
+    import time
+
+    from distgnn.cache.extension import load_extension
+
+    table = pinned_rows(torch.randn(400_000, 128))
+    ids = torch.randperm(400_000, device="cuda")[:300_000]
+    host = HostTier(table, 0)
+    plan, _, unplaced = plan_gather_cuda(ids, None, key_space(None, host, None))
+    out = poisoned(ids.shape[0], 128, torch.float32)
+    stamps, stop = [], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        time.sleep(0.01)
+        began = time.perf_counter()
+        load_extension().gather_rows_cpu_share(
+            out, plan.keys, plan.order, plan.hit_base, plan.bad_key, table, 0, None, None, [], unplaced, 1.0, 4096
+        )
+        ended = time.perf_counter()
+    finally:
+        stop.set()
+        ticker.join()
+    torch.cuda.synchronize()
+    assert torch.equal(out, table[ids.cpu()].cuda())
+    inside = [s for s in stamps if began < s < ended]
+    assert len(inside) > 10, f"no other thread ran during the {1e3 * (ended - began):.1f} ms call"
+
+
 def test_cpu_share_still_names_ids_in_no_tier():
     table = torch.randn(100, 8)
     host = HostTier(pinned_rows(table[:50]), 0)

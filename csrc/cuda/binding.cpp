@@ -5,10 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <tuple>
-
 #include <vector>
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -210,6 +212,133 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
   C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms(device), c10::cuda::getCurrentCUDAStream(device.index())));
 }
 
+// Host clocks gather_rows_cpu_share can leave in `marks` (seconds after the call began): keys copy queued, keys
+// on the host, buffers allocated, first chunk's copy queued, last chunk's copy queued, side stream done.
+constexpr int64_t kShareMarks = 6;
+
+// Non-blocking streams per device for the CPU share's copies (kCopyStreams each), created on first use and kept
+// for the process.
+constexpr int kCopyStreams = 4;
+cudaStream_t side_stream(int device, int k) {
+  static std::mutex mutex;
+  static std::vector<cudaStream_t> streams;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const size_t at = size_t(device) * kCopyStreams + size_t(k);
+  if (streams.size() <= at) streams.resize(at + 1, nullptr);
+  if (streams[at] == nullptr) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[at], cudaStreamNonBlocking));
+  return streams[at];
+}
+
+// A CUDA event for one call (destroying it while pending is allowed: it is released once it completes).
+struct CallEvent {
+  cudaEvent_t event = nullptr;
+  CallEvent() { C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~CallEvent() { cudaEventDestroy(event); }
+  CallEvent(const CallEvent&) = delete;
+  CallEvent& operator=(const CallEvent&) = delete;
+};
+
+// The CPU share of `host` rows (gather.py, cpu_share): gather_rows for every item but the first `share` of the
+// host misses among the sorted `keys` (share_range), which CPU threads gather instead, all in one call, so the
+// host spends no Python on the way:
+//   current stream: share_range, event `planned`, the zero-copy kernel (skipping the CPU's items);
+//   side stream, after `planned`: the CPU's [begin, end) and the keys to pinned memory;
+//   host, once they arrived: index_select of the share's rows into pinned chunks of `chunk_rows`, each copied in
+//   on the side stream as soon as it is full; the side stream then scatters them to their output rows, and the
+//   current stream waits for it.
+// Returns when the side stream is done (so the pinned and device buffers can be freed), with the GIL released
+// while it waits and gathers; the kernel may still run. Returns the number of items the CPU took; `marks`, when
+// given, receives host clocks of the steps (kShareMarks) for benchmarks.
+int64_t gather_rows_cpu_share(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int64_t hit_base,
+                              int64_t bad_key, torch::Tensor host, int64_t host_start,
+                              c10::optional<torch::Tensor> staging, c10::optional<torch::Tensor> staging_ids,
+                              std::vector<torch::Tensor> shards, torch::Tensor unplaced, double share,
+                              int64_t chunk_rows, c10::optional<torch::Tensor> marks, int64_t copy_streams,
+                              int64_t first_chunk_rows) {
+  const auto called = std::chrono::steady_clock::now();
+  double* const mark = marks.has_value() ? marks->data_ptr<double>() : nullptr;
+  auto stamp = [&](int k) {
+    if (mark != nullptr) mark[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - called).count();
+  };
+  if (marks.has_value()) {
+    DISTGNN_CHECK(!marks->is_cuda() && marks->scalar_type() == torch::kFloat64 && marks->is_contiguous() &&
+                      marks->numel() >= kShareMarks,
+                  "marks must be a contiguous float64 CPU tensor of at least ", kShareMarks, " entries");
+  }
+  DISTGNN_CHECK(out.is_cuda(), "out must be a CUDA tensor, got one on ", out.device());
+  DISTGNN_CHECK(!host.is_cuda(), "the CPU share reads host rows in host memory, got them on ", host.device());
+  DISTGNN_CHECK(chunk_rows >= 1, "chunk_rows must be >= 1, got ", chunk_rows);
+  DISTGNN_CHECK(copy_streams >= 1 && copy_streams <= kCopyStreams, "copy_streams must be in [1, ", kCopyStreams,
+                "], got ", copy_streams);
+  const torch::Device device = out.device();
+  const c10::cuda::CUDAGuard guard(device);
+  check_index(keys, "keys", device);
+  check_rows(host, out, "host rows");
+  const torch::Tensor range = share_range(keys, host_start, host_start + host.size(0), share);
+  const cudaStream_t current = c10::cuda::getCurrentCUDAStream(device.index());
+  std::vector<cudaStream_t> copiers;
+  for (int k = 0; k < copy_streams; ++k) copiers.push_back(side_stream(device.index(), k));
+  const cudaStream_t side = copiers[0];
+  const CallEvent planned, arrived, done;
+  std::vector<CallEvent> copied(size_t(copy_streams - 1));
+  C10_CUDA_CHECK(cudaEventRecord(planned.event, current));
+  gather_rows(out, keys, order, hit_base, bad_key, true, host, host_start, staging, staging_ids, shards, unplaced,
+              range);
+  const int64_t n = keys.numel();
+  const torch::Tensor host_keys = torch::empty({n + 2}, torch::dtype(torch::kInt64).pinned_memory(true));
+  int64_t* const on_host = host_keys.data_ptr<int64_t>();
+  C10_CUDA_CHECK(cudaStreamWaitEvent(side, planned.event, 0));
+  C10_CUDA_CHECK(cudaMemcpyAsync(on_host, range.data_ptr<int64_t>(), 2 * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                 side));
+  C10_CUDA_CHECK(cudaMemcpyAsync(on_host + 2, keys.data_ptr<int64_t>(), size_t(n) * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost, side));
+  C10_CUDA_CHECK(cudaEventRecord(arrived.event, side));
+  stamp(0);
+
+  const py::gil_scoped_release no_gil;
+  C10_CUDA_CHECK(cudaEventSynchronize(arrived.event));
+  stamp(1);
+  const int64_t begin = on_host[0], count = on_host[1] - on_host[0];
+  if (count > 0) {
+    const int64_t row_bytes = out.size(1) * int64_t(out.element_size());
+    const torch::Tensor staged = torch::empty({count, out.size(1)}, host.options().pinned_memory(true));
+    const torch::Tensor landed = torch::empty({count, out.size(1)}, out.options());
+    const torch::Tensor rows = torch::empty({std::min(chunk_rows, count)}, torch::dtype(torch::kInt64));
+    const int64_t* const keys_of_share = on_host + 2 + begin;
+    stamp(2);
+    try {
+      int64_t size = first_chunk_rows >= 1 ? std::min(first_chunk_rows, chunk_rows) : chunk_rows;
+      for (int64_t lo = 0, k = 0; lo < count; lo += size, size = std::min(chunk_rows, 2 * size), ++k) {
+        const int64_t m = std::min(size, count - lo);
+        int64_t* const row = rows.data_ptr<int64_t>();
+        for (int64_t i = 0; i < m; ++i) row[i] = keys_of_share[lo + i] - host_start;
+        torch::Tensor into = staged.narrow(0, lo, m);
+        torch::index_select_out(into, host, 0, rows.narrow(0, 0, m));
+        C10_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(landed.data_ptr()) + lo * row_bytes,
+                                       static_cast<const char*>(staged.data_ptr()) + lo * row_bytes,
+                                       size_t(m * row_bytes), cudaMemcpyHostToDevice,
+                                       copiers[size_t(k % copy_streams)]));
+        if (lo == 0) stamp(3);
+      }
+      stamp(4);
+      for (size_t k = 1; k < copiers.size(); ++k) {
+        C10_CUDA_CHECK(cudaEventRecord(copied[k - 1].event, copiers[k]));
+        C10_CUDA_CHECK(cudaStreamWaitEvent(side, copied[k - 1].event, 0));
+      }
+      const c10::cuda::CUDAStreamGuard on_side(c10::cuda::getStreamFromExternal(side, device.index()));
+      out.index_copy_(0, order.narrow(0, begin, count), landed);
+    } catch (...) {
+      for (cudaStream_t copier : copiers) cudaStreamSynchronize(copier);  // they read `staged`, write `landed`
+      throw;
+    }
+  }
+  C10_CUDA_CHECK(cudaEventRecord(done.event, side));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(current, done.event, 0));
+  C10_CUDA_CHECK(cudaEventSynchronize(done.event));
+  stamp(5);
+  return count;
+}
+
 // Page-locks [ptr, ptr + nbytes) (widened to whole pages) and maps it for the device; returns the base to pass
 // to host_unregister. Read-only mappings are registered read-only.
 int64_t host_register(int64_t ptr, int64_t nbytes) {
@@ -272,6 +401,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
         py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_base"), py::arg("bad_key"), py::arg("sort"), py::arg("hits"),
         py::arg("unplaced"));
+  m.def("gather_rows_cpu_share", &gather_rows_cpu_share,
+        "gather_rows with the first `share` of the host misses gathered by CPU threads and copied in (one call)",
+        py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("hit_base"), py::arg("bad_key"), py::arg("host"),
+        py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"),
+        py::arg("share"), py::arg("chunk_rows"), py::arg("marks") = py::none(), py::arg("copy_streams") = 1,
+        py::arg("first_chunk_rows") = 0);
   m.def("share_range", &share_range, "Items of the sorted keys that the CPU share takes, [begin, end) on the GPU",
         py::arg("keys"), py::arg("host_start"), py::arg("host_end"), py::arg("share"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",

@@ -146,8 +146,8 @@ def plan_gather_cuda(
 ) -> tuple[GatherPlan, torch.Tensor, torch.Tensor]:
     """The plan from the CUDA planner, with its ``[local, peer]`` hit and ``[count, example]`` unplaced counters."""
     hit_base, bad_key = keys
-    hits = torch.zeros(2, dtype=torch.int64, device=ids.device)
-    unplaced = torch.zeros(2, dtype=torch.int64, device=ids.device)
+    counters = torch.zeros(4, dtype=torch.int64, device=ids.device)  # one launch for both
+    hits, unplaced = counters[:2], counters[2:]
     plan_keys, order = load_extension().plan(
         ids,
         None if cache is None else cache.slot_table,
@@ -185,29 +185,23 @@ def _gather_cuda(
     plan, hits, unplaced = plan_gather_cuda(ids.to(out.device), cache, key_space(cache, host, staging), sort_misses)
     if cache is not None:
         cache.stats.record(ids.shape[0], hits)
-    items = keys_ready = None
-    if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
-        # The CPU's items are found on the GPU, so the kernel is queued at once; the keys go to the host after.
-        items = extension.share_range(plan.keys, host.start, host.end, cpu_share)
-        keys_ready = torch.cuda.Event()
-        keys_ready.record()
-    extension.gather_rows(
-        out,
-        plan.keys,
-        plan.order,
-        plan.hit_base,
-        plan.bad_key,
-        plan.deduplicate,
-        None if host is None else host.rows,
-        0 if host is None else host.start,
+    work = (out, plan.keys, plan.order, plan.hit_base, plan.bad_key)
+    others = (
         None if staging is None else staging.rows,
         None if staging is None else staging.ids.to(out.device),
         [] if cache is None else cache.shards,
         unplaced,
-        items,
     )
-    if items is not None:
-        _finish_cpu_share(out, plan, host, _send_share_keys(plan, items, keys_ready))
+    if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
+        row_bytes = out.shape[1] * out.element_size()
+        chunk_rows = max(1, _CPU_CHUNK_BYTES // row_bytes)
+        extension.gather_rows_cpu_share(
+            *work, host.rows, host.start, *others, cpu_share, chunk_rows, None, _CPU_COPY_STREAMS,
+            _CPU_FIRST_CHUNK_BYTES // row_bytes,
+        )  # fmt: skip
+    else:
+        host_rows, host_start = (None, 0) if host is None else (host.rows, host.start)
+        extension.gather_rows(*work, plan.deduplicate, host_rows, host_start, *others)
     count, example = unplaced.tolist()
     if count:
         raise InputError(
@@ -219,7 +213,8 @@ def _gather_cuda(
 # Bytes per CPU gather + DMA step of the CPU share, so the copy engine streams one chunk while the CPU threads
 # gather the next (4 MB and 16 MB measured alike, 38.9 vs 37.6 GB/s at cpu_share 0.4: docs/BENCHMARKS.md).
 _CPU_CHUNK_BYTES = 4 << 20
-_copy_streams: dict[int, torch.cuda.Stream] = {}
+_CPU_COPY_STREAMS = 1
+_CPU_FIRST_CHUNK_BYTES = 0
 
 
 def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> torch.Tensor:
@@ -235,55 +230,6 @@ def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> tor
     last = keys[(end - 1).clamp_min(0)]
     end = torch.where(end > begin, torch.searchsorted(keys, last, right=True), end)
     return torch.cat([begin, end])
-
-
-@dataclass
-class _CpuShare:
-    """The CPU share in flight: its plan items and the plan's keys on their way to the host (copied on the side
-    stream, beside the kernel), and the event that marks their arrival."""
-
-    host_items: torch.Tensor
-    host_keys: torch.Tensor
-    arrived: torch.cuda.Event
-    side: torch.cuda.Stream
-
-
-def _send_share_keys(plan: GatherPlan, items: torch.Tensor, keys_ready: torch.cuda.Event) -> _CpuShare:
-    """Copies the CPU's items and the plan's keys to the host on a side stream, once ``keys_ready`` (recorded
-    before the kernel was queued) has passed, so they travel while the kernel runs."""
-    device = plan.keys.device
-    side = _copy_streams.get(device.index)
-    if side is None:
-        side = _copy_streams[device.index] = torch.cuda.Stream(device)
-    host_items = torch.empty(2, dtype=torch.int64, pin_memory=True)
-    host_keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
-    side.wait_event(keys_ready)
-    arrived = torch.cuda.Event()
-    with torch.cuda.stream(side):
-        host_items.copy_(items, non_blocking=True)
-        host_keys.copy_(plan.keys, non_blocking=True)
-        arrived.record(side)
-    return _CpuShare(host_items, host_keys, arrived, side)
-
-
-def _finish_cpu_share(out: torch.Tensor, plan: GatherPlan, host: HostTier, share: _CpuShare) -> None:
-    """Once the keys are on the host, CPU threads gather the share's rows into pinned chunks; the side stream
-    copies each chunk in and scatters the rows to their output rows; the current stream then waits for it. Runs
-    while the kernel reads the other rows."""
-    share.arrived.synchronize()
-    begin, end = share.host_items.tolist()
-    device = out.device
-    rows = share.host_keys[begin:end] - host.start
-    chunk = max(1, _CPU_CHUNK_BYTES // (out.shape[1] * out.element_size()))
-    staged = torch.empty((rows.shape[0], out.shape[1]), dtype=out.dtype, pin_memory=True)
-    with torch.cuda.stream(share.side):
-        landed = torch.empty_like(staged, device=device)
-        for lo in range(0, rows.shape[0], chunk):
-            hi = min(rows.shape[0], lo + chunk)
-            torch.index_select(host.rows, 0, rows[lo:hi], out=staged[lo:hi])
-            landed[lo:hi].copy_(staged[lo:hi], non_blocking=True)
-        out.index_copy_(0, plan.order[begin:end], landed)
-    torch.cuda.current_stream(device).wait_stream(share.side)
 
 
 def _gather_reference(
