@@ -332,26 +332,6 @@ def share_marks(batches, table, device, share, rounds=3):
     return {name: sorted(v)[len(v) // 2] for name, v in seen.items()}
 
 
-def copy_variants(batches, out, table, device, shares, rounds=3):
-    """GB/s of the host tier with a CPU share for each way of feeding the copy engines (copy streams, first chunk
-    size), alternated over ``rounds``; medians."""
-    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
-    host = HostTier(table, 0)
-    variants = {"1 stream": (1, 0), "2 streams": (2, 0), "1 stream, 512 KB first": (1, 512 << 10)}
-    variants["2 streams, 512 KB first"] = (2, 512 << 10)
-    results = {}
-    for _ in range(rounds):
-        for share in shares:
-            for name, (streams, first) in variants.items():
-                gather_module._CPU_COPY_STREAMS, gather_module._CPU_FIRST_CHUNK_BYTES = streams, first
-                gbps = timed_gather(batches, out, device, host=host, cpu_share=share)[0]
-                results.setdefault((share, name), []).append(gbps)
-                got = gather(out[: batches[0].shape[0]], batches[0], host=host, cpu_share=share)
-                assert torch.equal(got.cpu(), table[batches[0].cpu()]), f"wrong rows with {name}"
-    gather_module._CPU_COPY_STREAMS, gather_module._CPU_FIRST_CHUNK_BYTES = 1, 0
-    return {key: sorted(v)[len(v) // 2] for key, v in results.items()}
-
-
 def share_ab(batches, out, table, device, shares, rounds=3):
     """GB/s of the host tier's gather with each ``cpu_share``: the extension's one call (``gather``) and the
     Python replay (``python_share_gather``), alternated over ``rounds`` on the same batches; medians."""
@@ -659,10 +639,6 @@ def run(args, device, dtype, table, degree, presampled, evaluation, row_bytes, f
                 f"cpu_share={share:g} A/B (GB/s, medians of 3 alternated rounds): one C++ call "
                 f"{ab[share, 'one C++ call']:.1f}, Python (session 5) {ab[share, 'Python (session 5)']:.1f}"
             )
-        variants = copy_variants(timed, out, table, device, ab_shares)
-        report["copy_variants_gbps"] = {f"{share:g} {name}": gbps for (share, name), gbps in variants.items()}
-        for (share, name), gbps in variants.items():
-            print(f"cpu_share={share:g} copy variant {name}: {gbps:.1f} GB/s")
         report["share_marks_ms"] = {}
         for share in ab_shares:
             marks = report["share_marks_ms"][f"{share:g}"] = share_marks(timed, table, device, share)

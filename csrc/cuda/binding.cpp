@@ -216,17 +216,15 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
 // on the host, buffers allocated, first chunk's copy queued, last chunk's copy queued, side stream done.
 constexpr int64_t kShareMarks = 6;
 
-// Non-blocking streams per device for the CPU share's copies (kCopyStreams each), created on first use and kept
-// for the process.
-constexpr int kCopyStreams = 4;
-cudaStream_t side_stream(int device, int k) {
+// One non-blocking stream per device for the CPU share's copies, created on first use and kept for the process.
+// (Two streams taking turns, and a smaller first chunk, measured no better: docs/BENCHMARKS.md, "GPU gather".)
+cudaStream_t side_stream(int device) {
   static std::mutex mutex;
   static std::vector<cudaStream_t> streams;
   const std::lock_guard<std::mutex> lock(mutex);
-  const size_t at = size_t(device) * kCopyStreams + size_t(k);
-  if (streams.size() <= at) streams.resize(at + 1, nullptr);
-  if (streams[at] == nullptr) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[at], cudaStreamNonBlocking));
-  return streams[at];
+  if (streams.size() <= size_t(device)) streams.resize(size_t(device) + 1, nullptr);
+  if (streams[device] == nullptr) C10_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+  return streams[device];
 }
 
 // A CUDA event for one call (destroying it while pending is allowed: it is released once it completes).
@@ -253,8 +251,7 @@ int64_t gather_rows_cpu_share(torch::Tensor out, torch::Tensor keys, torch::Tens
                               int64_t bad_key, torch::Tensor host, int64_t host_start,
                               c10::optional<torch::Tensor> staging, c10::optional<torch::Tensor> staging_ids,
                               std::vector<torch::Tensor> shards, torch::Tensor unplaced, double share,
-                              int64_t chunk_rows, c10::optional<torch::Tensor> marks, int64_t copy_streams,
-                              int64_t first_chunk_rows) {
+                              int64_t chunk_rows, c10::optional<torch::Tensor> marks) {
   const auto called = std::chrono::steady_clock::now();
   double* const mark = marks.has_value() ? marks->data_ptr<double>() : nullptr;
   auto stamp = [&](int k) {
@@ -268,19 +265,14 @@ int64_t gather_rows_cpu_share(torch::Tensor out, torch::Tensor keys, torch::Tens
   DISTGNN_CHECK(out.is_cuda(), "out must be a CUDA tensor, got one on ", out.device());
   DISTGNN_CHECK(!host.is_cuda(), "the CPU share reads host rows in host memory, got them on ", host.device());
   DISTGNN_CHECK(chunk_rows >= 1, "chunk_rows must be >= 1, got ", chunk_rows);
-  DISTGNN_CHECK(copy_streams >= 1 && copy_streams <= kCopyStreams, "copy_streams must be in [1, ", kCopyStreams,
-                "], got ", copy_streams);
   const torch::Device device = out.device();
   const c10::cuda::CUDAGuard guard(device);
   check_index(keys, "keys", device);
   check_rows(host, out, "host rows");
   const torch::Tensor range = share_range(keys, host_start, host_start + host.size(0), share);
   const cudaStream_t current = c10::cuda::getCurrentCUDAStream(device.index());
-  std::vector<cudaStream_t> copiers;
-  for (int k = 0; k < copy_streams; ++k) copiers.push_back(side_stream(device.index(), k));
-  const cudaStream_t side = copiers[0];
+  const cudaStream_t side = side_stream(device.index());
   const CallEvent planned, arrived, done;
-  std::vector<CallEvent> copied(size_t(copy_streams - 1));
   C10_CUDA_CHECK(cudaEventRecord(planned.event, current));
   gather_rows(out, keys, order, hit_base, bad_key, true, host, host_start, staging, staging_ids, shards, unplaced,
               range);
@@ -307,28 +299,22 @@ int64_t gather_rows_cpu_share(torch::Tensor out, torch::Tensor keys, torch::Tens
     const int64_t* const keys_of_share = on_host + 2 + begin;
     stamp(2);
     try {
-      int64_t size = first_chunk_rows >= 1 ? std::min(first_chunk_rows, chunk_rows) : chunk_rows;
-      for (int64_t lo = 0, k = 0; lo < count; lo += size, size = std::min(chunk_rows, 2 * size), ++k) {
-        const int64_t m = std::min(size, count - lo);
+      for (int64_t lo = 0; lo < count; lo += chunk_rows) {
+        const int64_t m = std::min(chunk_rows, count - lo);
         int64_t* const row = rows.data_ptr<int64_t>();
         for (int64_t i = 0; i < m; ++i) row[i] = keys_of_share[lo + i] - host_start;
         torch::Tensor into = staged.narrow(0, lo, m);
         torch::index_select_out(into, host, 0, rows.narrow(0, 0, m));
         C10_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(landed.data_ptr()) + lo * row_bytes,
                                        static_cast<const char*>(staged.data_ptr()) + lo * row_bytes,
-                                       size_t(m * row_bytes), cudaMemcpyHostToDevice,
-                                       copiers[size_t(k % copy_streams)]));
+                                       size_t(m * row_bytes), cudaMemcpyHostToDevice, side));
         if (lo == 0) stamp(3);
       }
       stamp(4);
-      for (size_t k = 1; k < copiers.size(); ++k) {
-        C10_CUDA_CHECK(cudaEventRecord(copied[k - 1].event, copiers[k]));
-        C10_CUDA_CHECK(cudaStreamWaitEvent(side, copied[k - 1].event, 0));
-      }
       const c10::cuda::CUDAStreamGuard on_side(c10::cuda::getStreamFromExternal(side, device.index()));
       out.index_copy_(0, order.narrow(0, begin, count), landed);
     } catch (...) {
-      for (cudaStream_t copier : copiers) cudaStreamSynchronize(copier);  // they read `staged`, write `landed`
+      cudaStreamSynchronize(side);  // the copies read `staged` and write `landed`: let them end before freeing
       throw;
     }
   }
@@ -405,8 +391,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "gather_rows with the first `share` of the host misses gathered by CPU threads and copied in (one call)",
         py::arg("out"), py::arg("keys"), py::arg("order"), py::arg("hit_base"), py::arg("bad_key"), py::arg("host"),
         py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"),
-        py::arg("share"), py::arg("chunk_rows"), py::arg("marks") = py::none(), py::arg("copy_streams") = 1,
-        py::arg("first_chunk_rows") = 0);
+        py::arg("share"), py::arg("chunk_rows"), py::arg("marks") = py::none());
   m.def("share_range", &share_range, "Items of the sorted keys that the CPU share takes, [begin, end) on the GPU",
         py::arg("keys"), py::arg("host_start"), py::arg("host_end"), py::arg("share"));
   m.def("device_accessible", &device_accessible, "Whether ptr is pinned/registered host or device memory",

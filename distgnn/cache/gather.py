@@ -49,6 +49,8 @@ def gather(
             misses and host rows in host memory; the reference path ignores it). Zero-copy reads of scattered
             rows stall on address translation well below the link's bandwidth (docs/BENCHMARKS.md, "GPU
             gather"); the DMA path streams dense pinned buffers, so the two together fill more of the link.
+            The CPU's part runs inside one extension call with the GIL released, so other Python threads (a
+            loader's sampler) keep running meanwhile.
 
     The CUDA path synchronises the current stream once, at the end, to check that every id was found (and,
     with a ``cpu_share``, once after planning, to hand the CPU its rows); it runs on the current stream, so
@@ -193,12 +195,8 @@ def _gather_cuda(
         unplaced,
     )
     if cpu_share > 0 and host is not None and not host.rows.is_cuda and plan.deduplicate and ids.numel():
-        row_bytes = out.shape[1] * out.element_size()
-        chunk_rows = max(1, _CPU_CHUNK_BYTES // row_bytes)
-        extension.gather_rows_cpu_share(
-            *work, host.rows, host.start, *others, cpu_share, chunk_rows, None, _CPU_COPY_STREAMS,
-            _CPU_FIRST_CHUNK_BYTES // row_bytes,
-        )  # fmt: skip
+        chunk_rows = max(1, _CPU_CHUNK_BYTES // (out.shape[1] * out.element_size()))
+        extension.gather_rows_cpu_share(*work, host.rows, host.start, *others, cpu_share, chunk_rows)
     else:
         host_rows, host_start = (None, 0) if host is None else (host.rows, host.start)
         extension.gather_rows(*work, plan.deduplicate, host_rows, host_start, *others)
@@ -211,10 +209,8 @@ def _gather_cuda(
 
 
 # Bytes per CPU gather + DMA step of the CPU share, so the copy engine streams one chunk while the CPU threads
-# gather the next (4 MB and 16 MB measured alike, 38.9 vs 37.6 GB/s at cpu_share 0.4: docs/BENCHMARKS.md).
+# gather the next (2, 4 and 8 MB measured alike, 1 MB slower: docs/BENCHMARKS.md, "GPU gather").
 _CPU_CHUNK_BYTES = 4 << 20
-_CPU_COPY_STREAMS = 1
-_CPU_FIRST_CHUNK_BYTES = 0
 
 
 def cpu_share_range(keys: torch.Tensor, host: HostTier, cpu_share: float) -> torch.Tensor:
