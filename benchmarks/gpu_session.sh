@@ -46,7 +46,7 @@ if has cachetests; then
 fi
 if has gather; then
   python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json "$OUT/gather.json" >"$OUT/gather.log" 2>&1 || status=1
-  grep -E "anatomy|timeline|ceiling|host memory|contention|sorted misses|cpu_share|CPU gather|torch table|^ +[0-9]+%" "$OUT/gather.log"
+  grep -E "anatomy|A/B|steps|ceiling|host memory|contention|sorted misses|cpu_share|CPU gather|torch table|^ +[0-9]+%" "$OUT/gather.log"
 fi
 if has pages; then
   timeout 240 python3 benchmarks/host_pages.py >"$OUT/pages.log" 2>&1 || status=1
