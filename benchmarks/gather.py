@@ -255,7 +255,9 @@ def python_share_gather(out, ids, host, share, steps=None):
     args = (plan.keys, plan.order, plan.hit_base, plan.bad_key, True, table, host.start, None, None, [], unplaced)
     extension.gather_rows(out, *args, items)
     t.append(time.perf_counter())
-    side = _SIDE_STREAMS.setdefault(device.index, torch.cuda.Stream(device))
+    side = _SIDE_STREAMS.get(device.index)
+    if side is None:  # one stream per device for the whole run, as the replayed code kept
+        side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
     host_items = torch.empty(2, dtype=torch.int64, pin_memory=True)
     host_keys = torch.empty(plan.keys.shape, dtype=torch.int64, pin_memory=True)
     side.wait_event(keys_ready)
