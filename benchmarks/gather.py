@@ -21,8 +21,8 @@ import time
 import torch
 
 from distgnn.cache import FeatureCache, HostRegistration, HostTier, StagingTier, choose_hot_set, gather
-from distgnn.cache.extension import load_extension
 from distgnn.cache.gather import key_space, plan_gather, plan_gather_cuda
+from distgnn.native.cuda import gather_kernels
 
 
 def parse_args() -> argparse.Namespace:
@@ -238,7 +238,7 @@ def python_share_gather(out, ids, host, share, steps=None):
     chunks into pinned memory with their copies, the scatter and the final check. With ``steps`` (a dict of
     lists), appends the host microseconds of each step (``PYTHON_SHARE_STEPS``)."""
     gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
-    extension = load_extension()
+    extension = gather_kernels()
     table, device = host.rows, out.device
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
     t = [time.perf_counter()]
@@ -316,7 +316,7 @@ def share_marks(batches, table, device, share, rounds=3):
     """Host clocks inside the extension's ``gather_rows_cpu_share`` (ms after it was called; medians over
     ``rounds`` x ``batches``), the call ``gather`` makes for a CPU share, replayed with its ``marks``."""
     gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
-    extension = load_extension()
+    extension = gather_kernels()
     host = HostTier(table, 0)
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
     marks = torch.zeros(len(SHARE_MARKS), dtype=torch.float64)
@@ -363,7 +363,7 @@ def share_anatomy(batches, table, device):
     chunk = max(1, gather_module._CPU_CHUNK_BYTES // (table.shape[1] * table.element_size()))
     parts = {"plan + keys to host": 0.0, "CPU gather, one call": 0.0, "CPU gather, chunked": 0.0}
     parts.update({"chunks + H2D copies": 0.0, "scatter (index_copy_)": 0.0, "whole gather": 0.0})
-    extension = load_extension()
+    extension = gather_kernels()
     for ids in batches:
         out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=device)
         sync(device)
@@ -402,7 +402,7 @@ def contention(batches, table, device, rounds=3):
     (shares host memory, not the link) and a plain host->GPU copy stream (shares the link and the GPU's reads of
     host memory, little host memory bandwidth). Medians of ``rounds``.
     """
-    extension = load_extension()
+    extension = gather_kernels()
     host = HostTier(table, 0)
     keys = key_space(None, host, None)
     plans = [plan_gather_cuda(ids, None, keys)[0] for ids in batches]

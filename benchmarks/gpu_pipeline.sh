@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT
 nproc | tee -a "$OUT/device.txt"
 status=0
 python3 -c 'import time; t = time.perf_counter()
-from distgnn.cache.extension import load_extension; load_extension()
+from distgnn.native.cuda import gather_kernels; gather_kernels()
 print(f"extension ready in {time.perf_counter() - t:.1f} s")' 2>&1 | tee "$OUT/build.log" || status=1
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_cache_pipeline.py tests/test_cache_dist_feature.py \
   tests/test_gather_cuda.py 2>&1 | tail -15 | tee "$OUT/pytest.log" || status=1

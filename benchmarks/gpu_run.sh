@@ -30,8 +30,8 @@ python3 - <<'PY' 2>&1 | tee "$OUT/build.log" || status=1
 import logging, time
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 start = time.perf_counter()
-from distgnn.cache.extension import build_directory, load_extension
-load_extension()
+from distgnn.native.cuda import build_directory, gather_kernels
+gather_kernels()
 print(f"extension ready in {time.perf_counter() - start:.1f} s ({build_directory()})")
 PY
 

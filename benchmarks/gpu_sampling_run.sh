@@ -13,7 +13,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site
 fi
 # The repo copy is not installed there: import distgnn from the working tree (the C++ sampler then builds
-# itself once into its cache, see distgnn/sampling/_build.py).
+# itself once into its cache, see distgnn/native/cpu.py).
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 status=0
 
@@ -24,9 +24,9 @@ status=0
 python3 - >"$OUT/build_gpu.log" 2>&1 <<'PY' &
 import time
 start = time.perf_counter()
-from distgnn.sampling.gpu import build_directory, load_extension
-load_extension()
-print(f"CUDA sampling extension ready in {time.perf_counter() - start:.1f} s ({build_directory()})")
+from distgnn.native.cuda import build_directory, graph_kernels
+graph_kernels()
+print(f"CUDA graph extension ready in {time.perf_counter() - start:.1f} s ({build_directory('graph')})")
 PY
 gpu_build=$!
 python3 - >"$OUT/build_cpu.log" 2>&1 <<'PY' &

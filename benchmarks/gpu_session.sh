@@ -34,7 +34,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/
 status=0
 has() { [[ ",$stages," == *",$1,"* ]]; }
 if has tests; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_cuda.py tests/test_cache_*.py \
+  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_cuda.py tests/test_cache_*.py tests/test_native_cuda.py \
     tests/test_sampling_gpu.py tests/test_sampling_device.py tests/test_sampling_kernels.py tests/test_nn_aggregate_cuda.py \
     tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15

@@ -18,7 +18,7 @@ fi
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 status=0
 python3 -c 'import time; t = time.perf_counter()
-from distgnn.cache.extension import load_extension; load_extension()
+from distgnn.native.cuda import gather_kernels; gather_kernels()
 print(f"extension ready in {time.perf_counter() - t:.1f} s")' 2>&1 | tee "$OUT/build.log" || status=1
 python3 -m pytest -q -p no:cacheprovider tests/test_cache_dist_feature.py 2>&1 | tee "$OUT/pytest.log" || status=1
 NODES=${NODES:-2000000}

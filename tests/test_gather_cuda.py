@@ -109,27 +109,27 @@ def test_cpu_share_of_host_rows_matches_reference(dtype, width, share, monkeypat
 
 def test_extension_errors_are_raised_with_their_values():
     """A failed check with formatted values raises (it crashed the process on the GPU image: csrc/cuda/check.h)."""
-    from distgnn.cache.extension import load_extension
+    from distgnn.native.cuda import gather_kernels
 
     out = torch.empty(4, 8, device="cuda")
     keys = torch.zeros(4, dtype=torch.int64, device="cuda")
     unplaced = torch.zeros(2, dtype=torch.int64, device="cuda")
     args = (out, keys, keys, 10, 15, True)
     with pytest.raises(RuntimeError, match=r"skip must hold \[begin, end\), got 3 entries"):
-        load_extension().gather_rows(
+        gather_kernels().gather_rows(
             *args, None, 0, None, None, [], unplaced, torch.zeros(3, dtype=torch.int64, device="cuda")
         )
     wrong = torch.zeros(10, 4).pin_memory()
     with pytest.raises(RuntimeError, match=r"host rows must be \(rows, 8\) of Float, got \[10, 4\] of Float"):
-        load_extension().gather_rows(*args, wrong, 0, None, None, [], unplaced)
+        gather_kernels().gather_rows(*args, wrong, 0, None, None, [], unplaced)
     with pytest.raises(RuntimeError, match="keys must be on cuda:0, got cpu"):
-        load_extension().gather_rows(out, keys.cpu(), keys, 10, 15, True, None, 0, None, None, [], unplaced)
+        gather_kernels().gather_rows(out, keys.cpu(), keys, 10, 15, True, None, 0, None, None, [], unplaced)
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_share_range_kernel_matches_the_torch_reference(seed):
-    from distgnn.cache.extension import load_extension
     from distgnn.cache.gather import cpu_share_range
+    from distgnn.native.cuda import gather_kernels
 
     gen = torch.Generator().manual_seed(seed)
     n = int(torch.randint(0, 5000, (1,), generator=gen))
@@ -137,15 +137,15 @@ def test_share_range_kernel_matches_the_torch_reference(seed):
     start = int(torch.randint(0, 2500, (1,), generator=gen))
     host = HostTier(torch.zeros(int(torch.randint(1, 1500, (1,), generator=gen)), 4), start)
     for share in (0.0, 0.0001, 0.25, 0.5, 0.999, 1.0, float(torch.rand(1, generator=gen))):
-        got = load_extension().share_range(keys, host.start, host.end, share)
+        got = gather_kernels().share_range(keys, host.start, host.end, share)
         assert got.tolist() == cpu_share_range(keys, host, share).tolist(), (share, n, host.start, host.end)
 
 
 def test_share_range_refuses_a_share_outside_zero_to_one():
-    from distgnn.cache.extension import load_extension
+    from distgnn.native.cuda import gather_kernels
 
     with pytest.raises(RuntimeError, match="share must be in \\[0, 1\\], got 1.5"):
-        load_extension().share_range(torch.arange(10, device="cuda"), 0, 10, 1.5)
+        gather_kernels().share_range(torch.arange(10, device="cuda"), 0, 10, 1.5)
 
 
 def test_cpu_share_with_host_tier_only_and_repeated_ids():
@@ -157,13 +157,13 @@ def test_cpu_share_with_host_tier_only_and_repeated_ids():
 
 
 def test_cpu_share_binding_refuses_bad_arguments():
-    from distgnn.cache.extension import load_extension
+    from distgnn.native.cuda import gather_kernels
 
     out = torch.empty(4, 8, device="cuda")
     keys = torch.arange(4, dtype=torch.int64, device="cuda")
     unplaced = torch.zeros(2, dtype=torch.int64, device="cuda")
     host = pinned_rows(torch.randn(10, 8))
-    call = load_extension().gather_rows_cpu_share
+    call = gather_kernels().gather_rows_cpu_share
     with pytest.raises(RuntimeError, match="reads host rows in host memory, got them on cuda:0"):
         call(out, keys, keys, 10, 15, host.cuda(), 0, None, None, [], unplaced, 0.5, 4)
     with pytest.raises(RuntimeError, match="chunk_rows must be >= 1, got 0"):
@@ -190,7 +190,7 @@ def test_cpu_share_releases_the_gil_while_the_cpu_gathers():
     import threading
     import time
 
-    from distgnn.cache.extension import load_extension
+    from distgnn.native.cuda import gather_kernels
 
     table = pinned_rows(torch.randn(400_000, 128))
     ids = torch.randperm(400_000, device="cuda")[:300_000]
@@ -208,7 +208,7 @@ def test_cpu_share_releases_the_gil_while_the_cpu_gathers():
     try:
         time.sleep(0.01)
         began = time.perf_counter()
-        load_extension().gather_rows_cpu_share(
+        gather_kernels().gather_rows_cpu_share(
             out, plan.keys, plan.order, plan.hit_base, plan.bad_key, table, 0, None, None, [], unplaced, 1.0, 4096
         )
         ended = time.perf_counter()

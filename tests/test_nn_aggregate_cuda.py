@@ -24,8 +24,8 @@ import torch
 
 import distgnn.nn.aggregate as aggregate
 from distgnn.errors import ExtensionBuildError
+from distgnn.native import cuda as native_cuda
 from distgnn.nn import SAGEConv
-from distgnn.sampling import gpu
 from distgnn.sampling.block import Block
 
 CUDA = torch.cuda.is_available()
@@ -253,7 +253,7 @@ def test_an_extension_that_cannot_be_built_falls_back_after_one_warning(monkeypa
     def fail():
         raise ExtensionBuildError("no compiler here")
 
-    monkeypatch.setattr(gpu, "load_extension", fail)
+    monkeypatch.setattr(native_cuda, "graph_kernels", fail)
     aggregate._cuda_extension.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="falls back to torch ops: no compiler here"):

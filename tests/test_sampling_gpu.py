@@ -334,10 +334,10 @@ def test_gpu_many_tiles(fanout):
 @needs_cuda
 def test_extension_check_failures_raise_with_their_values():
     """A failed check with formatted values raises (it crashed the process on the GPU image: csrc/cuda/check.h)."""
-    from distgnn.sampling.gpu import load_extension
+    from distgnn.native.cuda import graph_kernels
 
     indptr = torch.tensor([0, 1, 2], device="cuda")
     indices = torch.tensor([1, 0], device="cuda")
     seeds = torch.tensor([0], device="cuda")
     with pytest.raises(RuntimeError, match="fanout must be >= -1 \\(-1 = all neighbours\\), got -5"):
-        load_extension().sample_neighbors(indptr, indices, seeds, -5, False, 0, False, 0)
+        graph_kernels().sample_neighbors(indptr, indices, seeds, -5, False, 0, False, 0)

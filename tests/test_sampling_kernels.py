@@ -12,7 +12,8 @@ import pytest
 from sampling_graphs import random_csc
 
 from distgnn.errors import ExtensionBuildError
-from distgnn.sampling import _build, kernels, reference
+from distgnn.native import cpu as native_cpu
+from distgnn.sampling import kernels, reference
 
 IMPLS = [kernels, reference]
 # Upper 0.9999 quantiles of chi-square, by degrees of freedom: loose on purpose,
@@ -300,9 +301,9 @@ def test_sample_neighbors_rejects_bad_input():
 BUILD_SCRIPT = """
 import logging, sys
 import numpy as np
-from distgnn.sampling import _build
+from distgnn.native import cpu as native_cpu
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
-module = _build.load_cached_build(root=_build.Path(sys.argv[1]))
+module = native_cpu.load_cached_build(root=native_cpu.Path(sys.argv[1]))
 counts, positions = module.sample_neighbors(
     np.array([0, 4]), np.arange(4), np.zeros(1, dtype=np.int64), -1, False, None, 0, 1
 )
@@ -321,21 +322,21 @@ def test_cached_build_compiles_once_and_works(tmp_path):
         assert run.returncode == 0, run.stderr
         path, positions = run.stdout.split(" ", 1)
         assert path.startswith(str(tmp_path)) and positions.strip() == "[0, 1, 2, 3]"
-    assert "building distgnn C++ sampler (once)" in runs[0].stderr
+    assert "building distgnn C++ kernels (once)" in runs[0].stderr
     assert "building" not in runs[1].stderr
 
 
 def test_missing_sources_raise_extension_build_error(tmp_path):
     with pytest.raises(ExtensionBuildError, match="sources are not at"):
-        _build.load_cached_build(source_dir=tmp_path / "no-sources", root=tmp_path)
+        native_cpu.load_cached_build(source_dir=tmp_path / "no-sources", root=tmp_path)
 
 
 def test_installed_build_of_other_sources_is_passed_over(monkeypatch):
     stale = types.SimpleNamespace(build_key="0000", __file__="stale.so")
-    current = types.SimpleNamespace(build_key=_build.build_key(), __file__="current.so")
+    current = types.SimpleNamespace(build_key=native_cpu.build_key(), __file__="current.so")
     cached = object()
-    monkeypatch.setattr(_build, "load_cached_build", lambda: cached)
-    monkeypatch.setattr(_build.importlib, "import_module", lambda name: stale)
-    assert _build.load_extension() is cached
-    monkeypatch.setattr(_build.importlib, "import_module", lambda name: current)
-    assert _build.load_extension() is current
+    monkeypatch.setattr(native_cpu, "load_cached_build", lambda: cached)
+    monkeypatch.setattr(native_cpu.importlib, "import_module", lambda name: stale)
+    assert native_cpu.load_extension() is cached
+    monkeypatch.setattr(native_cpu.importlib, "import_module", lambda name: current)
+    assert native_cpu.load_extension() is current

@@ -1,4 +1,4 @@
-// Python bindings of the CPU sampling kernels: pybind11 on numpy buffers.
+// Python bindings of the CPU kernels (sampling, relabel, gathers, nn ops): pybind11 on numpy buffers.
 //
 // Arrays are checked (1-D, C-contiguous, exact dtype) and never converted,
 // so large memory-mapped or shared-memory graphs are read in place. The GIL
@@ -16,7 +16,7 @@
 #include "relabel.h"
 #include "sample.h"
 
-// Hash of the sources, set by the build (distgnn/sampling/_build.py), so a
+// Hash of the sources, set by the build (distgnn/native/cpu.py), so a
 // stale installed binary can be told apart from the current sources.
 #ifndef DISTGNN_BUILD_KEY
 #define DISTGNN_BUILD_KEY "unknown"
@@ -212,8 +212,8 @@ void relu_dropout_backward(const py::array& out, const py::array& grad, const py
 
 }  // namespace
 
-PYBIND11_MODULE(_sampling_cpu, m) {
-  m.doc() = "distgnn CPU sampling kernels (multi-threaded); use distgnn.sampling.kernels, not this module.";
+PYBIND11_MODULE(_cpu_kernels, m) {
+  m.doc() = "distgnn CPU kernels (multi-threaded): sampling, relabel, gathers, nn ops; reached through distgnn.native.cpu.";
   m.attr("build_key") = DISTGNN_BUILD_KEY;
   m.def("sample_neighbors", &sample_neighbors, py::arg("indptr"), py::arg("indices"), py::arg("seeds"),
         py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"), py::arg("return_neighbors") = false,

@@ -3,13 +3,13 @@
 Importing this package needs torch only (no zmq, no pymetis); the CUDA extension builds on first use.
 """
 
-from distgnn.cache.extension import extension_available
 from distgnn.cache.feature_cache import CacheStats, FeatureCache
 from distgnn.cache.gather import gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
 from distgnn.cache.hot_set import access_frequency, choose_hot_set
 from distgnn.cache.ipc import clique_over_processes, export_shard, open_shard
 from distgnn.cache.tiers import HostTier, StagingTier
+from distgnn.native.cuda import gather_available
 
 __all__ = [
     "CacheStats",
@@ -21,7 +21,7 @@ __all__ = [
     "choose_hot_set",
     "clique_over_processes",
     "export_shard",
-    "extension_available",
+    "gather_available",
     "gather",
     "open_shard",
     "remote_misses",

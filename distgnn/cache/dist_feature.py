@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from distgnn.cache.extension import extension_available
 from distgnn.cache.feature_cache import FeatureCache
 from distgnn.cache.gather import cache_slots, gather, remote_misses
 from distgnn.cache.host_memory import HostRegistration
@@ -24,6 +23,7 @@ from distgnn.cache.hot_set import Samples, access_frequency, choose_hot_set
 from distgnn.cache.ipc import clique_over_processes
 from distgnn.cache.tiers import FEATURE_DTYPES, HostTier, StagingTier
 from distgnn.errors import ConfigError, InputError
+from distgnn.native.cuda import gather_available
 
 if TYPE_CHECKING:
     from distgnn.tensor import DistTensor
@@ -114,7 +114,7 @@ class CachedFeature:
         if policy == "clique":
             import torch.distributed as dist
 
-            if self.device.type != "cuda" or impl == "torch" or not extension_available():
+            if self.device.type != "cuda" or impl == "torch" or not gather_available():
                 raise ConfigError(
                     "the clique cache policy shares GPU memory through CUDA IPC: it needs a CUDA device and the "
                     f"gather extension (device {self.device}, impl {impl!r}); use policy='replicate'"
@@ -131,7 +131,7 @@ class CachedFeature:
         self.host = HostTier(local_rows, tensor._local_start)
         self._in_flight: collections.deque = collections.deque()  # (event, staging tier) still being read
         self._registration: HostRegistration | None = None
-        self._pin = self.device.type == "cuda" and extension_available() and impl != "torch"
+        self._pin = self.device.type == "cuda" and gather_available() and impl != "torch"
         if self._pin:
             self._registration = HostRegistration(local_rows)
 

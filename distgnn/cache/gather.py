@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from distgnn.cache.extension import extension_available, load_extension
 from distgnn.cache.feature_cache import FeatureCache
 from distgnn.cache.tiers import HostTier, StagingTier, check_rows
 from distgnn.errors import InputError
+from distgnn.native.cuda import gather_available, gather_kernels
 
 IMPLEMENTATIONS = ("auto", "cuda", "torch")
 
@@ -64,7 +64,7 @@ def gather(
     if not 0.0 <= cpu_share <= 1.0:
         raise InputError(f"cpu_share must be a fraction in [0, 1], got {cpu_share!r}")
     ids = _check_inputs(out, ids, cache, host, staging)
-    use_kernel = impl == "cuda" or (impl == "auto" and out.is_cuda and extension_available())
+    use_kernel = impl == "cuda" or (impl == "auto" and out.is_cuda and gather_available())
     if use_kernel:
         if not out.is_cuda:
             raise InputError(f"impl='cuda' needs a CUDA output tensor, got one on {out.device}")
@@ -150,7 +150,7 @@ def plan_gather_cuda(
     hit_base, bad_key = keys
     counters = torch.zeros(4, dtype=torch.int64, device=ids.device)  # one launch for both
     hits, unplaced = counters[:2], counters[2:]
-    plan_keys, order = load_extension().plan(
+    plan_keys, order = gather_kernels().plan(
         ids,
         None if cache is None else cache.slot_table,
         1 if cache is None else cache.num_shards,
@@ -174,7 +174,7 @@ def _gather_cuda(
     cpu_share: float = 0.0,
 ) -> None:
     """Plans and copies with two kernels and a sort on the GPU; synchronises once, to check every id was found."""
-    extension = load_extension()
+    extension = gather_kernels()
     if cache is not None and cache.device != out.device:
         raise InputError(f"the cache's slot table is on {cache.device} but the output on {out.device}")
     for tier, name in ((host, "host"), (staging, "staging")):

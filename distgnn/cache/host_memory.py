@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from distgnn.cache.extension import load_extension
 from distgnn.errors import InputError
+from distgnn.native.cuda import gather_kernels
 
 
 class HostRegistration:
@@ -29,7 +29,7 @@ class HostRegistration:
         self._base: int | None = None
         nbytes = tensor.numel() * tensor.element_size()
         if nbytes:
-            self._base = load_extension().host_register(tensor.data_ptr(), nbytes)
+            self._base = gather_kernels().host_register(tensor.data_ptr(), nbytes)
 
     @property
     def registered(self) -> bool:
@@ -39,7 +39,7 @@ class HostRegistration:
         """Unregisters the memory; safe to call twice."""
         if self._base is not None:
             base, self._base = self._base, None
-            load_extension().host_unregister(base)
+            gather_kernels().host_unregister(base)
 
     def __enter__(self) -> HostRegistration:
         return self

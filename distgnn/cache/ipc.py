@@ -11,10 +11,10 @@ from collections.abc import Callable
 
 import torch
 
-from distgnn.cache.extension import load_extension
 from distgnn.cache.feature_cache import FeatureCache, slot_table
 from distgnn.cache.tiers import check_rows
 from distgnn.errors import InputError
+from distgnn.native.cuda import gather_kernels
 
 IPC_HANDLE_BYTES = 64
 SHARED_HANDLE_BYTES = IPC_HANDLE_BYTES + 8  # handle, then the byte offset (little-endian int64)
@@ -22,7 +22,7 @@ SHARED_HANDLE_BYTES = IPC_HANDLE_BYTES + 8  # handle, then the byte offset (litt
 
 def export_shard(shard: torch.Tensor) -> bytes:
     """The handle another process passes to :func:`open_shard` (the shard must stay alive meanwhile)."""
-    handle, offset = load_extension().ipc_export(shard)
+    handle, offset = gather_kernels().ipc_export(shard)
     return bytes(handle) + offset.to_bytes(8, "little")
 
 
@@ -33,7 +33,7 @@ def open_shard(blob: bytes, rows: int, width: int, dtype: torch.dtype, device: t
     device = torch.device(device)
     nbytes = rows * width * dtype.itemsize
     offset = int.from_bytes(blob[IPC_HANDLE_BYTES:], "little")
-    raw = load_extension().ipc_open(blob[:IPC_HANDLE_BYTES], offset, nbytes, device.index or 0)
+    raw = gather_kernels().ipc_open(blob[:IPC_HANDLE_BYTES], offset, nbytes, device.index or 0)
     return raw.view(dtype).view(rows, width)
 
 

@@ -6,8 +6,8 @@ the attention softmax is a segment softmax over each destination's in-edges.
 On the CPU, float32 means run in the C++ kernels of ``csrc/cpu/nn_ops.cpp``
 (one pass over the edges, a scatter backward, the ``[self | mean]`` input of a
 SAGE layer written in the same pass). On a GPU, float32, float16 and bfloat16
-means run in the CUDA kernels of ``csrc/cuda/aggregate.cu`` (built into the
-sampling extension of :mod:`distgnn.sampling.gpu`): a group of lanes per
+means run in the CUDA kernels of ``csrc/cuda/aggregate.cu`` (in the graph
+extension, :func:`distgnn.native.cuda.graph_kernels`): a group of lanes per
 destination, float32 sums, an atomic scatter backward (float32 atomics; half
 gradients are accumulated in float32 and cast once, and the order of the adds
 varies, so gradients are not bitwise reproducible; under
@@ -26,7 +26,7 @@ from types import ModuleType
 import torch
 from torch.autograd.function import once_differentiable
 
-from distgnn.sampling import kernels
+from distgnn.native.cpu import extension
 from distgnn.sampling.block import Block
 
 
@@ -144,7 +144,7 @@ class _MeanAggregate(torch.autograd.Function):
         num_dst, width = indptr.shape[0] - 1, x.shape[1]
         out = x.new_empty((num_dst, 2 * width if with_self else width))
         layout = (width, 0) if with_self else (0, -1)  # (mean column, self column)
-        kernels.extension().mean_aggregate(
+        extension().mean_aggregate(
             indptr.numpy(), indices.numpy(), x.numpy(), out.numpy(), *layout, torch.get_num_threads()
         )
         ctx.save_for_backward(indptr, indices)
@@ -159,7 +159,7 @@ class _MeanAggregate(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         width = grad_out.shape[1] // 2 if ctx.layout[1] >= 0 else grad_out.shape[1]
         grad_x = grad_out.new_empty((ctx.num_src, width))
-        kernels.extension().mean_aggregate_backward(
+        extension().mean_aggregate_backward(
             indptr.numpy(), indices.numpy(), grad_out.numpy(), *ctx.layout, grad_x.numpy(), torch.get_num_threads()
         )
         return None, None, grad_x, None
@@ -185,12 +185,12 @@ def _native_cuda(block: Block, x: torch.Tensor) -> bool:
 
 @functools.cache
 def _cuda_extension() -> ModuleType | None:
-    """The sampling extension (which holds the CUDA mean kernels), or None after one warning where it cannot be built."""
+    """The CUDA graph extension (which holds the mean kernels), or None after one warning where it cannot be built."""
     from distgnn.errors import ExtensionBuildError
-    from distgnn.sampling import gpu
+    from distgnn.native.cuda import graph_kernels
 
     try:
-        return gpu.load_extension()
+        return graph_kernels()
     except ExtensionBuildError as exc:
         warnings.warn(f"CUDA mean aggregation falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
         return None

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from distgnn.sampling import kernels
+from distgnn.native.cpu import extension
 
 _LEVELS = 1 << 16  # a 16-bit draw per element: p is rounded to a multiple of 1/65536
 
@@ -46,7 +46,7 @@ class _ReluDropout(torch.autograd.Function):
         rng_seed = int(torch.randint(0, 2**62, (1,)).item())
         x = x.detach().contiguous()
         out = torch.empty_like(x)
-        kernels.extension().relu_dropout(
+        extension().relu_dropout(
             x.view(-1).numpy(), out.view(-1).numpy(), threshold, scale, rng_seed, torch.get_num_threads()
         )
         ctx.save_for_backward(out)
@@ -58,7 +58,7 @@ class _ReluDropout(torch.autograd.Function):
         (out,) = ctx.saved_tensors
         grad_out = grad_out.contiguous()
         grad_in = torch.empty_like(out)
-        kernels.extension().relu_dropout_backward(
+        extension().relu_dropout_backward(
             out.view(-1).numpy(),
             grad_out.view(-1).numpy(),
             grad_in.view(-1).numpy(),

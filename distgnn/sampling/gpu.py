@@ -9,8 +9,8 @@ in registers; larger fanouts and ``-1`` take a fill kernel of their own. A call 
 bytes (total picks, error bits) copied into pinned memory. When ``num_seeds * fanout`` is at most 2^24, the
 outputs are allocated at that size and the fill is queued before the sync, so the GPU never waits for the
 host; ``positions`` and the neighbour ids are then views of the first ``counts.sum()`` entries of those
-allocations. It is built on first use with ``torch.utils.cpp_extension.load`` into
-``~/.cache/distgnn/extensions/sample-<torch>-<cuda>-<sm>``.
+allocations. The kernels live in the graph extension (:func:`distgnn.native.cuda.graph_kernels`), built on
+first use into ``~/.cache/distgnn/extensions/graph-<torch>-<cuda>-<sm>``.
 
 Differences from the CPU kernel: the same counts and the same per-seed groups in seed order, but a
 different random stream (splitmix64 keyed by ``(rng_seed, seed index, draw number)``, unchanged since the
@@ -23,25 +23,10 @@ in draw order (ascending only when every edge is taken). On a machine where torc
 from __future__ import annotations
 
 import functools
-from pathlib import Path
-from types import ModuleType
 
 import torch
 
-from distgnn.cache import extension
-
-SOURCES = ("sample_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
-EXTENSION_NAME = "distgnn_sample_cuda"
-
-
-def build_directory() -> Path:
-    """Where the sampling extension for this torch/CUDA/GPU combination is built and cached."""
-    return extension.build_directory("sample")
-
-
-def load_extension() -> ModuleType:
-    """The compiled sampling extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
-    return extension.cuda_extension(EXTENSION_NAME, SOURCES, "sample")
+from distgnn.native.cuda import graph_kernels
 
 
 def sample_neighbors(
@@ -117,7 +102,7 @@ def sample_neighbors(
         seeds = seeds.to(device=device, dtype=torch.int64)
     if not seeds.is_contiguous():
         seeds = seeds.contiguous()
-    counts, positions, neighbors, bits = load_extension().sample_neighbors(
+    counts, positions, neighbors, bits = graph_kernels().sample_neighbors(
         indptr, indices, seeds, int(fanout), bool(replace), int(rng_seed) % 2**64, bool(return_neighbors), device.index
     )
     if bits:
@@ -173,7 +158,7 @@ def relabel(dst_nids: torch.Tensor, src_nids_per_edge: torch.Tensor) -> tuple[to
             dst_nids.contiguous().numpy(), src_nids_per_edge.contiguous().numpy()
         )
         return torch.from_numpy(src_nids), torch.from_numpy(indices)
-    return tuple(load_extension().relabel(dst_nids.contiguous(), src_nids_per_edge.contiguous()))
+    return tuple(graph_kernels().relabel(dst_nids.contiguous(), src_nids_per_edge.contiguous()))
 
 
 def _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors):

@@ -1,7 +1,7 @@
 """Dispatch point of the sampling kernels: neighbour sampling and block relabelling.
 
-The work runs in the multi-threaded C++ extension ``distgnn._sampling_cpu``
-(built at install time, or once on first use, see :mod:`distgnn.sampling._build`);
+The work runs in the multi-threaded C++ extension ``distgnn._cpu_kernels``
+(built at install time, or once on first use, see :mod:`distgnn.native.cpu`);
 :mod:`distgnn.sampling.reference` holds plain numpy versions with the same
 semantics. Inputs are numpy arrays on a CSC graph (the in-edges of each node),
 such as a partition's ``indptr``/``indices`` in shared memory; they are read in
@@ -10,20 +10,11 @@ place, never copied.
 
 from __future__ import annotations
 
-import functools
-from types import ModuleType
-
 import numpy as np
 import torch
 
-from distgnn.sampling import _build
+from distgnn.native.cpu import extension
 from distgnn.sampling.block import Block
-
-
-@functools.cache
-def extension() -> ModuleType:
-    """The loaded C++ extension (raises ExtensionBuildError if it cannot be had)."""
-    return _build.load_extension()
 
 
 def sample_neighbors(

@@ -1,9 +1,11 @@
-"""Builds (on first use) and loads the CUDA gather extension from ``csrc/cuda``.
+"""Builds (on first use) and loads distgnn's CUDA extensions from ``csrc/cuda``.
 
+Two extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
+and host-memory helpers; :func:`gather_kernels`) and the graph kernels (``distgnn_graph_cuda``: neighbour
+sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`).
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
-minute) and later processes load the cached library. :func:`cuda_extension` does this for every CUDA extension
-of distgnn (the GPU sampler in :mod:`distgnn.sampling.gpu` too).
+minute) and later processes load the cached library. :func:`cuda_extension` does this for each of them.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from distgnn.errors import ExtensionBuildError
 logger = logging.getLogger(__name__)
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cuda"
-SOURCES = ("binding.cpp", "gather.cu", "plan.cu")
-EXTENSION_NAME = "distgnn_gather_cuda"
+GATHER_SOURCES = ("binding.cpp", "gather.cu", "plan.cu")
+GATHER_EXTENSION = "distgnn_gather_cuda"
+GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
+GRAPH_EXTENSION = "distgnn_graph_cuda"
 
 
 def build_directory(prefix: str = "gather") -> Path:
@@ -81,11 +85,17 @@ def cuda_extension(name: str, sources: tuple[str, ...], prefix: str) -> ModuleTy
     return result
 
 
-def load_extension() -> ModuleType:
+def gather_kernels() -> ModuleType:
     """The compiled gather extension; raises ExtensionBuildError when CUDA is absent or the build failed."""
-    return cuda_extension(EXTENSION_NAME, SOURCES, "gather")
+    return cuda_extension(GATHER_EXTENSION, GATHER_SOURCES, "gather")
 
 
-def extension_available() -> bool:
+def gather_available() -> bool:
     """Whether the CUDA gather extension can be used in this process (builds it on first call)."""
-    return not isinstance(_build_once(EXTENSION_NAME, SOURCES, "gather"), ExtensionBuildError)
+    return not isinstance(_build_once(GATHER_EXTENSION, GATHER_SOURCES, "gather"), ExtensionBuildError)
+
+
+def graph_kernels() -> ModuleType:
+    """The compiled graph extension (sampling, relabel, mean aggregation); raises ExtensionBuildError when CUDA
+    is absent or the build failed."""
+    return cuda_extension(GRAPH_EXTENSION, GRAPH_SOURCES, "graph")

@@ -1,5 +1,7 @@
-"""Building and loading the C++ sampling extension ``distgnn._sampling_cpu``.
+"""Building and loading distgnn's C++ CPU extension ``distgnn._cpu_kernels``.
 
+The extension (``csrc/cpu``) holds every CPU kernel: neighbour sampling, relabelling, parallel gathers, and
+the nn kernels (mean aggregation, fused ReLU + dropout). :func:`extension` is how the rest of distgnn gets it.
 ``pip install`` builds it through ``setup.py`` with the flags defined here.
 When it is missing (a source checkout on ``PYTHONPATH``, a failed build),
 :func:`load_extension` compiles it once into a cache directory keyed by a hash
@@ -11,6 +13,7 @@ standard library and setuptools are imported at module level, because
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -22,7 +25,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-EXTENSION_NAME = "distgnn._sampling_cpu"
+EXTENSION_NAME = "distgnn._cpu_kernels"
+_MODULE = "_cpu_kernels"
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cpu"
 COMPILE_ARGS = ["-O3", "-pthread", "-std=c++17", "-fvisibility=hidden"]
 LINK_ARGS = ["-pthread"]
@@ -52,7 +56,7 @@ def load_extension() -> ModuleType:
         return load_cached_build()
     if source_files() and getattr(module, "build_key", None) != build_key():
         logger.warning(
-            "installed C++ sampler %s was built from other sources than %s; using a build of the current "
+            "installed C++ kernels %s was built from other sources than %s; using a build of the current "
             "sources (`pip install -e .` refreshes the installed one)",
             module.__file__,
             SOURCE_DIR,
@@ -85,16 +89,16 @@ def build_macros(source_dir: Path = SOURCE_DIR) -> list[tuple[str, str]]:
 
 
 def load_cached_build(source_dir: Path = SOURCE_DIR, root: Path | None = None) -> ModuleType:
-    """Load ``_sampling_cpu`` from the cache, compiling it first if it is not there."""
+    """Load ``_cpu_kernels`` from the cache, compiling it first if it is not there."""
     from distgnn.errors import ExtensionBuildError
 
     if not source_files(source_dir):
         raise ExtensionBuildError(
-            f"distgnn's C++ sampler is not installed and its sources are not at {source_dir}; "
+            f"distgnn's C++ kernels is not installed and its sources are not at {source_dir}; "
             "reinstall distgnn with `pip install distgnn` (or `pip install -e .` in a checkout)"
         )
-    target_dir = (root or cache_dir()) / f"sampling_cpu_{build_key(source_dir)}"
-    target = target_dir / ("_sampling_cpu" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    target_dir = (root or cache_dir()) / f"cpu_kernels_{build_key(source_dir)}"
+    target = target_dir / (_MODULE + importlib.machinery.EXTENSION_SUFFIXES[0])
     if not target.exists():
         target_dir.mkdir(parents=True, exist_ok=True)
         # Several processes may start at once; one compiles, the others wait.
@@ -108,16 +112,16 @@ def load_cached_build(source_dir: Path = SOURCE_DIR, root: Path | None = None) -
 def _compile(source_dir: Path, target: Path) -> None:
     from distgnn.errors import ExtensionBuildError
 
-    logger.warning("building distgnn C++ sampler (once) into %s ...", target.parent)
+    logger.warning("building distgnn C++ kernels (once) into %s ...", target.parent)
     try:
         from setuptools import Distribution, Extension
         from setuptools.command.build_ext import build_ext
     except ImportError as err:
-        raise ExtensionBuildError(f"cannot build distgnn's C++ sampler: setuptools is missing ({err})") from err
+        raise ExtensionBuildError(f"cannot build distgnn's C++ kernels: setuptools is missing ({err})") from err
     include_dir = pybind11_include_dir()
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         extension = Extension(
-            "_sampling_cpu",
+            _MODULE,
             [str(p) for p in source_files(source_dir)],
             include_dirs=[include_dir, str(source_dir)],
             define_macros=build_macros(source_dir),
@@ -125,7 +129,7 @@ def _compile(source_dir: Path, target: Path) -> None:
             extra_compile_args=COMPILE_ARGS,
             extra_link_args=LINK_ARGS,
         )
-        command = build_ext(Distribution({"name": "distgnn-sampling-cpu", "ext_modules": [extension]}))
+        command = build_ext(Distribution({"name": "distgnn-cpu-kernels", "ext_modules": [extension]}))
         command.build_lib = tmp
         command.build_temp = os.path.join(tmp, "obj")
         try:
@@ -133,11 +137,11 @@ def _compile(source_dir: Path, target: Path) -> None:
             command.run()
         except Exception as err:
             raise ExtensionBuildError(
-                f"building distgnn's C++ sampler failed: {err}. It needs a C++17 compiler "
+                f"building distgnn's C++ kernels failed: {err}. It needs a C++17 compiler "
                 "(g++ >= 9) and pybind11 headers; install them or reinstall distgnn with `pip install -e .`"
             ) from err
-        os.replace(command.get_ext_fullpath("_sampling_cpu"), target)
-    logger.warning("built distgnn C++ sampler: %s", target)
+        os.replace(command.get_ext_fullpath(_MODULE), target)
+    logger.warning("built distgnn C++ kernels: %s", target)
 
 
 def pybind11_include_dir() -> str:
@@ -156,7 +160,7 @@ def pybind11_include_dir() -> str:
         if (torch_include / "pybind11" / "pybind11.h").exists():
             return str(torch_include)
     raise ExtensionBuildError(
-        "cannot build distgnn's C++ sampler: pybind11 headers not found; `pip install pybind11` "
+        "cannot build distgnn's C++ kernels: pybind11 headers not found; `pip install pybind11` "
         "or reinstall distgnn with `pip install -e .`"
     )
 
@@ -164,17 +168,23 @@ def pybind11_include_dir() -> str:
 def _load_from(path: Path) -> ModuleType:
     from distgnn.errors import ExtensionBuildError
 
-    # The last name component selects the init function (PyInit__sampling_cpu);
+    # The last name component selects the init function (PyInit__cpu_kernels);
     # the build-specific prefix keeps Python from handing back another build
     # already imported under the same name.
-    spec = importlib.util.spec_from_file_location(f"_distgnn_build_{path.parent.name}._sampling_cpu", path)
+    spec = importlib.util.spec_from_file_location(f"_distgnn_build_{path.parent.name}.{_MODULE}", path)
     if spec is None or spec.loader is None:
-        raise ExtensionBuildError(f"cannot load the cached C++ sampler at {path}")
+        raise ExtensionBuildError(f"cannot load the cached C++ kernels at {path}")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except ImportError as err:
         raise ExtensionBuildError(
-            f"the cached C++ sampler at {path} does not load ({err}); delete {path.parent} to rebuild it"
+            f"the cached C++ kernels at {path} does not load ({err}); delete {path.parent} to rebuild it"
         ) from err
     return module
+
+
+@functools.cache
+def extension() -> ModuleType:
+    """The loaded CPU extension, once per process (raises ExtensionBuildError if it cannot be had)."""
+    return load_extension()

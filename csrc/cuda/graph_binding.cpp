@@ -1,5 +1,5 @@
-// Python binding of the GPU neighbour sampler (sample.cu).
-//
+// Python binding of the graph extension: GPU neighbour sampling (sample.cu), relabelling (relabel.cu) and the nn
+// mean aggregation (aggregate.cu). The sampler:
 // The Python side (distgnn/sampling/gpu.py) validates types and moves the seeds to the device; this file
 // checks what it hands over, resolves device-readable addresses (device memory, or pinned host memory read
 // zero-copy) and runs on the current stream: one memset of the scan's state, the scan pass (which also
@@ -330,7 +330,7 @@ torch::Tensor mean_aggregate_backward(const torch::Tensor& indptr, const torch::
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "distgnn GPU neighbour sampling (uniform, with or without replacement)";
+  m.doc() = "distgnn graph kernels on the GPU: neighbour sampling, relabel, mean aggregation";
   m.def("relabel", &relabel, "dst first, then new sources in first-appearance order; (src_nids, indices)",
         pybind11::arg("dst"), pybind11::arg("src"));
   m.def("sample_neighbors", &sample_neighbors,

@@ -1,32 +1,31 @@
-"""The shared CUDA-extension loader (distgnn.cache.extension.cuda_extension), on a machine without a GPU."""
+"""The CUDA-extension loader (distgnn.native.cuda.cuda_extension), on a machine without a GPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from distgnn.cache import extension
 from distgnn.errors import ExtensionBuildError
-from distgnn.sampling import gpu
+from distgnn.native import cuda
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 def test_both_extensions_report_missing_cuda():
-    assert not extension.extension_available()
+    assert not cuda.gather_available()
     with pytest.raises(ExtensionBuildError, match="CUDA is not available.*gather"):
-        extension.load_extension()
-    with pytest.raises(ExtensionBuildError, match="CUDA is not available.*sample"):
-        gpu.load_extension()
+        cuda.gather_kernels()
+    with pytest.raises(ExtensionBuildError, match="CUDA is not available.*graph"):
+        cuda.graph_kernels()
 
 
 def test_missing_sources_are_named_and_the_failure_is_remembered(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.version, "cuda", "12.4")
-    monkeypatch.setattr(extension, "SOURCE_DIR", tmp_path)
+    monkeypatch.setattr(cuda, "SOURCE_DIR", tmp_path)
     (tmp_path / "present.cu").write_text("")
     with pytest.raises(ExtensionBuildError, match=r"\['absent\.cu'\] not found under") as first:
-        extension.cuda_extension("distgnn_test_missing", ("present.cu", "absent.cu"), "test")
+        cuda.cuda_extension("distgnn_test_missing", ("present.cu", "absent.cu"), "test")
     (tmp_path / "absent.cu").write_text("")
     with pytest.raises(ExtensionBuildError) as second:
-        extension.cuda_extension("distgnn_test_missing", ("present.cu", "absent.cu"), "test")
+        cuda.cuda_extension("distgnn_test_missing", ("present.cu", "absent.cu"), "test")
     assert second.value is first.value
