@@ -18,10 +18,12 @@ _EXPORTS = {
     "DistTensor": "distgnn.tensor",
     "DistEmbedding": "distgnn.embedding",
     "node_split": "distgnn.split",
+    "edge_split": "distgnn.split",
     "RangePartitionBook": "distgnn.partition_book",
     "Block": "distgnn.sampling.block",
     "NeighborSampler": "distgnn.sampling.neighbor",
     "DistNodeDataLoader": "distgnn.dataloader",
+    "DistEdgeDataLoader": "distgnn.edge_dataloader",
     "LocalCluster": "distgnn.cluster",
 }
 

@@ -447,6 +447,45 @@ class DistNodeDataLoader:
         for name in (*input_feats, *output_feats):
             if name not in g.ndata:
                 raise ConfigError(f"no node data {name!r} to fetch (have {sorted(g.ndata)})")
+        maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
+        self._start(
+            g,
+            sampler,
+            maker,
+            seeds,
+            batch_size,
+            shuffle,
+            drop_last,
+            num_workers,
+            prefetch,
+            device,
+            seed,
+            rank,
+            timeout_s,
+        )
+
+    def _start(
+        self,
+        g,
+        sampler: NeighborSampler,
+        maker,
+        seeds: np.ndarray,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        num_workers: int,
+        prefetch: int,
+        device: torch.device | str | None,
+        seed: int,
+        rank: int | None,
+        timeout_s: float,
+    ) -> None:
+        """Agree on the batch count, plan the batches of ``seeds`` and start the workers that call ``maker``.
+
+        ``maker(g, sampler, batch_seeds, rng_seed)`` makes one batch (a :class:`BatchMaker`, or another
+        picklable maker with a ``sampler_spec``, such as the edge loader's).
+        """
+        sampler_device = sampler.device if sampler.device is not None else torch.device("cpu")
         if rank is None:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         self.g = g
@@ -456,7 +495,7 @@ class DistNodeDataLoader:
         self.timeout_s = timeout_s
         num_batches = agreed_num_batches(len(seeds), batch_size, drop_last)
         self.plan = BatchPlan(seeds, num_batches, batch_size, shuffle, drop_last, derive_seed(seed, rank))
-        self._maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
+        self._maker = maker
         self.epoch = 0
         self._workers: _Workers | None = None
         self._active_epoch: int | None = None

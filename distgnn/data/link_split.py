@@ -1,0 +1,125 @@
+"""Link-prediction splits: held-out node pairs, their evaluation negatives, and reverse-edge ids.
+
+``split_links`` treats a graph as undirected (the usual link-prediction setup on citation
+graphs), holds out a fraction of its node pairs for validation and test (both directions
+leave the training graph) and draws, for every held-out pair, the same ``K`` negative
+destinations for every run with the same seed. Held-out pairs are in the graph's original
+node ids; :func:`to_partition_ids` carries them into a partition's (reshuffled) ids.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from distgnn.data.graph import Graph
+from distgnn.errors import InputError
+
+HELD_OUT = ("val_pairs", "val_negatives", "test_pairs", "test_negatives")
+
+
+@dataclass
+class LinkSplit:
+    """A link-prediction split of a graph.
+
+    Attributes:
+        train: the training graph: every kept pair in both directions, edges ``[0, H)`` one way and
+            ``[H, 2H)`` the other (edge ``i``'s reverse is ``(i + H) % 2H``); the input's node data.
+        val_pairs, test_pairs: ``(n, 2)`` int64 held-out ``(src, dst)`` node pairs (``src < dst``).
+        val_negatives, test_negatives: ``(n, K)`` int64 negative destinations of each held-out pair.
+    """
+
+    train: Graph
+    val_pairs: np.ndarray
+    val_negatives: np.ndarray
+    test_pairs: np.ndarray
+    test_negatives: np.ndarray
+
+    def held_out(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) for name in HELD_OUT}
+
+
+def split_links(
+    graph: Graph, val_fraction: float = 0.05, test_fraction: float = 0.1, num_negatives: int = 100, seed: int = 0
+) -> LinkSplit:
+    """Hold out ``val_fraction`` and ``test_fraction`` of ``graph``'s undirected pairs (self loops dropped).
+
+    Deterministic in ``seed``. Raises InputError for fractions outside ``[0, 1)`` summing to 1 or more,
+    or ``num_negatives < 1``.
+    """
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise InputError(
+            f"held-out fractions must be in [0, 1) and sum below 1, got {val_fraction} and {test_fraction}"
+        )
+    if num_negatives < 1:
+        raise InputError(f"num_negatives must be >= 1, got {num_negatives}")
+    n = graph.num_nodes
+    lo = np.minimum(graph.src, graph.dst).astype(np.int64)
+    hi = np.maximum(graph.src, graph.dst).astype(np.int64)
+    keys = np.unique(lo[lo != hi] * n + hi[lo != hi])
+    rng = np.random.default_rng(seed)
+    keys = keys[rng.permutation(len(keys))]
+    num_val, num_test = int(len(keys) * val_fraction), int(len(keys) * test_fraction)
+    pairs = np.stack([keys // n, keys % n], axis=1)
+    val, test, kept = pairs[:num_val], pairs[num_val : num_val + num_test], pairs[num_val + num_test :]
+    train = Graph(
+        graph.name,
+        n,
+        np.concatenate([kept[:, 0], kept[:, 1]]),
+        np.concatenate([kept[:, 1], kept[:, 0]]),
+        ndata=dict(graph.ndata),
+        num_classes=graph.num_classes,
+    )
+    return LinkSplit(
+        train,
+        val,
+        rng.integers(0, n, size=(num_val, num_negatives), dtype=np.int64),
+        test,
+        rng.integers(0, n, size=(num_test, num_negatives), dtype=np.int64),
+    )
+
+
+def reverse_edge_ids(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``(E,)`` int64 id of an edge ``dst[i] -> src[i]`` for each edge ``i`` (``i`` itself where there is none)."""
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    if src.shape != dst.shape or src.ndim != 1:
+        raise InputError(f"src and dst must be 1-d of one length, got {src.shape} and {dst.shape}")
+    if len(src) == 0:
+        return np.zeros(0, np.int64)
+    n = int(max(src.max(), dst.max())) + 1
+    keys = src * n + dst
+    order = np.argsort(keys, kind="stable")
+    where = np.minimum(np.searchsorted(keys, dst * n + src, sorter=order), len(keys) - 1)
+    found = keys[order[where]] == dst * n + src
+    return np.where(found, order[where], np.arange(len(src))).astype(np.int64)
+
+
+def to_partition_ids(orig_nid: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Original node ids ``ids`` (any shape) as a partition's new ids, given its ``orig_nid`` (new -> original)."""
+    new_of_orig = np.empty(len(orig_nid), dtype=np.int64)
+    new_of_orig[np.asarray(orig_nid)] = np.arange(len(orig_nid), dtype=np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= len(orig_nid)):
+        raise InputError(f"node ids must be in [0, {len(orig_nid)}) to map into the partition")
+    return new_of_orig[ids]
+
+
+def save_held_out(split: LinkSplit, out_dir: str | os.PathLike) -> Path:
+    """Write the held-out arrays as ``OUT/<name>.npy`` (plain .npy, no pickle)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, arr in split.held_out().items():
+        np.save(out / f"{name}.npy", arr, allow_pickle=False)
+    return out
+
+
+def load_held_out(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays :func:`save_held_out` wrote."""
+    out = Path(out_dir)
+    missing = [name for name in HELD_OUT if not (out / f"{name}.npy").exists()]
+    if missing:
+        raise InputError(f"{out} lacks held-out link arrays {missing}; write them with save_held_out")
+    return {name: np.load(out / f"{name}.npy", allow_pickle=False) for name in HELD_OUT}

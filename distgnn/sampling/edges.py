@@ -1,0 +1,83 @@
+"""``find_edges``: the global (source, destination) node ids of global edge ids.
+
+Edges of this machine's partition are read from the shared-memory CSC. An edge of another
+machine is found without a new server op: the partition format stores each partition's
+edges in CSC order with consecutive ids (``eids == arange(edge_map[p])``), so with the
+in-degrees of that machine's nodes (one ``degrees`` request) an edge id gives its
+destination, and one full-neighbourhood ``sample`` request per machine for those
+destinations gives the sources. Meant for a loader's seed edges, resolved once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from distgnn.errors import DistGNNError, InputError
+from distgnn.sampling.neighbor import LocalCSC, sample_layer, sampling_view
+
+
+def _local_endpoints(local: LocalCSC, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Endpoints of edges of the local CSC (every id in ``eids`` must be one of ``local.eids``)."""
+    order = np.argsort(local.eids, kind="stable")
+    where = np.searchsorted(local.eids, eids, sorter=order)
+    where = np.minimum(where, len(order) - 1)
+    positions = order[where] if len(order) else where
+    if len(eids) and (len(order) == 0 or not np.array_equal(local.eids[positions], eids)):
+        raise DistGNNError("an edge id owned by this machine is missing from its CSC")
+    dst_local = np.searchsorted(local.indptr, positions, side="right") - 1
+    src = local.local2global[local.indices[positions]]
+    return src.astype(np.int64), (dst_local + local.node_start).astype(np.int64)
+
+
+def _remote_destinations(g, eids: np.ndarray, owner: int) -> np.ndarray:
+    """Destination of each edge of machine ``owner`` from that machine's in-degrees (CSC edge order)."""
+    book = g.get_partition_book()
+    node_start, node_end = book.node_range(owner)
+    edge_start, _ = book.edge_range(owner)
+    degrees = g.in_degrees(torch.arange(node_start, node_end)).numpy()
+    offsets = np.zeros(len(degrees) + 1, dtype=np.int64)
+    np.cumsum(degrees, out=offsets[1:])
+    return np.searchsorted(offsets, eids - edge_start, side="right") - 1 + node_start
+
+
+def find_edges(g, eids: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(src, dst)``: ``(E,)`` int64 global node ids of the edges ``eids`` (``(E,)`` int ids, any order).
+
+    Raises InputError for an id outside ``[0, g.num_edges())``.
+    """
+    if isinstance(eids, torch.Tensor):
+        eids = eids.detach().cpu().numpy()
+    eids = np.asarray(eids)
+    if eids.ndim != 1 or (eids.size and eids.dtype.kind not in "iu"):
+        raise InputError(f"edge ids must be a 1-d integer array, got {eids.dtype}{list(eids.shape)}")
+    eids = eids.astype(np.int64, copy=False)
+    book = g.get_partition_book()
+    owners = book.eid2partid(eids)  # range check
+    local, remote = sampling_view(g)
+    src = np.empty(len(eids), dtype=np.int64)
+    dst = np.empty(len(eids), dtype=np.int64)
+    mine = owners == local.part_id
+    src[mine], dst[mine] = _local_endpoints(local, eids[mine])
+    if mine.all():
+        return torch.from_numpy(src), torch.from_numpy(dst)
+    if remote is None:
+        raise InputError(
+            f"edge {int(eids[~mine][0])} is owned by another partition but this graph has no remote access"
+        )
+    far = np.flatnonzero(~mine)
+    for owner in np.unique(owners[far]).tolist():
+        where = far[owners[far] == owner]
+        dst[where] = _remote_destinations(g, eids[where], owner)
+    # Every in-edge of those destinations, then each wanted edge picked out by its id.
+    targets = np.unique(dst[far])
+    _, nbr_src, nbr_eids = sample_layer(book, local, remote, targets, -1, False, None, 0)
+    order = np.argsort(nbr_eids, kind="stable")
+    hit = np.minimum(np.searchsorted(nbr_eids, eids[far], sorter=order), max(len(order) - 1, 0))
+    if len(order) == 0 or not np.array_equal(nbr_eids[order[hit]], eids[far]):
+        raise DistGNNError(
+            "a remote edge was not among its destination's in-edges: the partition breaks the format's "
+            "CSC edge order (eids == arange(edge_map[p]))"
+        )
+    src[far] = nbr_src[order[hit]]
+    return torch.from_numpy(src), torch.from_numpy(dst)

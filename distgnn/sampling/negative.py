@@ -1,0 +1,148 @@
+"""Negative samplers for link prediction: corrupted (source, destination) pairs of a batch's edges.
+
+Every sampler draws node ids on the trainer, from the node count alone (uniform) or a
+degree table fetched once per process (degree-biased): no round trip per edge. Samplers
+are small picklable objects (sampler worker processes get a copy; the degree table is
+fetched again there, never pickled).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+from distgnn.errors import ConfigError
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
+        raise ConfigError(f"a negative sampler needs k >= 1 negatives, got {k!r}")
+    return int(k)
+
+
+class NegativeSampler:
+    """Base of the samplers: ``sample(g, src, dst, rng)`` gives the negative pairs' global ids.
+
+    Attributes:
+        k: negatives per positive edge (per distinct source for :class:`PerSourceUniform`).
+        name: the sampler's name in :func:`negative_sampler`.
+    """
+
+    name = ""
+
+    def __init__(self, k: int):
+        self.k = _check_k(k)
+
+    def sample(self, g, src: np.ndarray, dst: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Negative pairs for the positive edges ``src[i] -> dst[i]``.
+
+        Args:
+            g: a DistGraph or InProcessGraph (only its node count and, for some samplers, degrees are read).
+            src, dst: ``(P,)`` int64 global node ids of the positive edges.
+            rng: this batch's random stream.
+        Returns:
+            ``(neg_src, neg_dst)``: int64 global node ids, of equal length.
+        """
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.k})"
+
+
+class Uniform(NegativeSampler):
+    """``k`` negatives per positive edge: its source with destinations uniform over all nodes.
+
+    Negative ``i * k + j`` belongs to positive edge ``i`` (so scores reshape to ``(P, k)``).
+    """
+
+    name = "uniform"
+
+    def sample(self, g, src, dst, rng):
+        neg_dst = rng.integers(0, g.num_nodes(), size=len(src) * self.k, dtype=np.int64)
+        return np.repeat(src, self.k), neg_dst
+
+
+class PerSourceUniform(NegativeSampler):
+    """``k`` uniform destinations per distinct source of the batch, shared by all of its positive edges.
+
+    Gives ``k * num_distinct_sources`` negatives: cheaper than :class:`Uniform` where sources repeat.
+    Negative ``u * k + j`` belongs to the ``u``-th distinct source in ascending id order.
+    """
+
+    name = "per_source"
+
+    def sample(self, g, src, dst, rng):
+        sources = np.unique(src)
+        neg_dst = rng.integers(0, g.num_nodes(), size=len(sources) * self.k, dtype=np.int64)
+        return np.repeat(sources, self.k), neg_dst
+
+
+class DegreeBiased(NegativeSampler):
+    """``k`` negatives per positive edge with destinations drawn proportionally to ``in_degree ** power``.
+
+    The in-degrees of all nodes are fetched once per process (one request per machine) and kept as a
+    cumulative table; drawing is a binary search per negative. Layout as in :class:`Uniform`.
+    """
+
+    name = "degree"
+
+    def __init__(self, k: int, power: float = 0.75):
+        super().__init__(k)
+        if not power >= 0:
+            raise ConfigError(f"the degree exponent must be >= 0, got {power!r}")
+        self.power = float(power)
+        self._cdf: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"k": self.k, "power": self.power}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["k"], state["power"])
+
+    def cdf(self, g) -> np.ndarray:
+        """``(N,)`` float64 cumulative sampling weight of the nodes (fetched on first use)."""
+        with self._lock:
+            if self._cdf is None or len(self._cdf) != g.num_nodes():
+                weights = all_in_degrees(g).astype(np.float64) ** self.power
+                cdf = np.cumsum(weights)
+                if len(cdf) == 0 or cdf[-1] <= 0:
+                    raise ConfigError("degree-biased negative sampling needs a graph with at least one edge")
+                self._cdf = cdf / cdf[-1]
+            return self._cdf
+
+    def sample(self, g, src, dst, rng):
+        cdf = self.cdf(g)
+        draws = rng.random(len(src) * self.k)
+        neg_dst = np.minimum(np.searchsorted(cdf, draws, side="right"), len(cdf) - 1).astype(np.int64)
+        return np.repeat(src, self.k), neg_dst
+
+    def __repr__(self) -> str:
+        return f"DegreeBiased({self.k}, power={self.power})"
+
+
+def all_in_degrees(g) -> np.ndarray:
+    """``(N,)`` int64 in-degree of every node: from the servers for a DistGraph, from the CSC otherwise."""
+    in_degrees = getattr(g, "in_degrees", None)
+    if in_degrees is not None:
+        degrees = in_degrees(torch.arange(g.num_nodes()))
+        return degrees.numpy() if isinstance(degrees, torch.Tensor) else np.asarray(degrees)
+    from distgnn.sampling.neighbor import sampling_view
+
+    local, remote = sampling_view(g)
+    if remote is not None or len(local.indptr) - 1 != g.num_nodes():
+        raise ConfigError(f"cannot read all in-degrees of a {type(g).__name__}: it has no in_degrees()")
+    return np.diff(local.indptr).astype(np.int64)
+
+
+SAMPLERS: dict[str, type[NegativeSampler]] = {cls.name: cls for cls in (Uniform, PerSourceUniform, DegreeBiased)}
+
+
+def negative_sampler(name: str, k: int) -> NegativeSampler:
+    """The sampler called ``name`` (``uniform``, ``per_source`` or ``degree``) with ``k`` negatives."""
+    cls = SAMPLERS.get(name)
+    if cls is None:
+        raise ConfigError(f"unknown negative sampler {name!r}; choose one of {sorted(SAMPLERS)}")
+    return cls(k)
