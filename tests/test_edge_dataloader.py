@@ -168,6 +168,9 @@ def cluster(tmp_path_factory):
     from distgnn.partition import partition_graph
 
     graph = synthetic(1500, 5, feat_dim=4, num_classes=3, seed=3)
+    rng = np.random.default_rng(3)
+    graph.edata["train_mask"] = rng.random(graph.num_edges) < 0.5
+    graph.edata["w"] = rng.random((graph.num_edges, 2)).astype(np.float32)
     json_path = partition_graph(graph, 2, tmp_path_factory.mktemp("parts") / "g", graph_name="g", method="random")
     with LocalCluster(json_path, rpc_timeout_s=30) as c:
         yield c, json_path, graph
@@ -229,5 +232,26 @@ def test_cluster_loader_excludes_by_a_dist_tensor_of_reverse_ids(cluster):
                 np.testing.assert_array_equal(p_dst.numpy(), dst[pos_eids])
                 block_eids = _all_block_eids(a.blocks)
                 assert not np.isin(pos_eids, block_eids).any() and not np.isin(rev[pos_eids], block_eids).any()
+    finally:
+        g.context.close()
+
+
+def test_partitioned_edge_data_is_served_as_edata_and_splits(cluster):
+    from distgnn.partition.format import load_orig_ids, read_meta
+    from distgnn.split import edge_split
+
+    c, json_path, graph = cluster
+    _, orig_eid = load_orig_ids(read_meta(json_path), mmap=False)
+    g = _open(c, json_path, 0)
+    try:
+        every = torch.arange(graph.num_edges)
+        mask = g.edata["train_mask"][every].numpy()
+        np.testing.assert_array_equal(mask, graph.edata["train_mask"][orig_eid])
+        np.testing.assert_array_equal(g.edata["w"][every].numpy(), graph.edata["w"][orig_eid])
+        book = g.get_partition_book()
+        for rank in range(2):
+            from_tensor = edge_split(g.edata["train_mask"], book, rank=rank, world_size=2)
+            np.testing.assert_array_equal(from_tensor.numpy(), edge_split(mask, book, rank=rank, world_size=2).numpy())
+            assert mask[from_tensor.numpy()].all()
     finally:
         g.context.close()
