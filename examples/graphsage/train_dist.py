@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import json
+import logging
 import os
 import signal
 import socket
@@ -32,9 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -44,21 +43,15 @@ import distgnn
 from distgnn.allocator import keep_freed_memory
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
+from distgnn.datasets import DatasetSpec, add_dataset_args, ensure_partition, load_dataset
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.format import read_meta
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
 
-PLANETOID = ("cora", "citeseer", "pubmed")
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dataset", default="cora", help="cora|citeseer|pubmed|synthetic|npz:PATH")
-    p.add_argument("--data-dir", default="data", help="directory of the Planetoid files")
-    p.add_argument("--num-nodes", type=int, default=20000, help="synthetic: nodes")
-    p.add_argument("--avg-degree", type=float, default=10.0, help="synthetic: mean in-degree")
-    p.add_argument("--feat-dim", type=int, default=100, help="synthetic: feature width")
-    p.add_argument("--synthetic-classes", type=int, default=16, help="synthetic: classes")
+    add_dataset_args(p)
     p.add_argument("--num-parts", type=int, default=2, help="machines (= partitions)")
     p.add_argument("--part-method", default="metis", choices=("metis", "random"))
     p.add_argument("--trainers-per-machine", type=int, default=1)
@@ -164,59 +157,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         # (products-scale, one H200: 1.27 s per epoch with the thread, 1.09-1.10 s inline; docs/BENCHMARKS.md).
         args.prefetch = 0
     return args
-
-
-# -- data ---------------------------------------------------------------------------------------
-
-
-def graph_name(args: argparse.Namespace) -> str:
-    if args.dataset == "synthetic":
-        return (
-            f"synthetic-n{args.num_nodes}-d{args.avg_degree:g}-f{args.feat_dim}-c{args.synthetic_classes}-s{args.seed}"
-        )
-    if args.dataset.startswith("npz:"):
-        return Path(args.dataset[4:]).stem
-    return args.dataset
-
-
-def load_dataset(args: argparse.Namespace) -> distgnn.data.Graph:
-    from distgnn import data
-
-    if args.dataset in PLANETOID:
-        g = data.load_planetoid(args.dataset, args.data_dir)
-        # Row-normalised bag-of-words features, as in the GCN/GraphSAGE Planetoid setups.
-        feat = g.ndata["feat"]
-        g.ndata["feat"] = (feat / np.maximum(feat.sum(1, keepdims=True), 1e-12)).astype(np.float32)
-    elif args.dataset == "synthetic":
-        g = data.synthetic(args.num_nodes, args.avg_degree, args.feat_dim, args.synthetic_classes, seed=args.seed)
-    elif args.dataset.startswith("npz:"):
-        g = data.load_npz(args.dataset[4:])
-    else:
-        raise SystemExit(f"error: unknown dataset {args.dataset!r} (cora|citeseer|pubmed|synthetic|npz:PATH)")
-    g.name = graph_name(args)
-    return g
-
-
-def ensure_partition(args: argparse.Namespace) -> Path:
-    """The partition JSON in the workdir, partitioning only when no matching one is there."""
-    from distgnn.partition import partition_graph
-
-    name = graph_name(args)
-    out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
-    json_path = out_dir / f"{name}.json"
-    if json_path.exists():
-        try:
-            meta = read_meta(json_path)
-            if (meta.graph_name, meta.part_method, meta.num_parts) == (name, args.part_method, args.num_parts):
-                print(f"reusing partition {json_path}", file=sys.stderr)
-                return json_path
-        except distgnn.errors.PartitionFormatError as exc:
-            print(f"re-partitioning: {exc}", file=sys.stderr)
-    t = time.perf_counter()
-    g = load_dataset(args)
-    path = partition_graph(g, args.num_parts, out_dir, graph_name=name, method=args.part_method, overwrite=True)
-    print(f"partitioned {name} into {args.num_parts} parts in {time.perf_counter() - t:.1f}s: {path}", file=sys.stderr)
-    return Path(path)
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -495,7 +435,7 @@ def set_threads(args: argparse.Namespace, trainers_on_host: int) -> None:
 
 def single_main(args: argparse.Namespace) -> dict:
     set_threads(args, 1)
-    g = InProcessGraph(load_dataset(args))
+    g = InProcessGraph(load_dataset(DatasetSpec.from_args(args)))
 
     def split(mask_name):
         if mask_name is None:
@@ -579,7 +519,7 @@ def local_main(args: argparse.Namespace, argv: list[str]) -> int:
     """Partition, start a LocalCluster, run every trainer as a subprocess, stop everything."""
     # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    part_config = ensure_partition(args)
+    part_config = ensure_partition(DatasetSpec.from_args(args), args.num_parts, args.part_method, args.workdir)
     world = args.num_parts * args.trainers_per_machine
     threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
@@ -641,6 +581,9 @@ def _stop_all(procs: list[subprocess.Popen]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    # The library logs what it does (partitioning, reuse of a partition) on stderr.
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("distgnn.datasets").setLevel(logging.INFO)
     if args.local:
         return local_main(args, argv)
     if not args.no_malloc_tuning:
