@@ -38,6 +38,7 @@ from distgnn import job
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.datasets import add_dataset_args
+from distgnn.inference import layerwise_inference
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
 
@@ -157,35 +158,6 @@ def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> to
     if args.model == "gat":
         return GAT(in_feats, args.hidden, num_classes, num_layers, args.heads, args.dropout)
     return GraphSAGE(in_feats, args.hidden, num_classes, num_layers, args.dropout)
-
-
-def layerwise_inference(model, g, nodes: torch.Tensor, args, device, new_buffer) -> torch.Tensor:
-    """Logits of ``nodes`` (this trainer's share of all nodes), one layer at a time over the whole graph.
-
-    ``new_buffer(layer, dim)`` returns a node tensor indexable by global id
-    (a DistTensor, or a plain tensor in a single process) for a hidden layer's output.
-    """
-    sampler = NeighborSampler([-1])
-    x = g.ndata["feat"]
-    model.eval()
-    with torch.no_grad():
-        for layer in range(model.num_layers):
-            last = layer == model.num_layers - 1
-            out = None if last else new_buffer(layer, model.layer_dims[layer])
-            outputs = []
-            for batch in torch.split(nodes, args.eval_batch_size):
-                _, _, (block,) = sampler.sample_blocks(g, batch)
-                h = model.forward_layer(layer, block.to(device), x[block.src_nids].to(device))
-                if last:
-                    outputs.append(h.cpu())
-                else:
-                    out[batch] = h.cpu()
-            if dist.is_initialized():
-                dist.barrier()
-            if last:
-                return torch.cat(outputs) if outputs else torch.zeros(0, model.layer_dims[-1])
-            x = out
-    raise AssertionError("unreachable")
 
 
 def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
@@ -369,7 +341,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     }
     if not args.no_eval:
         t = time.perf_counter()
-        logits = layerwise_inference(raw_model, g, own, args, device, new_buffer)
+        logits = layerwise_inference(raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, new_buffer)
         pred = logits.argmax(1)
         truth = label[own]
         counts = []
