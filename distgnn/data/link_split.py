@@ -9,6 +9,7 @@ node ids; :func:`to_partition_ids` carries them into a partition's (reshuffled) 
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,11 @@ import numpy as np
 from distgnn.data.graph import Graph
 from distgnn.errors import InputError
 
+log = logging.getLogger(__name__)
+
 HELD_OUT = ("val_pairs", "val_negatives", "test_pairs", "test_negatives")
+# Beside a partition's JSON: the held-out arrays and reverse edge ids, in the partition's new ids.
+LINK_DIR = "link"
 
 
 @dataclass
@@ -123,3 +128,40 @@ def load_held_out(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     if missing:
         raise InputError(f"{out} lacks held-out link arrays {missing}; write them with save_held_out")
     return {name: np.load(out / f"{name}.npy", allow_pickle=False) for name in HELD_OUT}
+
+
+def partition_link_split(
+    split: LinkSplit, num_parts: int, out_dir: str | os.PathLike, graph_name: str, method: str = "metis", seed: int = 0
+) -> Path:
+    """Partition ``split.train`` into ``out_dir`` and write, under ``out_dir/link/``, the held-out arrays
+    and ``reverse_eid.npy`` (each edge's reverse) in the partition's new node and edge ids.
+
+    Returns the partition JSON. :func:`load_link_partition` reads what this wrote.
+    """
+    from distgnn.partition import partition_graph
+    from distgnn.partition.format import load_orig_ids, read_meta
+
+    json_path = Path(
+        partition_graph(
+            split.train, num_parts, out_dir, graph_name=graph_name, method=method, seed=seed, overwrite=True
+        )
+    )
+    orig_nid, orig_eid = load_orig_ids(read_meta(json_path), mmap=False)
+    held_out = {name: to_partition_ids(orig_nid, arr) for name, arr in split.held_out().items()}
+    reverse_orig = reverse_edge_ids(split.train.src, split.train.dst)
+    new_eid_of_orig = np.empty(len(orig_eid), dtype=np.int64)
+    new_eid_of_orig[orig_eid] = np.arange(len(orig_eid), dtype=np.int64)
+    link_dir = json_path.parent / LINK_DIR
+    save_held_out(LinkSplit(split.train, **held_out), link_dir)
+    np.save(link_dir / "reverse_eid.npy", new_eid_of_orig[reverse_orig[orig_eid]], allow_pickle=False)
+    log.info("wrote the link split of %s beside %s", graph_name, json_path)
+    return json_path
+
+
+def load_link_partition(part_config: str | os.PathLike) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """``(held-out arrays, (E,) int64 reverse edge ids)`` in new ids, as :func:`partition_link_split` wrote them."""
+    link_dir = Path(part_config).parent / LINK_DIR
+    path = link_dir / "reverse_eid.npy"
+    if not path.exists():
+        raise InputError(f"no link split beside {part_config} ({path} is missing); write it with partition_link_split")
+    return load_held_out(link_dir), np.load(path, allow_pickle=False)

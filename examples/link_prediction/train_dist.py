@@ -1,0 +1,276 @@
+"""Distributed GraphSAGE link prediction with distgnn and torch DDP.
+
+The dataset's undirected pairs are split (``--val-fraction`` / ``--test-fraction`` held out, both
+directions removed from the training graph, fixed by ``--seed``); the model learns to score the
+training edges above negative pairs (``--neg-sampler``, ``--num-negs`` per edge), never seeing the
+edge it scores (``--exclude``). Evaluation scores every held-out pair against the same
+``--eval-negatives`` random destinations, with embeddings from layer-wise inference: each trainer
+scores its share of the pairs; MRR, hits@k and AUC are over all of them.
+
+* ``--local``: the whole job on this host: split and partition the training graph into
+  ``--workdir`` (reused when there), start a LocalCluster, spawn the trainers, stop everything.
+* no flag: one trainer of a job started by ``distgnn-launch`` (or by ``--local``) on a partition
+  written by :func:`distgnn.data.link_split.partition_link_split`.
+* ``--single``: the same loader, model and evaluation on the whole training graph in this process.
+
+Rank 0 prints one line per epoch and finally ``RESULT {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import distgnn
+from distgnn import job
+from distgnn.data.link_split import (
+    load_link_partition,
+    partition_link_split,
+    reverse_edge_ids,
+    split_links,
+)
+from distgnn.datasets import DatasetSpec, add_dataset_args, graph_name, load_dataset
+from distgnn.edge_dataloader import DistEdgeDataLoader
+from distgnn.evaluation import dist_link_metrics
+from distgnn.inference import layerwise_inference
+from distgnn.nn import DotPredictor, GraphSAGE, MLPPredictor, bce_loss, margin_loss, score_pairs
+from distgnn.sampling.negative import SAMPLERS, negative_sampler
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    add_dataset_args(p)
+    job.add_job_args(p, epochs=20)
+    p.set_defaults(workdir=".work/link")
+    link = p.add_argument_group("link prediction")
+    link.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
+    link.add_argument("--batch-size", type=int, default=512, help="positive edges per batch")
+    link.add_argument("--eval-batch-size", type=int, default=10000)
+    link.add_argument("--lr", type=float, default=0.005)
+    link.add_argument("--hidden", type=int, default=128, help="hidden and embedding width")
+    link.add_argument("--dropout", type=float, default=0.2)
+    link.add_argument("--neg-sampler", default="uniform", choices=sorted(SAMPLERS))
+    link.add_argument("--num-negs", type=int, default=1, help="negatives per positive edge (per source: per_source)")
+    link.add_argument("--exclude", default="reverse_id", choices=("reverse_id", "self", "none"))
+    link.add_argument("--predictor", default="dot", choices=("dot", "mlp"))
+    link.add_argument("--loss", default="bce", choices=("bce", "margin"))
+    link.add_argument("--val-fraction", type=float, default=0.05)
+    link.add_argument("--test-fraction", type=float, default=0.1)
+    link.add_argument("--eval-negatives", type=int, default=100, help="negatives per held-out pair (fixed by seed)")
+    link.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    args = p.parse_args(argv)
+    args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
+    if args.loss == "margin" and args.neg_sampler == "per_source":
+        p.error("--loss margin pairs each edge with its own negatives; per_source negatives are shared (use bce)")
+    negative_sampler(args.neg_sampler, args.num_negs)  # a bad k fails here, before any process starts
+    return args
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+
+def link_split(args: argparse.Namespace):
+    spec = DatasetSpec.from_args(args)
+    graph = load_dataset(spec)
+    return split_links(graph, args.val_fraction, args.test_fraction, args.eval_negatives, seed=args.seed)
+
+
+def prepare_local(args: argparse.Namespace) -> None:
+    """Split and partition the training graph where the local runner looks for the partition (reused when there)."""
+    name = graph_name(DatasetSpec.from_args(args))
+    tag = f"v{args.val_fraction:g}-t{args.test_fraction:g}-k{args.eval_negatives}-s{args.seed}"
+    args.workdir = str(Path(args.workdir) / f"split-{tag}")
+    out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
+    json_path = out_dir / f"{name}.json"
+    if json_path.exists() and (out_dir / "link" / "reverse_eid.npy").exists():
+        return
+    partition_link_split(link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
+
+
+# -- model ------------------------------------------------------------------------------------------
+
+
+class LinkModel(nn.Module):
+    """A GraphSAGE encoder to ``hidden``-wide embeddings and a pair scorer, trained as one module (DDP)."""
+
+    def __init__(self, args: argparse.Namespace, in_feats: int):
+        super().__init__()
+        self.encoder = GraphSAGE(in_feats, args.hidden, args.hidden, len(args.fanouts), args.dropout)
+        self.predictor = DotPredictor() if args.predictor == "dot" else MLPPredictor(args.hidden, args.hidden)
+
+    def forward(self, blocks, x, pos, neg) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.encoder(blocks, x)
+        return score_pairs(self.predictor, h, pos), score_pairs(self.predictor, h, neg)
+
+
+def all_reduce(values: list[float], op=None) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def evaluate(raw: LinkModel, trainer: job.Trainer, args, held_out: dict[str, np.ndarray]) -> dict:
+    """Validation and test metrics from layer-wise inference embeddings (collective)."""
+    g, device = trainer.g, trainer.device
+    nodes = trainer.inference_nodes()
+    emb = trainer.new_buffer(raw.encoder.num_layers, args.hidden)
+    out = layerwise_inference(raw.encoder, g, nodes, g.ndata["feat"], args.eval_batch_size, device, trainer.new_buffer)
+    emb[nodes] = out
+    if dist.is_initialized():
+        dist.barrier()  # every trainer's embeddings written before any are read
+    result = {}
+    raw.predictor.eval()
+    for split in ("val", "test"):
+        pairs = np.array_split(held_out[f"{split}_pairs"], trainer.world_size)[trainer.rank]
+        negs = np.array_split(held_out[f"{split}_negatives"], trainer.world_size)[trainer.rank]
+        pos_scores, neg_scores = [], []
+        step = max(1, args.eval_batch_size // (negs.shape[1] + 2))  # pairs per step: rows read stay bounded
+        with torch.no_grad():
+            for start in range(0, len(pairs), step):
+                p, n = pairs[start : start + step], negs[start : start + step]
+                ids, inverse = np.unique(np.concatenate([p[:, 0], p[:, 1], n.reshape(-1)]), return_inverse=True)
+                h = emb[torch.from_numpy(ids)].to(device)[torch.from_numpy(inverse).to(device)]
+                h_src, h_dst, h_neg = h[: len(p)], h[len(p) : 2 * len(p)], h[2 * len(p) :].view(len(p), -1, h.shape[1])
+                pos_scores.append(raw.predictor(h_src, h_dst).cpu())
+                neg_scores.append(raw.predictor(h_src[:, None], h_neg).cpu())
+        pos = torch.cat(pos_scores) if pos_scores else torch.zeros(0)
+        neg = torch.cat(neg_scores) if neg_scores else torch.zeros(0, negs.shape[1])
+        metrics = dist_link_metrics(pos, neg, hits=(1, 10, 50))
+        result.update({f"{split}_{k}": v for k, v in metrics.items()})
+    return result
+
+
+def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, reverse_eids) -> dict:
+    g, device, rank, world = trainer.g, trainer.device, trainer.rank, trainer.world_size
+    if trainer.distributed:
+        seeds = distgnn.edge_split(np.ones(g.num_edges(), bool), g.get_partition_book(), force_even=True)
+    else:
+        seeds = torch.arange(g.num_edges())
+    feat = g.ndata["feat"]
+    torch.manual_seed(args.seed)  # identical initial weights everywhere
+    raw = LinkModel(args, int(feat.shape[1])).to(device)
+    torch.manual_seed(derive_seed(args.seed, rank, 1))  # dropout differs per trainer, fixed per run
+    model = (
+        raw
+        if world == 1
+        else DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    loss_fn = bce_loss if args.loss == "bce" else margin_loss
+    background = bool(args.prefetch or args.num_workers)
+    loader = DistEdgeDataLoader(
+        g,
+        seeds,
+        NeighborSampler(args.fanouts),
+        negative_sampler(args.neg_sampler, args.num_negs),
+        exclude=None if args.exclude == "none" else args.exclude,
+        reverse_eids=torch.from_numpy(reverse_eids) if args.exclude == "reverse_id" else None,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.num_workers,
+        prefetch=args.prefetch,
+        device=device,
+        seed=args.seed,
+        input_feats=("feat",) if background else (),
+    )
+    num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
+    epoch_times, seps_list = [], []
+    loss_sum = seen = 0.0
+    try:
+        for epoch in range(args.epochs):
+            model.train()
+            loss_total = torch.zeros((), dtype=torch.float64, device=device)
+            seen = edges = 0.0
+            t_sample = 0.0
+            start = time.perf_counter()
+            batches = iter(loader)
+            for _ in range(num_batches):
+                batch = next(batches)
+                input_nodes, pos, neg, blocks = batch
+                x = batch.input_data["feat"] if "feat" in batch.input_data else feat[input_nodes.cpu()].to(device)
+                pos_score, neg_score = model(blocks, x, pos, neg)
+                loss = loss_fn(pos_score, neg_score)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                loss_total += loss.detach() * pos.num_edges
+                seen += pos.num_edges
+                edges += sum(b.num_edges for b in blocks)
+                t_sample += batch.timing["sample"]
+            del batches  # an epoch cut short by --max-batches: the loader cancels the rest
+            elapsed = time.perf_counter() - start
+            loss_sum, seen, edges = all_reduce([float(loss_total), seen, edges])
+            slowest = all_reduce([elapsed, t_sample], dist.ReduceOp.MAX if dist.is_initialized() else None)
+            epoch_times.append(slowest[0])
+            seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
+            if rank == 0:
+                print(
+                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | time {slowest[0]:.2f}s "
+                    f"(sampling {slowest[1]:.2f}s) | {seps_list[-1]:,.0f} sampled edges/s",
+                    flush=True,
+                )
+    finally:
+        loader.close()
+    result = {
+        "dataset": args.dataset,
+        "device": str(device),
+        "num_trainers": world,
+        "num_parts": g.get_partition_book().num_partitions,
+        "epochs": args.epochs,
+        "batches_per_epoch": num_batches,
+        "neg_sampler": args.neg_sampler,
+        "num_negs": args.num_negs,
+        "exclude": args.exclude,
+        "predictor": args.predictor,
+        "loss": args.loss,
+        "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
+        "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
+        "epoch_times_s": [round(t, 4) for t in epoch_times],
+        "seps": statistics.median(seps_list) if seps_list else None,
+    }
+    if not args.no_eval:
+        start = time.perf_counter()
+        metrics = evaluate(raw, trainer, args, held_out)
+        result.update(metrics)
+        for key in ("mrr", "hits@10", "auc"):
+            result[f"test_{key}"] = metrics[f"test_{key}"]
+        result["eval_time_s"] = time.perf_counter() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    job.log_to_stderr()
+    if args.local:
+        prepare_local(args)
+        return job.run_local(__file__, argv, args)
+    if args.single:
+        split = link_split(args)
+        trainer = job.Trainer(InProcessGraph(split.train), torch.device(args.device), 0, 1, None, False)
+        torch.set_num_threads(job.torch_threads(args, 1))
+        reverse = reverse_edge_ids(split.train.src, split.train.dst)
+        result = run_trainer(trainer, args, split.held_out(), reverse)
+    else:
+        with job.start_trainer(args) as trainer:
+            held_out, reverse = load_link_partition(trainer.g.part_config)
+            result = run_trainer(trainer, args, held_out, reverse)
+    if trainer.rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
