@@ -23,12 +23,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
@@ -110,27 +112,10 @@ def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
     ]
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
-    return _run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn")
 
 
-def _run_for_result(cmd: list[str], label: str, **kw) -> dict:
-    print(f"[{label}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
-    result = None
-    for line in proc.stdout:
-        sys.stderr.write(f"[{label}] {line}")
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT ") :])
-    if proc.wait() != 0 or result is None:
-        raise SystemExit(
-            f"error: {label} run failed (exit code {proc.returncode}, result {'seen' if result else 'missing'})"
-        )
-    return result
-
-
-# -- DistDGL ----------------------------------------------------------------------------------------
-
-DGL_IPS = ("127.0.0.1", "127.0.0.2")
+# -- DistDGL (simulated machines: see distdgl_cluster) ----------------------------------------------
 
 
 def dgl_paths(args) -> tuple[Path, Path, Path]:
@@ -172,80 +157,18 @@ def run_dgl(args, malloc_tuning: bool = False) -> dict:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         subprocess.run([sys.executable, __file__, *sys.argv[1:], "--role=dgl-partition"], check=True)
-    ports = [_free_port(), _free_port()]
-    ip_config.write_text("".join(f"{ip} {port}\n" for ip, port in zip(DGL_IPS, ports, strict=True)))
-    master_port = _free_port()
-    machines = []
-    for m in range(2):
-        inner = [
-            sys.executable,
-            __file__,
-            *sys.argv[1:],
-            "--role=dgl-machine",
-            f"--machine={m}",
-            f"--master-port={master_port}",
-        ]
-        # A private /dev/shm per simulated machine (DistDGL's segment names are per graph and tensor only).
-        script = 'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$@"'
-        machines.append(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inner])
-    procs = []
-    result = None
-    env = {**os.environ, DGL_MALLOC_ENV: "1" if malloc_tuning else "0"}
-    try:
-        procs = [subprocess.Popen(machines[1], stdout=subprocess.DEVNULL, env=env)]
-        result = _run_for_result(machines[0], "distdgl", env=env)
-    finally:
-        for p in procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    return result
+    env = {DGL_MALLOC_ENV: "1" if malloc_tuning else "0"}
+    return run_machines(__file__, sys.argv[1:], ip_config, env)
 
 
 def dgl_machine(args) -> int:
     """One simulated DGL machine: its server and its trainer (inside the machine's mount namespace)."""
     _, part_config, ip_config = dgl_paths(args)
-    base = {
-        **os.environ,
-        "DGL_DIST_MODE": "distributed",
-        "DGL_IP_CONFIG": str(ip_config),
-        "DGL_NUM_SERVER": "1",
-        "DGL_NUM_CLIENT": str(2 * (1 + args.num_workers)),
-        "DGL_CONF_PATH": str(part_config),
-        "DGL_GRAPH_FORMAT": "csc",
-        "OMP_NUM_THREADS": "1",
-    }
-    server = subprocess.Popen(
-        [sys.executable, __file__, *sys.argv[1:], "--role=dgl-server"],
-        env={**base, "DGL_ROLE": "server", "DGL_SERVER_ID": str(args.machine)},
-    )
-    trainer_env = {
-        **base,
-        "DGL_ROLE": "client",
-        "DGL_NUM_SAMPLER": str(args.num_workers),
-        "DGL_GROUP_ID": "0",
-        "RANK": str(args.machine),
-        "WORLD_SIZE": "2",
-        "LOCAL_RANK": "0",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(args.master_port),
-    }
-    trainer = subprocess.Popen([sys.executable, __file__, *sys.argv[1:], "--role=dgl-trainer"], env=trainer_env)
-    code = trainer.wait()
-    try:
-        server.wait(60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    return code
+    return machine(__file__, sys.argv[1:], args.machine, args.master_port, part_config, ip_config, args.num_workers)
 
 
 def dgl_server(args) -> int:
-    import dgl
-
-    _, _, ip_config = dgl_paths(args)
-    dgl.distributed.initialize(str(ip_config))  # a server serves inside initialize and exits the process
-    return 0
+    return serve(dgl_paths(args)[2])
 
 
 def dgl_trainer(args) -> int:
@@ -253,7 +176,6 @@ def dgl_trainer(args) -> int:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from dgl.distributed import rpc_client
     from dgl.nn import SAGEConv
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -262,13 +184,8 @@ def dgl_trainer(args) -> int:
         from distgnn.allocator import keep_freed_memory
 
         keep_freed_memory()
-    my_ip = DGL_IPS[args.machine]
-    # DistDGL finds its machine by matching local addresses against ip_config: narrow them to ours.
-    rpc_client.local_ip4_addr_list = lambda: {my_ip}
-    torch.set_num_threads(1)
     _, part_config, ip_config = dgl_paths(args)
-    dgl.distributed.initialize(str(ip_config))
-    dist.init_process_group("gloo")
+    join_as_trainer(args.machine, ip_config)
     rank = dist.get_rank()
     g = dgl.distributed.DistGraph(DGL_GRAPH_NAME, part_config=str(part_config))
     book = g.get_partition_book()
@@ -392,12 +309,6 @@ def _dgl_layerwise_eval(g, model, book, args) -> dict:
     stats = torch.tensor(stats, dtype=torch.float64)
     dist.all_reduce(stats)
     return {"val_acc": float(stats[0] / stats[1]), "test_acc": float(stats[2] / stats[3])}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- table ------------------------------------------------------------------------------------------

@@ -133,6 +133,8 @@ def evaluate(raw: LinkModel, trainer: job.Trainer, args, held_out: dict[str, np.
     result = {}
     raw.predictor.eval()
     for split in ("val", "test"):
+        if len(held_out[f"{split}_pairs"]) == 0:
+            continue
         pairs = np.array_split(held_out[f"{split}_pairs"], trainer.world_size)[trainer.rank]
         negs = np.array_split(held_out[f"{split}_negatives"], trainer.world_size)[trainer.rank]
         pos_scores, neg_scores = [], []
