@@ -14,7 +14,7 @@ from distgnn.errors import ConfigError, InputError
 from distgnn.sampling.block import Block
 from distgnn.sampling.edges import find_edges
 from distgnn.sampling.exclude import drop_edges
-from distgnn.sampling.negative import DegreeBiased, PerSourceUniform, Uniform
+from distgnn.sampling.negative import DegreeBiased, PerSourceUniform, Uniform, all_in_degrees
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
 
 
@@ -201,6 +201,8 @@ def test_find_edges_reads_local_and_remote_edges(cluster):
         found_src, found_dst = find_edges(g, eids)
         np.testing.assert_array_equal(found_src.numpy(), src[eids])
         np.testing.assert_array_equal(found_dst.numpy(), dst[eids])
+        # The degree-biased sampler's table: every node's in-degree, local and remote.
+        np.testing.assert_array_equal(all_in_degrees(g), np.bincount(dst, minlength=graph.num_nodes))
     finally:
         g.context.close()
 

@@ -1,0 +1,86 @@
+"""Link splits: held-out pairs leave the training graph in both directions, deterministic by seed,
+and are carried into a partition's new ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distgnn.data.graph import Graph
+from distgnn.data.link_split import (
+    load_held_out,
+    load_link_partition,
+    partition_link_split,
+    save_held_out,
+    split_links,
+    to_partition_ids,
+)
+from distgnn.errors import InputError
+
+
+def _graph(seed=0, n=200, m=1500) -> Graph:
+    rng = np.random.default_rng(seed)
+    u, v = rng.integers(0, n, m), rng.integers(0, n, m)
+    # Both directions of every pair, some duplicates and self loops, as raw edge lists come.
+    src, dst = np.concatenate([u, v, u[:50]]), np.concatenate([v, u, v[:50]])
+    return Graph("g", n, src, dst, ndata={"feat": rng.standard_normal((n, 3)).astype(np.float32)})
+
+
+def _pairs(src, dst, n) -> set[int]:
+    return set((np.minimum(src, dst) * n + np.maximum(src, dst)).tolist())
+
+
+def test_held_out_pairs_leave_the_training_graph_in_both_directions():
+    graph = _graph()
+    split = split_links(graph, 0.1, 0.2, num_negatives=7, seed=3)
+    n = graph.num_nodes
+    all_pairs = _pairs(graph.src[graph.src != graph.dst], graph.dst[graph.src != graph.dst], n)
+    train_pairs = _pairs(split.train.src, split.train.dst, n)
+    val = _pairs(split.val_pairs[:, 0], split.val_pairs[:, 1], n)
+    test = _pairs(split.test_pairs[:, 0], split.test_pairs[:, 1], n)
+    assert len(val) == int(len(all_pairs) * 0.1) and len(test) == int(len(all_pairs) * 0.2)
+    assert train_pairs | val | test == all_pairs
+    assert not (train_pairs & val) and not (train_pairs & test) and not (val & test)
+    half = split.train.num_edges // 2
+    np.testing.assert_array_equal(split.train.src[:half], split.train.dst[half:])
+    np.testing.assert_array_equal(split.train.dst[:half], split.train.src[half:])
+    assert split.test_negatives.shape == (len(test), 7) and split.test_negatives.max() < n
+    again = split_links(graph, 0.1, 0.2, num_negatives=7, seed=3)
+    other = split_links(graph, 0.1, 0.2, num_negatives=7, seed=4)
+    np.testing.assert_array_equal(again.test_negatives, split.test_negatives)
+    np.testing.assert_array_equal(again.test_pairs, split.test_pairs)
+    assert not np.array_equal(other.test_pairs, split.test_pairs)
+
+
+def test_bad_fractions_are_refused():
+    with pytest.raises(InputError, match="fractions"):
+        split_links(_graph(), 0.5, 0.5)
+    with pytest.raises(InputError, match="num_negatives"):
+        split_links(_graph(), 0.1, 0.1, num_negatives=0)
+
+
+def test_held_out_arrays_round_trip(tmp_path):
+    split = split_links(_graph(), 0.1, 0.1, num_negatives=3)
+    loaded = load_held_out(save_held_out(split, tmp_path / "h"))
+    for name, arr in split.held_out().items():
+        np.testing.assert_array_equal(loaded[name], arr)
+    with pytest.raises(InputError, match="lacks held-out"):
+        load_held_out(tmp_path)
+
+
+def test_partitioned_split_is_in_new_ids(tmp_path):
+    from distgnn.partition.format import load_orig_ids, read_meta
+
+    graph = _graph()
+    split = split_links(graph, 0.1, 0.1, num_negatives=5, seed=1)
+    json_path = partition_link_split(split, 2, tmp_path / "p", "g", method="random")
+    held_out, reverse = load_link_partition(json_path)
+    orig_nid, orig_eid = load_orig_ids(read_meta(json_path), mmap=False)
+    np.testing.assert_array_equal(orig_nid[held_out["test_pairs"]], split.test_pairs)
+    np.testing.assert_array_equal(orig_nid[held_out["val_negatives"]], split.val_negatives)
+    new_src = to_partition_ids(orig_nid, split.train.src[orig_eid])
+    new_dst = to_partition_ids(orig_nid, split.train.dst[orig_eid])
+    np.testing.assert_array_equal(new_src[reverse], new_dst)
+    np.testing.assert_array_equal(new_dst[reverse], new_src)
+    with pytest.raises(InputError, match="no link split"):
+        load_link_partition(tmp_path / "elsewhere" / "g.json")

@@ -1,0 +1,89 @@
+"""The link prediction example: learns on a small synthetic graph (in-process and on a simulated cluster),
+and on Cora a 2 machines x 2 trainers cluster matches the single-process run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from distgnn import job
+from distgnn.data.link_split import reverse_edge_ids
+from distgnn.sampling.neighbor import InProcessGraph
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "examples" / "link_prediction" / "train_dist.py"
+CORA = (ROOT / ".." / "shared" / "data" / "planetoid").resolve()
+SMALL = ["--dataset=synthetic", "--num-nodes=1500", "--avg-degree=6", "--feat-dim=16", "--synthetic-classes=16"]
+SMALL += ["--batch-size=256", "--hidden=32", "--fanouts=5,5", "--eval-negatives=20", "--predictor=mlp", "--quiet"]
+SMALL += ["--seed=1"]
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("link_example", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_single(example, argv: list[str]) -> dict:
+    args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
+    split = example.link_split(args)
+    trainer = job.Trainer(InProcessGraph(split.train), torch.device("cpu"), 0, 1, None, False)
+    return example.run_trainer(trainer, args, split.held_out(), reverse_edge_ids(split.train.src, split.train.dst))
+
+
+def run(args: list[str], timeout: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, proc.stdout[-3000:]
+    return json.loads(lines[0][len("RESULT ") :])
+
+
+def test_learns_and_reproduces_on_a_synthetic_graph() -> None:
+    example = load_example()
+    untrained = train_single(example, [*SMALL, "--epochs=0"])
+    trained = train_single(example, [*SMALL, "--epochs=3"])
+    again = train_single(example, [*SMALL, "--epochs=3"])
+    assert trained["test_num_pairs"] == untrained["test_num_pairs"] > 0
+    assert trained["test_auc"] >= 0.65 and trained["test_auc"] > untrained["test_auc"] + 0.1, (untrained, trained)
+    assert trained["test_mrr"] > untrained["test_mrr"]
+    assert trained["test_auc"] == again["test_auc"] and trained["train_loss"] == again["train_loss"]
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        ["--neg-sampler=per_source", "--num-negs=3", "--exclude=self", "--predictor=dot"],
+        ["--neg-sampler=degree", "--num-negs=2", "--loss=margin", "--exclude=none"],
+    ],
+)
+def test_other_samplers_losses_and_predictors_run(variant) -> None:
+    result = train_single(load_example(), [*SMALL, "--epochs=1", "--max-batches=2", *variant])
+    assert result["batches_per_epoch"] == 2 and 0 <= result["test_auc"] <= 1 and result["train_loss"] > 0
+
+
+def test_bad_flags_fail_before_any_process_starts() -> None:
+    example = load_example()
+    with pytest.raises(SystemExit):
+        example.parse_args([*SMALL, "--neg-sampler=bogus"])
+    with pytest.raises(SystemExit):
+        example.parse_args([*SMALL, "--neg-sampler=per_source", "--loss=margin"])
+    with pytest.raises(Exception, match="k >= 1"):
+        example.parse_args([*SMALL, "--num-negs=0"])
+
+
+@pytest.mark.slow
+def test_synthetic_on_a_two_machine_cluster(tmp_path) -> None:
+    result = run([*SMALL, "--local", "--num-parts=2", "--epochs=3", f"--workdir={tmp_path}"], timeout=300)
+    assert result["num_trainers"] == 2 and result["num_parts"] == 2
+    assert result["test_auc"] >= 0.65 and result["epoch_time_s"] > 0 and result["seps"] > 0
+    assert (tmp_path / next(p.name for p in tmp_path.iterdir() if p.name.startswith("split-"))).is_dir()
