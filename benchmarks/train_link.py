@@ -228,19 +228,20 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_eids) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps = [], []
+    epoch_times, seps, stage_times = [], [], []
     for epoch in range(args.epochs):
         ddp.train()
         edges = 0
         loss_sum = seen = 0.0
-        t_sample = 0.0
+        t_sample = t_fetch = t_compute = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
             t0 = time.perf_counter()
             input_nodes, pos_graph, neg_graph, blocks = next(it)
-            t_sample += time.perf_counter() - t0
+            t1 = time.perf_counter()
             x = g.ndata["feat"][input_nodes]
+            t2 = time.perf_counter()
             h = ddp(blocks, x)
             pos, neg = scores(pos_graph, h), scores(neg_graph, h)
             loss = F.binary_cross_entropy_with_logits(
@@ -249,19 +250,22 @@ def dgl_trainer(args) -> int:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + time.perf_counter() - t2
             edges += sum(b.num_edges() for b in blocks)
             loss_sum += loss.item() * pos_graph.num_edges()
             seen += pos_graph.num_edges()
         elapsed = time.perf_counter() - start
-        stats = torch.tensor([elapsed, t_sample])
+        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
         totals = torch.tensor([float(edges), loss_sum, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
+        stage_times.append([round(float(t), 4) for t in stats[1:]])
         seps.append(float(totals[0]) / float(stats[0]))
         if rank == 0:
             print(
-                f"epoch {epoch} | loss {totals[1] / totals[2]:.4f} | time {stats[0]:.2f}s (sampling {stats[1]:.2f}s)",
+                f"epoch {epoch} | loss {totals[1] / totals[2]:.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
+                f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -269,6 +273,7 @@ def dgl_trainer(args) -> int:
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
+        "stage_times_s": stage_times,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[2]),
     }
@@ -323,17 +328,20 @@ def print_table(args, results: dict[str, dict]) -> None:
         f"~{int(args.num_nodes * args.avg_degree):,} edges, 2 machines x 1 trainer, {args.epochs} epochs, {cap}"
     )
     header = (
-        f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'SEPS':>12} "
-        f"{'train loss':>10} {'test MRR':>9} {'hits@10':>8} {'test AUC':>9}"
+        f"{'system':<10} {'batches/epoch':>13} {'epoch s (median)':>17} {'s/batch':>8} {'sample s':>9} {'fetch s':>8} "
+        f"{'compute s':>10} {'SEPS':>12} {'train loss':>10} {'test MRR':>9} {'hits@10':>8} {'test AUC':>9}"
     )
     print(header)
     print("-" * len(header))
     for name, r in results.items():
         per_batch = r["epoch_time_s"] / max(r["batches_per_epoch"], 1)
         metrics = [f"{r[k]:.4f}" if k in r else "-" for k in ("test_mrr", "test_hits@10", "test_auc")]
+        # Median over epochs of the slowest trainer's summed stage times (distgnn: [sample, fetch, compute, wait]).
+        stages = [statistics.median(epoch[i] for epoch in r["stage_times_s"]) for i in range(3)]
         print(
-            f"{name:<10} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} {r['seps']:>12,.0f} "
-            f"{r['train_loss']:>10.4f} {metrics[0]:>9} {metrics[1]:>8} {metrics[2]:>9}"
+            f"{name:<10} {r['batches_per_epoch']:>13} {r['epoch_time_s']:>17.2f} {per_batch:>8.3f} {stages[0]:>9.2f} "
+            f"{stages[1]:>8.2f} {stages[2]:>10.2f} {r['seps']:>12,.0f} {r['train_loss']:>10.4f} {metrics[0]:>9} "
+            f"{metrics[1]:>8} {metrics[2]:>9}"
         )
     if "distgnn" in results and "DistDGL" in results:
         a, b = results["distgnn"], results["DistDGL"]

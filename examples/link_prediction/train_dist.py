@@ -188,20 +188,23 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, 
         input_feats=("feat",) if background else (),
     )
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
-    epoch_times, seps_list = [], []
+    epoch_times, seps_list, stage_times = [], [], []
     loss_sum = seen = 0.0
     try:
         for epoch in range(args.epochs):
             model.train()
             loss_total = torch.zeros((), dtype=torch.float64, device=device)
             seen = edges = 0.0
-            t_sample = 0.0
+            t_wait = t_sample = t_fetch = t_compute = 0.0
             start = time.perf_counter()
             batches = iter(loader)
             for _ in range(num_batches):
+                t0 = time.perf_counter()
                 batch = next(batches)
                 input_nodes, pos, neg, blocks = batch
+                t1 = time.perf_counter()
                 x = batch.input_data["feat"] if "feat" in batch.input_data else feat[input_nodes.cpu()].to(device)
+                t2 = time.perf_counter()
                 pos_score, neg_score = model(blocks, x, pos, neg)
                 loss = loss_fn(pos_score, neg_score)
                 optimizer.zero_grad()
@@ -210,17 +213,23 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, 
                 loss_total += loss.detach() * pos.num_edges
                 seen += pos.num_edges
                 edges += sum(b.num_edges for b in blocks)
-                t_sample += batch.timing["sample"]
+                # On a GPU, compute is the launch time plus whatever the next host sync waits for.
+                t_wait, t_sample = t_wait + t1 - t0, t_sample + batch.timing["sample"]
+                t_fetch, t_compute = t_fetch + batch.timing["fetch"] + t2 - t1, t_compute + time.perf_counter() - t2
             del batches  # an epoch cut short by --max-batches: the loader cancels the rest
             elapsed = time.perf_counter() - start
             loss_sum, seen, edges = all_reduce([float(loss_total), seen, edges])
-            slowest = all_reduce([elapsed, t_sample], dist.ReduceOp.MAX if dist.is_initialized() else None)
+            slowest = all_reduce(
+                [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if dist.is_initialized() else None
+            )
             epoch_times.append(slowest[0])
+            stage_times.append(slowest[1:])
             seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
             if rank == 0:
                 print(
-                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | time {slowest[0]:.2f}s "
-                    f"(sampling {slowest[1]:.2f}s) | {seps_list[-1]:,.0f} sampled edges/s",
+                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | time {slowest[0]:.2f}s (sample "
+                    f"{slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, compute {slowest[3]:.2f}s, waited for batches "
+                    f"{slowest[4]:.2f}s) | {seps_list[-1]:,.0f} sampled edges/s",
                     flush=True,
                 )
     finally:
@@ -240,6 +249,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, 
         "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
         "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
         "epoch_times_s": [round(t, 4) for t in epoch_times],
+        # Per epoch, the slowest trainer's [sample, fetch, compute, waited for batches] seconds.
+        "stage_times_s": [[round(t, 4) for t in stages] for stages in stage_times],
         "seps": statistics.median(seps_list) if seps_list else None,
     }
     if not args.no_eval:
