@@ -31,7 +31,7 @@ def test_local_job_runs_the_plan(tmp_path):
         assert r["role"] == "trainer" and r["num_trainers"] == 2 and r["num_servers"] == 2
         assert r["ip_config"] == str(tmp_path / "ip.txt") and r["part_config"] == str(tmp_path / "g.json")
         assert r["cwd"] == str(tmp_path) and r["args"] == ["--epochs", "1"]
-        assert r["token_sha"] and not r["token_in_argv"]
+        assert r["token_sha"] and not r["token_in_argv"] and r["restart_count"] == 0
     assert len({r["token_sha"] for r in reports.values()}) == 1
     for machine in (0, 1):
         for server in (0, 1):
@@ -134,3 +134,29 @@ def test_missing_interpreter_fails_before_anything_starts(tmp_path):
     assert proc.wait(timeout=60) == 2
     assert f"cannot run '{missing}' on this machine" in job.stderr()
     assert job.pids() == {}
+
+
+def test_local_max_restarts_starts_a_failed_job_again(tmp_path):
+    job = local_job(tmp_path)
+    argv = job.argv("--local", "--max-restarts", "2", mode="crash_once", env=("FAKE_RAISE_RANK=1",))
+    proc = job.start(argv)
+    assert proc.wait(timeout=120) == 0, job.stderr()
+    err = job.stderr()
+    (line,) = error_lines(err)
+    assert line.startswith("distgnn-launch: error: trainer 1 of machine 0 (partition 0, host 127.0.0.1, pid ")
+    assert f"restarting job {job.job_id()} (1 of 2)" in err and "(2 of 2)" not in err
+    reports = job.trainer_reports()
+    assert sorted(reports) == [0, 1, 2, 3] and {r["restart_count"] for r in reports.values()} == {1}
+    runs = tmp_path / "distgnn-runs" / job.job_id()
+    assert "fails on cue" in (runs / "attempt-0" / "0-trainer-1.log").read_text()
+    assert '"restart_count": 1' in (runs / "attempt-1" / "0-trainer-1.log").read_text()
+    assert_nothing_left(job, job.job_id())
+
+
+def test_local_max_restarts_gives_up(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", "--max-restarts", "1", mode="raise", env=("FAKE_RAISE_RANK=2",)))
+    assert proc.wait(timeout=120) == 1
+    err = job.stderr()
+    assert len(error_lines(err)) == 2 and "giving up after 1 restarts" in err
+    assert_nothing_left(job, job.job_id())

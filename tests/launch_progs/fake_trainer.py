@@ -2,7 +2,9 @@
 
 $FAKE_MODE: ``ok`` (finish, rank 0 then asks the fake servers to shut down),
 ``raise`` (rank $FAKE_RAISE_RANK raises, the others keep running), ``sleep``
-(run until stopped). Prints one ``FAKE_TRAINER {json}`` line with what it saw.
+(run until stopped), ``crash_once`` (like ``raise`` on the first start, like
+``ok`` once restarted: DISTGNN_RESTART_COUNT > 0). Prints one
+``FAKE_TRAINER {json}`` line with what it saw.
 """
 
 import contextlib
@@ -41,9 +43,13 @@ seen = {
     "cwd": os.getcwd(),
     "host_addresses": subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split(),
     "args": sys.argv[1:],
+    "restart_count": int(env["DISTGNN_RESTART_COUNT"]),
+    "started_at": time.time(),
 }
 print("FAKE_TRAINER " + json.dumps(seen), flush=True)
 mode = env.get("FAKE_MODE", "ok")
+if mode == "crash_once":
+    mode = "raise" if seen["restart_count"] == 0 else "ok"
 if mode == "raise" and rank == int(env.get("FAKE_RAISE_RANK", "0")):
     time.sleep(float(env.get("FAKE_DELAY", "0")))
     raise RuntimeError(f"fake trainer {rank} fails on cue")
