@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from distgnn.launch import slurm
 from distgnn.launch.plan import (
     LaunchError,
     LaunchOptions,
@@ -42,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         usage="distgnn-launch --ip-config FILE --part-config JSON --num-trainers T [options] -- COMMAND...",
         description="Start a distgnn job on every machine of an ip_config, over ssh or locally (see docs/cluster.md).",
     )
-    parser.add_argument("--ip-config", required=True, help="one machine per line: IP [PORT]; line i holds partition i")
+    parser.add_argument(
+        "--ip-config",
+        help="one machine per line: IP [PORT]; line i holds partition i (with --slurm: default one line per node)",
+    )
     parser.add_argument("--part-config", required=True, help="the partition JSON written by distgnn-partition")
     parser.add_argument("--num-trainers", type=int, required=True, help="trainer processes per machine")
     parser.add_argument("--num-servers", type=int, default=1, help="server processes per machine (default 1)")
@@ -80,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--local", action="store_true", help="run every machine on this host, without ssh")
     parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="inside salloc/sbatch: machine i is node i of $SLURM_JOB_NODELIST, every process an srun step (no ssh)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=30050, help="with --slurm and no --ip-config: first server port (default 30050)"
+    )
+    parser.add_argument(
         "--max-restarts",
         type=int,
         default=0,
@@ -107,6 +119,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOptions:
     check_command(tuple(command))
+    if args.local and args.slurm:
+        raise LaunchError("--local and --slurm exclude each other: pick where the machines are")
+    if not args.ip_config:
+        raise LaunchError("--ip-config is required (except with --slurm, which can write one from the node list)")
     if args.num_trainers < 1 or args.num_servers < 1 or args.num_samplers < 0 or args.max_restarts < 0:
         raise LaunchError(
             f"need --num-trainers >= 1, --num-servers >= 1, --num-samplers >= 0, --max-restarts >= 0; got "
@@ -129,12 +145,22 @@ def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOpt
 
 def main(argv: list[str] | None = None) -> int:
     args, command = parse_args(sys.argv[1:] if argv is None else argv)
+    job_id = f"j{secrets.token_hex(4)}"
+    run_dir = Path(args.run_dir or Path("distgnn-runs") / job_id).absolute()
     try:
+        nodes = None
+        if args.slurm:
+            nodes = slurm.job_nodes()
+            if not args.ip_config:
+                args.ip_config = str(run_dir / "ip_config.txt")
+                slurm.write_ip_config(nodes, args.port, args.num_servers, Path(args.ip_config))
         opts = options_from_args(args, command)
         check_workspace(opts.workspace, opts.local)
         machines = read_machines(opts)
         if opts.local:
             transport = LocalTransport(opts.workspace)
+        elif nodes is not None:
+            transport = slurm.SlurmTransport(opts.workspace, machines, nodes)
         else:
             transport = SshTransport(opts.workspace, args.ssh_port, args.ssh_user, args.ssh_key, tuple(args.ssh_option))
         python = python_of(opts.command)
@@ -145,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distgnn-launch: interrupted during the preflight; nothing was started", file=sys.stderr)
         return 130
-    job_id = f"j{secrets.token_hex(4)}"
-    run_dir = Path(args.run_dir or Path("distgnn-runs") / job_id).absolute()
     token = secrets.token_hex(16)
     restart = 0
     while True:

@@ -44,6 +44,7 @@ seen = {
     "host_addresses": subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split(),
     "args": sys.argv[1:],
     "restart_count": int(env["DISTGNN_RESTART_COUNT"]),
+    "slurm_node": env.get("SLURMD_NODENAME"),
     "started_at": time.time(),
 }
 print("FAKE_TRAINER " + json.dumps(seen), flush=True)
