@@ -50,7 +50,8 @@ def new_job(workspace: Path) -> FakeJob:
 def real_argv(job: FakeJob, part_config: Path, *flags: str) -> list[str]:
     train = [str(TRAIN), "--dataset", "cora", "--data-dir", str(CORA), "--epochs", "100000", "--max-batches", "2"]
     argv = [sys.executable, "-m", "distgnn.launch.cli", "--ip-config", "ip.txt", "--part-config", str(part_config)]
-    argv += ["--num-trainers", "2", "--workspace", str(job.workspace), "--extra-env", "OMP_NUM_THREADS=1", *flags]
+    argv += ["--num-trainers", "2", "--workspace", str(job.workspace), "--local", "--extra-env", "OMP_NUM_THREADS=1"]
+    argv += flags
     return [*argv, "--", sys.executable, *train]
 
 
