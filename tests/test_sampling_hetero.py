@@ -66,6 +66,39 @@ def test_typed_graph_answers_types_counts_and_features(served):
         g.context.close()
 
 
+def check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, blocks) -> None:
+    """Every block edge is a real edge of its type; per (destination, edge type) min(fanout, degree) picks."""
+    edge_offsets = np.cumsum([0] + [len(graph.edges[e][0]) for e in ETYPES])
+    all_dst = np.concatenate([graph.edges[e][1] + OFFSETS[e[2]] for e in ETYPES])
+    all_etype = np.repeat(np.arange(len(ETYPES)), np.diff(edge_offsets))
+    for layer, block in enumerate(blocks):
+        fanout = sampler.fanouts[layer]
+        per_type = [fanout] * 4 if isinstance(fanout, int) else [0] * 4
+        if isinstance(fanout, dict):
+            for key, k in fanout.items():
+                per_type[book.etype_id(key)] = k
+        src = block.src_nids[block.indices].numpy()
+        dst = block.dst_nids[block.dst_index()].numpy()
+        etypes = block.etypes.numpy()
+        assert np.array_equal(block.src_ntypes.numpy(), book.map_to_per_ntype(block.src_nids.numpy())[0])
+        orig = orig_eid[block.eids.numpy()]
+        assert np.array_equal(np.searchsorted(edge_offsets[1:], orig, side="right"), etypes)
+        for k, (s, r, d) in enumerate(ETYPES):
+            mine = etypes == k
+            per = orig[mine] - edge_offsets[k]
+            assert np.array_equal(orig_nid[src[mine]] - OFFSETS[s], graph.edges[(s, r, d)][0][per])
+            assert np.array_equal(orig_nid[dst[mine]] - OFFSETS[d], graph.edges[(s, r, d)][1][per])
+        # Per (destination, edge type): min(fanout, that type's in-degree) picks, no edge twice.
+        for v in block.dst_nids.numpy():
+            o = orig_nid[v]
+            for k in range(4):
+                degree = int(np.count_nonzero((all_dst == o) & (all_etype == k)))
+                got = int(np.count_nonzero((dst == v) & (etypes == k)))
+                want = degree if per_type[k] == -1 else min(per_type[k], degree)
+                assert got == want, (layer, v, k)
+        assert len(np.unique(block.eids.numpy())) == block.num_edges
+
+
 @pytest.mark.parametrize("fanouts", [[3, 2], [{"r1": 2, "r2": -1, ("a", "r3", "a"): 1, "c:r4:b": 0}, 2]])
 def test_typed_blocks_hold_real_edges_of_each_type_within_fanouts(served, fanouts):
     from distgnn.sampling.neighbor import NeighborSampler
@@ -83,35 +116,7 @@ def test_typed_blocks_hold_real_edges_of_each_type_within_fanouts(served, fanout
         sampler = NeighborSampler(fanouts)
         input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed=4)
         assert np.array_equal(output_nodes.numpy(), seeds) and torch.equal(input_nodes, blocks[0].src_nids)
-        edge_offsets = np.cumsum([0] + [len(graph.edges[e][0]) for e in ETYPES])
-        all_dst = np.concatenate([graph.edges[e][1] + OFFSETS[e[2]] for e in ETYPES])
-        all_etype = np.repeat(np.arange(len(ETYPES)), np.diff(edge_offsets))
-        for layer, block in enumerate(blocks):
-            fanout = sampler.fanouts[layer]
-            per_type = [fanout] * 4 if isinstance(fanout, int) else [0] * 4
-            if isinstance(fanout, dict):
-                for key, k in fanout.items():
-                    per_type[book.etype_id(key)] = k
-            src = block.src_nids[block.indices].numpy()
-            dst = block.dst_nids[block.dst_index()].numpy()
-            etypes = block.etypes.numpy()
-            assert np.array_equal(block.src_ntypes.numpy(), book.map_to_per_ntype(block.src_nids.numpy())[0])
-            orig = orig_eid[block.eids.numpy()]
-            assert np.array_equal(np.searchsorted(edge_offsets[1:], orig, side="right"), etypes)
-            for k, (s, r, d) in enumerate(ETYPES):
-                mine = etypes == k
-                per = orig[mine] - edge_offsets[k]
-                assert np.array_equal(orig_nid[src[mine]] - OFFSETS[s], graph.edges[(s, r, d)][0][per])
-                assert np.array_equal(orig_nid[dst[mine]] - OFFSETS[d], graph.edges[(s, r, d)][1][per])
-            # Per (destination, edge type): min(fanout, that type's in-degree) picks, no edge twice.
-            for v in block.dst_nids.numpy():
-                o = orig_nid[v]
-                for k in range(4):
-                    degree = int(np.count_nonzero((all_dst == o) & (all_etype == k)))
-                    got = int(np.count_nonzero((dst == v) & (etypes == k)))
-                    want = degree if per_type[k] == -1 else min(per_type[k], degree)
-                    assert got == want, (layer, v, k)
-            assert len(np.unique(block.eids.numpy())) == block.num_edges
+        check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, blocks)
     finally:
         g.context.close()
 
@@ -126,5 +131,45 @@ def test_typed_fanouts_name_real_edge_types(served):
             NeighborSampler([{"nope": 2}]).sample_blocks(g, np.array([0]))
         with pytest.raises(ConfigError, match="samples no edge type"):
             NeighborSampler([{"r1": 0}])
+    finally:
+        g.context.close()
+
+
+def test_in_process_typed_graph_samples_the_same_way():
+    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+
+    graph = toy_hetero(5)
+    g = InProcessGraph(graph)
+    book = g.get_partition_book()
+    assert g.ntypes == ["a", "b", "c"] and g.num_nodes("b") == 40
+    identity_n, identity_e = np.arange(g.num_nodes()), np.arange(g.num_edges())
+    sampler = NeighborSampler([2, {"r1": 1, "r2": 3, "r3": -1}])
+    seeds = np.concatenate([book.map_to_homo_nid(np.arange(0, 60, 7), "a"), book.map_to_homo_nid([0, 5], "b")])
+    _, _, blocks = sampler.sample_blocks(g, seeds, rng_seed=1)
+    check_typed_blocks(graph, book, identity_n, identity_e, sampler, blocks)
+    torch.testing.assert_close(g.nodes["a"].data["feat"], torch.from_numpy(graph.ndata["a"]["feat"]))
+
+
+def test_typed_loader_yields_per_type_nodes_of_its_blocks(served):
+    from distgnn.dataloader import DistNodeDataLoader
+    from distgnn.sampling.neighbor import NeighborSampler
+
+    graph, json_path, cluster, orig_nid, orig_eid = served
+    g = dist_graph(cluster, json_path, 0)
+    try:
+        book = g.get_partition_book()
+        seeds = {"a": torch.arange(0, 60, 3), "b": torch.tensor([2, 4])}
+        loader = DistNodeDataLoader(g, seeds, NeighborSampler([2, 2]), batch_size=8, shuffle=True, rank=0)
+        seen = {"a": [], "b": []}
+        for input_nodes, output_nodes, blocks in loader:
+            assert set(input_nodes) == {"a", "b", "c"}
+            src_types = blocks[0].src_ntypes
+            for t, name in enumerate(g.ntypes):
+                expect = book.map_to_per_ntype(blocks[0].src_nids[src_types == t])[1]
+                assert torch.equal(input_nodes[name], expect)
+            for name in ("a", "b"):
+                seen[name].append(output_nodes[name])
+        assert torch.equal(torch.sort(torch.cat(seen["a"])).values, seeds["a"])
+        assert torch.equal(torch.sort(torch.cat(seen["b"])).values, seeds["b"])
     finally:
         g.context.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from dataclasses import replace as _replace_fields
 from typing import Protocol
 
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 
 from distgnn.data.graph import Graph
+from distgnn.data.hetero import DEFAULT_NTYPE, HeteroGraph, materialize
 from distgnn.errors import ConfigError, InputError
 from distgnn.partition_book import RangePartitionBook
 from distgnn.sampling import device as on_device
@@ -583,10 +585,18 @@ class InProcessGraph:
     Behaves like a DistGraph for the sampler, the loader and the training
     script (``ndata`` maps names to torch tensors indexed by global id), so a
     single-process run goes through exactly the distributed code path. Node
-    and edge ids are the Graph's own.
+    and edge ids are the Graph's own. A :class:`~distgnn.data.hetero.HeteroGraph`
+    gives the typed view (``ntypes``, ``g.nodes[T].data``...) with homogeneous ids
+    numbering the types one after the other.
     """
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph | HeteroGraph):
+        if isinstance(graph, HeteroGraph) and not graph.is_homogeneous:
+            self._init_typed(graph.validate())
+            return
+        if isinstance(graph, HeteroGraph):
+            graph = _as_graph(graph)
+        self.nodes = self.edges = None
         graph.validate()
         order = np.argsort(graph.dst, kind="stable")
         indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
@@ -612,14 +622,97 @@ class InProcessGraph:
             },
         )
 
-    def num_nodes(self) -> int:
-        return self._num_nodes
+    def _init_typed(self, graph: HeteroGraph) -> None:
+        ntypes, etypes = graph.ntypes, graph.canonical_etypes
+        counts = np.array([graph.num_nodes[t] for t in ntypes], dtype=np.int64)
+        node_ends = np.cumsum(counts)
+        offsets = dict(zip(ntypes, (node_ends - counts).tolist(), strict=True))
+        edge_counts = np.array([graph.num_edges(e) for e in etypes], dtype=np.int64)
+        edge_ends = np.cumsum(edge_counts)
+        n, m, k = int(node_ends[-1]), int(edge_ends[-1]), len(etypes)
+        src = np.concatenate([graph.edges[e][0] + offsets[e[0]] for e in etypes]).astype(np.int64)
+        dst = np.concatenate([graph.edges[e][1] + offsets[e[2]] for e in etypes]).astype(np.int64)
+        rows = dst * k + np.repeat(np.arange(k, dtype=np.int64), edge_counts)
+        order = np.argsort(rows, kind="stable")
+        indptr = np.zeros(n * k + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n * k), out=indptr[1:])
+        self.graph_name = graph.name
+        self._num_nodes, self._num_edges = n, m
+        self.num_classes = graph.num_classes
+        self._book = RangePartitionBook(
+            [[0, n]],
+            [[0, m]],
+            ntypes,
+            etypes,
+            np.stack([node_ends - counts, node_ends], axis=1)[None],
+            np.stack([edge_ends - edge_counts, edge_ends], axis=1)[None],
+        )
+        self.ndata, self.edata = {}, {}
+        self.nodes = {
+            t: TypedTensors({k_: torch.from_numpy(np.ascontiguousarray(materialize(a))) for k_, a in arrays.items()})
+            for t, arrays in ((t, graph.ndata.get(t, {})) for t in ntypes)
+        }
+        self._edge_data = {
+            e: TypedTensors({k_: torch.from_numpy(np.ascontiguousarray(materialize(a))) for k_, a in arrays.items()})
+            for e, arrays in ((e, graph.edata.get(e, {})) for e in etypes)
+        }
+        self.edges = _InProcessEdgeTypes(self)
+        self._local = LocalCSC(0, 0, indptr, src[order], order.astype(np.int64), np.arange(n), {}, num_etypes=k)
 
-    def num_edges(self) -> int:
-        return self._num_edges
+    @property
+    def ntypes(self) -> list[str]:
+        return self._book.ntypes
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return self._book.canonical_etypes
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self._book.is_homogeneous
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        if ntype is None or self._book.is_homogeneous:
+            return self._num_nodes
+        return int(self._book.nodes.type_counts[self._book.ntype_id(ntype)])
+
+    def num_edges(self, etype=None) -> int:
+        if etype is None or self._book.is_homogeneous:
+            return self._num_edges
+        return int(self._book.edges.type_counts[self._book.etype_id(etype)])
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book
 
     def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]:
         return self._local, None
+
+
+@dataclass(frozen=True)
+class TypedTensors:
+    """``g.nodes[ntype]`` / ``g.edges[etype]`` of an in-process graph: ``data`` maps names to tensors."""
+
+    data: dict[str, torch.Tensor]
+
+
+class _InProcessEdgeTypes:
+    def __init__(self, g: InProcessGraph):
+        self._g = g
+
+    def __getitem__(self, etype) -> TypedTensors:
+        return self._g._edge_data[self._g.get_partition_book().to_canonical_etype(etype)]
+
+
+def _as_graph(graph: HeteroGraph) -> Graph:
+    """The one-type HeteroGraph as a Graph."""
+    ((src, dst),) = graph.edges.values()
+    ndata = {k: materialize(a) for k, a in graph.ndata.get(DEFAULT_NTYPE, {}).items()}
+    edata = {k: materialize(a) for k, a in next(iter(graph.edata.values()), {}).items()}
+    return Graph(graph.name, graph.total_nodes, src, dst, ndata, edata, graph.num_classes)
+
+
+def split_by_type(book: RangePartitionBook, nids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{ntype: per-type ids}`` of homogeneous ``nids``, each type's ids in their order in ``nids``
+    (types without nodes included, empty), on ``nids``' device."""
+    types, per_type = book.map_to_per_ntype(nids.cpu())
+    return {t: per_type[types == i].to(nids.device) for i, t in enumerate(book.ntypes)}
