@@ -147,6 +147,11 @@ def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
     return graph
 
 
+def read_chunked_graph_name(metadata_path: str | os.PathLike) -> str:
+    """The ``graph_name`` of a chunked graph, from its metadata alone (to name outputs before reading edges)."""
+    return _load_metadata(Path(metadata_path))["graph_name"]
+
+
 def _checked(path: Path, check: Callable[[], object]) -> None:
     """Run a check whose InputError does not name the file, and prefix the metadata path."""
     try:
