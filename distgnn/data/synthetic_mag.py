@@ -10,7 +10,7 @@ the other end by weight within it, so degrees follow a power law and classes clu
 A paper's label is its class; its own features are the class centroid under heavy Gaussian noise, a weak
 signal. So the label is mostly read off the neighbourhood (the classes of a paper's fields, authors and
 their institutions, the papers it cites): a model on paper features alone scores well below one that uses
-the graph. Everything is vectorised and deterministic by seed; a million papers (about 48M edges with the
+the graph. Everything is vectorised and deterministic by seed; a million papers (about 49M edges with the
 reverses) take well under a minute and a few GiB.
 """
 
