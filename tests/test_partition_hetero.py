@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hetero_graphs import ETYPES, toy_hetero
 
-from distgnn.data.hetero import ChunkedArray, HeteroGraph
+from distgnn.data.hetero import ChunkedArray
 from distgnn.errors import InputError, PartitionFormatError
 from distgnn.partition import check_partition, partition_graph
 from distgnn.partition.format import (
@@ -18,35 +19,6 @@ from distgnn.partition.format import (
     read_meta,
 )
 
-ETYPES = [("a", "r1", "b"), ("b", "r2", "a"), ("a", "r3", "a"), ("c", "r4", "b")]
-
-
-def _chunked(arr: np.ndarray, pieces: int) -> ChunkedArray:
-    bounds = np.linspace(0, len(arr), pieces + 1).astype(int)
-    chunks = [(int(b - a), (lambda a=a, b=b: arr[a:b].copy())) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    return ChunkedArray(chunks, arr.dtype, arr.shape[1:], "test array")
-
-
-def _graph(seed: int = 0) -> HeteroGraph:
-    rng = np.random.default_rng(seed)
-    num_nodes = {"a": 60, "b": 40, "c": 15}
-    edges = {}
-    for s, r, d in ETYPES:
-        m = int(rng.integers(80, 150))
-        edges[(s, r, d)] = (rng.integers(0, num_nodes[s], m), rng.integers(0, num_nodes[d], m))
-    train = np.zeros(60, dtype=bool)
-    train[rng.choice(60, 20, replace=False)] = True
-    ndata = {
-        "a": {
-            "feat": rng.normal(size=(60, 4)).astype(np.float32),
-            "label": rng.integers(0, 3, 60),
-            "train_mask": train,
-        },
-        "b": {"feat": _chunked(rng.normal(size=(40, 3)).astype(np.float32), 3)},
-    }
-    edata = {("a", "r1", "b"): {"w": _chunked(rng.random(len(edges[ETYPES[0]][0])).astype(np.float32), 2)}}
-    return HeteroGraph("toy", num_nodes, edges, ndata, edata, num_classes=3)
-
 
 def _materialized(arr) -> np.ndarray:
     return arr.read() if isinstance(arr, ChunkedArray) else np.asarray(arr)
@@ -55,7 +27,7 @@ def _materialized(arr) -> np.ndarray:
 @pytest.mark.parametrize("method", ["metis", "random"])
 @pytest.mark.parametrize("num_parts", [1, 3])
 def test_typed_partition_round_trips_every_edge_and_feature(tmp_path, method, num_parts):
-    g = _graph()
+    g = toy_hetero()
     path = partition_graph(g, num_parts, tmp_path / "out", method=method, balance_train=True, target_ntype="a")
     meta, _ = check_partition(path)
     book = meta.partition_book()
@@ -100,7 +72,7 @@ def test_typed_partition_round_trips_every_edge_and_feature(tmp_path, method, nu
 
 
 def test_metis_balances_node_types(tmp_path):
-    g = _graph(1)
+    g = toy_hetero(1)
     meta = read_meta(partition_graph(g, 2, tmp_path / "out", method="metis"))
     sizes = np.diff(np.asarray(meta.node_type_ranges), axis=2)[:, :, 0]  # (P, T)
     totals = sizes.sum(axis=0)
@@ -108,7 +80,7 @@ def test_metis_balances_node_types(tmp_path):
 
 
 def test_check_names_a_typed_csc_that_mixes_edge_types(tmp_path):
-    path = partition_graph(_graph(), 2, tmp_path / "out", method="random")
+    path = partition_graph(toy_hetero(), 2, tmp_path / "out", method="random")
     meta = read_meta(path)
     indptr_path = meta.root / meta.parts[0].files["indptr"]
     indptr = np.load(indptr_path)
@@ -122,7 +94,7 @@ def test_check_names_a_typed_csc_that_mixes_edge_types(tmp_path):
 
 
 def test_bad_typed_input_is_refused(tmp_path):
-    g = _graph()
+    g = toy_hetero()
     with pytest.raises(InputError, match="halo_hops > 1"):
         partition_graph(g, 2, tmp_path / "a", halo_hops=2)
     g.edges[("a", "r1", "zz")] = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
