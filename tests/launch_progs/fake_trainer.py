@@ -57,6 +57,11 @@ if mode == "raise" and rank == int(env.get("FAKE_RAISE_RANK", "0")):
 if mode in ("raise", "sleep"):
     print("fake trainer running", flush=True)
     time.sleep(600)
+# Like a real trainer, which talks to every server before it is done: wait until all of them are up.
+servers = int(env["DISTGNN_NUM_SERVERS"]) * world // int(env["DISTGNN_NUM_TRAINERS"])
+deadline = time.monotonic() + 60
+while len(list(fake_dir.glob("ready-m*-s*"))) < servers and time.monotonic() < deadline:
+    time.sleep(0.05)
 (fake_dir / f"done-r{rank}").write_text("")
 if rank == 0:
     while len(list(fake_dir.glob("done-r*"))) < world:
