@@ -255,6 +255,10 @@ class ExitWatch:
         self.stopping_since = time.monotonic()
 
     def report_lines(self, run_dir: str | Path | None) -> list[str]:
-        """``failure_report`` of what was seen; an exit the runner caused with a non-zero status stays 'stopped'."""
-        exits = [replace(e, stopped=e.stopped and e.returncode != 0) for e in self.exits.values()]
+        """``failure_report`` of what was seen, quoting each log's last line as it is now (late lines included)."""
+        exits = []
+        for i, e in self.exits.items():
+            log_path = self.watched[i].log_path
+            last = (last_line_of(log_path) if log_path else "") or e.last_stderr
+            exits.append(replace(e, stopped=e.stopped and e.returncode != 0, last_stderr=last))
         return failure_report(exits, run_dir)
