@@ -386,7 +386,7 @@ class Checkpointer:
         if pending:
             replies = self._wait(client, [rid for *_, rid in pending], total_bytes, "save_tensor")
             for (t, m, file, _), reply in zip(pending, replies, strict=True):
-                entry = {k: reply.header[k] for k in ("bytes", "sha256")}
+                entry = {k: reply.header[k] for k in ("bytes", "sha256", "rows")}
                 dist_files[file] = {**entry, "machine": m, "policy": t.part_policy, "name": t.name}
         state = {
             "format": FORMAT_VERSION,
@@ -578,7 +578,7 @@ class Checkpointer:
                     if entry is None:
                         raise CheckpointError(f"{path / MANIFEST} lists no file {file}")
                     fields = {"policy": t.part_policy, "name": t.name, "root": root, "dir": path.name, "file": file}
-                    fields.update(bytes=entry["bytes"], sha256=entry["sha256"], verify=verify)
+                    fields.update(bytes=entry["bytes"], sha256=entry["sha256"], rows=entry["rows"], verify=verify)
                     rids.append(client.send(m, "load_tensor", fields))
             self._wait(client, rids, total, "load_tensor")
 

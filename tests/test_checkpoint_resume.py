@@ -217,3 +217,110 @@ def test_the_command_line_flags_make_a_checkpointer(tmp_path):
     assert checkpointer_from_args(parser.parse_args([])) is None
     with pytest.raises(ConfigError, match="need --checkpoint-dir"):
         checkpointer_from_args(parser.parse_args(["--resume", "auto"]))
+
+
+def test_a_checkpoint_of_another_partitioning_is_refused(saved, tmp_path):
+    _, path = saved
+    graph = small_graph(tmp_path / "g3", num_parts=3, num_nodes=300, num_edges=2000)
+    with LocalCluster(graph.json_path, rpc_timeout_s=30) as cluster, connect(cluster.config(0)) as ctx:
+        other = build((graph, ctx), "emb_saved")
+        with pytest.raises(CheckpointError, match="made with 2 partitions, this job has 3"):
+            Checkpointer(path.parent, 4).resume(str(path), **other.state())
+
+
+@pytest.mark.parametrize(
+    ("op", "fields", "message"),
+    [
+        ("save_tensor", {"root": "relative/dir", "dir": ".staging-step-1", "file": "a.npy"}, "absolute"),
+        ("save_tensor", {"dir": ".staging-../../etc", "file": "a.npy"}, "step-<n>"),
+        ("save_tensor", {"dir": ".staging-step-1", "file": "../a.npy"}, "no directories"),
+        ("save_tensor", {"dir": "step-1", "file": "a.npy"}, "staging directory"),
+        ("save_tensor", {"dir": ".staging-step-9", "file": "a.npy"}, "prepare"),
+        ("load_tensor", {"dir": "step-00000004", "file": "dist.node.emb_saved.p0.npy", "sha256": "0" * 64}, "sha256"),
+        ("load_tensor", {"dir": "step-00000004", "file": "dist.node.emb_saved.p1.npy"}, "another partition"),
+        ("checkpoint_dir", {"dir": "step-00000004", "action": "explode"}, "prepare, commit or remove"),
+    ],
+)
+def test_server_checkpoint_ops_refuse_bad_requests(job, saved, op, fields, message):
+    from distgnn.errors import RpcError
+
+    _, ctx = job
+    _, path = saved
+    manifest = json.loads((path / "manifest.json").read_text())
+    request = {"policy": "node", "name": "emb_saved", "root": str(path.parent), "bytes": 0, "sha256": ""}
+    entry = manifest["dist_files"].get(fields.get("file", ""))
+    if entry is not None:
+        request.update(bytes=entry["bytes"], sha256=entry["sha256"], rows=entry["rows"])
+    request.update(fields)
+    with pytest.raises(RpcError, match=message):
+        ctx.client.call(0, op, request)
+
+
+def test_a_symlink_out_of_the_root_is_refused(job, tmp_path):
+    from distgnn.errors import RpcError
+
+    _, ctx = job
+    (tmp_path / "root").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root" / ".staging-step-1").symlink_to(tmp_path / "elsewhere")
+    fields = {"policy": "node", "name": "feat", "root": str(tmp_path / "root"), "dir": ".staging-step-1"}
+    with pytest.raises(RpcError, match="outside the checkpoint root"):
+        ctx.client.call(0, "save_tensor", {**fields, "file": "x.npy"})
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def _rank_main(rank: int, graph, config, port: int, root: str, out) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    ctx = connect(config, rank=rank, world_size=2)
+    try:
+        t = build((graph, ctx), "emb_two_ranks")
+        t.model = torch.nn.parallel.DistributedDataParallel(t.model)
+        torch.manual_seed(rank)  # dropout differs per rank, as in the examples
+        checkpointer = Checkpointer(root, 3)
+        train(t, 3, checkpointer)
+        saved = {
+            "model": {k: v.clone() for k, v in t.model.module.state_dict().items()},
+            "loader": t.loader.state_dict(),
+            "draw": torch.rand(4),
+        }
+        train(t, 5, position=Position(step=3))  # on past the checkpoint, then "crash"
+        position = checkpointer.resume("auto", **t.state())
+        same_model = all(torch.equal(v, saved["model"][k]) for k, v in t.model.module.state_dict().items())
+        out.put(
+            (
+                rank,
+                position.step,
+                same_model,
+                t.loader.state_dict() == saved["loader"],
+                torch.equal(torch.rand(4), saved["draw"]),
+            )
+        )
+    finally:
+        ctx.close()
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_ranks_save_and_resume_through_torch_distributed(job, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    graph, ctx = job
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spawn = mp.get_context("spawn")
+    out = spawn.Queue()
+    configs = [ctx.config.with_(machine_id=r) for r in range(2)]
+    procs = [spawn.Process(target=_rank_main, args=(r, graph, configs[r], port, str(tmp_path), out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=240) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    # Each rank gets back the model, its own loader position and its own RNG stream.
+    assert results == [(0, 3, True, True, True), (1, 3, True, True, True)]

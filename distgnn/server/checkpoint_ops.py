@@ -10,8 +10,9 @@ Requests (header fields; arrays) -> reply:
 * ``checkpoint_dir`` (``root, dir, action`` "prepare"|"commit"|"remove") -> (); prepare makes an empty staging
   directory, commit renames a staging directory to its final name, remove deletes a checkpoint
 * ``save_tensor`` (``policy, name, root, dir, file``) -> header ``bytes, sha256, rows``
-* ``load_tensor`` (``policy, name, root, dir, file, bytes, sha256, verify``) -> (); the rows replace the
-  tensor's, or with ``verify`` true are only checked
+* ``load_tensor`` (``policy, name, root, dir, file, bytes, sha256, rows, verify``) -> (); the rows replace the
+  tensor's, or with ``verify`` true are only checked; ``rows`` is the ``[start, end)`` id range the file was
+  saved from (``save_tensor``'s reply), which must be this partition's
 
 All are main-server only (one writer per partition). A save reads the tensor
 while no trainer pushes to it: the trainers meet at a barrier before and after.
@@ -67,6 +68,13 @@ def handle_load_tensor(state: ServerState, header: dict, arrays: list[np.ndarray
     root, name = _paths(header)
     path = cio.confined(root, name, _field(header, "file", str))
     entry = {"bytes": _field(header, "bytes", int), "sha256": _field(header, "sha256", str)}
+    owned = list(state.partition.owned_range(policy))
+    saved_rows = _field(header, "rows", list)
+    if saved_rows != owned:
+        raise InputError(
+            f"{path.name} holds the {policy} ids {saved_rows} of another partition; partition "
+            f"{state.partition.part_id} owns {owned}"
+        )
     rows = cio.read_verified_npy(path, entry)
     if rows.dtype != table.dtype or rows.shape != table.shape:
         raise InputError(
