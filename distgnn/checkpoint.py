@@ -359,6 +359,9 @@ class Checkpointer:
         final = cio.checkpoint_name(step)
         staging = cio.STAGING_PREFIX + final
         root = str(self.root)
+        for stale in self.root.glob(cio.STAGING_PREFIX + "step-*"):  # left by a save that crashed
+            log.warning("removing %s, an incomplete checkpoint", stale)
+            cio.remove_checkpoint(root, stale.name)
         staged = cio.prepare_staging(root, staging)
         client = ctx.client if ctx is not None else None
         machines = range(ctx.config.num_machines) if ctx is not None else range(0)

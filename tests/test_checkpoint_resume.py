@@ -132,6 +132,8 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(job, tmp_path,
 def saved(job, tmp_path_factory):
     """A trainer after 4 steps and the checkpoint it wrote at step 4."""
     root = tmp_path_factory.mktemp("saved")
+    (root / ".staging-step-00000002").mkdir()  # what a save that crashed leaves
+    (root / ".staging-step-00000002" / "model.x.npy").write_bytes(b"partial")
     t = build(job, "emb_saved")
     train(t, 4, Checkpointer(root, 4))
     return t, root / "step-00000004"
@@ -147,7 +149,7 @@ def test_the_manifest_lists_every_file_with_size_and_checksum(saved):
     }
     for name, entry in {**manifest["files"], **manifest["dist_files"]}.items():
         assert (path / name).stat().st_size == entry["bytes"]
-    assert not list(path.parent.glob(".staging-*"))
+    assert not list(path.parent.glob(".staging-*"))  # the crashed save's leftovers too
 
 
 def _unchanged_after_refusal(job, t: Trainer, resume) -> None:
