@@ -251,8 +251,8 @@ def _graph_identity(ctx: DistContext) -> dict:
         "num_nodes": int(manifest["num_nodes"]),
         "num_edges": int(manifest["num_edges"]),
         "num_parts": ctx.config.num_machines,
-        "node_range_ends": ctx.range_ends("node").tolist(),
-        "edge_range_ends": ctx.range_ends("edge").tolist(),
+        # Every id space's ranges (node, edge, and typed ones such as "node:paper").
+        "range_ends": {policy: ends.tolist() for policy, ends in sorted(ctx.id_range_ends.items())},
     }
 
 

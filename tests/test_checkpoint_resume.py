@@ -16,7 +16,7 @@ from distgnn.checkpoint import Checkpointer, Position, add_checkpoint_args, chec
 from distgnn.cluster import LocalCluster
 from distgnn.context import connect
 from distgnn.dataloader import DistNodeDataLoader
-from distgnn.embedding import DistEmbedding, SparseAdagrad
+from distgnn.embedding import DistEmbedding, SparseAdagrad, SparseAdam
 from distgnn.errors import CheckpointError, ConfigError
 from distgnn.graph import DistGraph
 from distgnn.nn import GraphSAGE
@@ -41,7 +41,7 @@ class Trainer:
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     emb: DistEmbedding
-    sparse: SparseAdagrad
+    sparse: SparseAdagrad | SparseAdam
     loader: DistNodeDataLoader
     g: DistGraph
 
@@ -54,7 +54,7 @@ class Trainer:
         }
 
 
-def build(job, emb_name: str, hidden: int = 16, prefetch: int = 0) -> Trainer:
+def build(job, emb_name: str, hidden: int = 16, prefetch: int = 0, sparse: type = SparseAdagrad) -> Trainer:
     graph, ctx = job
     g = DistGraph("g", graph.json_path, context=ctx)
     torch.manual_seed(0)
@@ -63,7 +63,7 @@ def build(job, emb_name: str, hidden: int = 16, prefetch: int = 0) -> Trainer:
     emb = DistEmbedding(graph.num_nodes, EMB_DIM, emb_name, context=ctx)
     seeds = torch.from_numpy(np.flatnonzero(graph.ndata["train_mask"]))
     loader = DistNodeDataLoader(g, seeds, NeighborSampler([4, 3]), BATCH, shuffle=True, seed=3, prefetch=prefetch)
-    return Trainer(model, optimizer, emb, SparseAdagrad([emb], lr=0.05), loader, g)
+    return Trainer(model, optimizer, emb, sparse([emb], lr=0.05), loader, g)
 
 
 def train(t: Trainer, until: int, checkpointer: Checkpointer | None = None, position: Position | None = None) -> None:
@@ -89,19 +89,24 @@ def everything(t: Trainer, num_nodes: int) -> dict[str, torch.Tensor]:
     for i, s in t.optimizer.state_dict()["state"].items():
         out.update({f"adam.{i}.{k}": v.clone() for k, v in s.items()})
     out["emb"] = t.emb.weight[ids]
-    out["adagrad"] = t.sparse.state[t.emb.name][ids]
+    state = t.sparse.state[t.emb.name]
+    for name, tensor in state.items() if isinstance(state, dict) else [("adagrad", state)]:
+        out[f"sparse.{name}"] = tensor[ids]
     return out
 
 
-@pytest.mark.parametrize(("every", "crash_at"), [(3, 7), (4, 5)])  # resume mid-epoch, and at an epoch's end
-def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(job, tmp_path, every, crash_at):
+@pytest.mark.parametrize(
+    ("every", "crash_at", "sparse"),
+    [(3, 7, SparseAdagrad), (4, 5, SparseAdagrad), (3, 5, SparseAdam)],  # resume mid-epoch, and at an epoch's end
+)
+def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(job, tmp_path, every, crash_at, sparse):
     graph, _ = job
-    straight = build(job, f"emb_straight_{every}")
+    straight = build(job, f"emb_straight_{every}_{sparse.__name__}", sparse=sparse)
     train(straight, TOTAL_STEPS)
     expected = everything(straight, graph.num_nodes)
 
     ckpt_dir = tmp_path / "ckpt"
-    first = build(job, f"emb_resumed_{every}")
+    first = build(job, f"emb_resumed_{every}_{sparse.__name__}", sparse=sparse)
     train(first, crash_at, Checkpointer(ckpt_dir, every, keep=2))  # "crashes" after crash_at steps
     saved = [p.name for p in Checkpointer(ckpt_dir, every).checkpoints()]
     assert saved == [f"step-{s:08d}" for s in range(every, crash_at + 1, every)][-2:]
@@ -110,14 +115,16 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(job, tmp_path,
     # Fresh objects; the servers still hold the first run's later updates, and the RNGs were used since.
     torch.manual_seed(1234)
     np.random.seed(1234)
-    second = build(job, f"emb_resumed_{every}", prefetch=1)  # a prefetch thread: the workers' start position too
+    second = build(
+        job, f"emb_resumed_{every}_{sparse.__name__}", prefetch=1, sparse=sparse
+    )  # a prefetch thread: the workers' start position too
     checkpointer = Checkpointer(ckpt_dir, every, keep=2)
     position = checkpointer.resume("auto", **second.state())
     last = every * (crash_at // every)
     assert (position.step, position.path.name) == (last, f"step-{last:08d}")
     assert (position.epoch, position.batch) == divmod(last, len(second.loader))
     # The servers' rows are the checkpoint's again, not the first run's later ones.
-    files = [position.path / f"dist.node.emb_resumed_{every}.p{m}.npy" for m in (0, 1)]
+    files = [position.path / f"dist.node.emb_resumed_{every}_{sparse.__name__}.p{m}.npy" for m in (0, 1)]
     at_checkpoint = torch.from_numpy(np.concatenate([np.load(f) for f in files]))
     assert torch.equal(second.emb.weight[torch.arange(graph.num_nodes)], at_checkpoint)
     assert not torch.equal(at_checkpoint, at_crash)
