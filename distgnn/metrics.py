@@ -1,11 +1,11 @@
 """Training metrics: per-epoch and per-N-step records as JSON lines in the run directory, and TensorBoard.
 
-A training loop keeps an :class:`EpochMeter` per epoch (loss, accuracy, seeds, sampled edges, the
-sample / fetch / compute / wait seconds, cache counters, RPC bytes), reduces it over the trainers with the
-all_reduce it already does (:meth:`EpochMeter.reduce`: sums, and the slowest trainer's times), and hands the
-record to :class:`MetricsLogger`, which on rank 0 appends it to ``<run dir>/metrics.jsonl``
-(one JSON object a line, ``"kind": "epoch"`` or ``"step"``) and, when asked for and installed, to
-TensorBoard. ``distgnn-report RUN_DIR`` (:mod:`distgnn.report`) draws them.
+An epoch's :class:`distgnn.training.EpochSummary` (already reduced over the trainers by
+``EpochMeter.finish``: loss, accuracy, the slowest trainer's sample / fetch / compute / wait seconds,
+throughput, cache hits) plus the RPC bytes of all trainers (:class:`RpcTraffic`) becomes one record;
+:class:`MetricsLogger` appends records on rank 0 to ``<run dir>/metrics.jsonl`` (one JSON object a line,
+``"kind": "epoch"`` or ``"step"``) and, when asked for and installed, to TensorBoard.
+``distgnn-report RUN_DIR`` (:mod:`distgnn.report`) draws them.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from distgnn.errors import ConfigError
+from distgnn.training import EpochSummary, all_reduce
 
 log = logging.getLogger(__name__)
 
@@ -29,90 +29,43 @@ METRICS_FILE = "metrics.jsonl"
 STAGES = ("sample_s", "fetch_s", "compute_s", "wait_s")
 
 
-class EpochMeter:
-    """What one trainer did in one epoch, reduced over all trainers at its end.
+def epoch_record(summary: EpochSummary, step: int, rpc_bytes: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The JSON record of an epoch (:class:`distgnn.training.EpochSummary`, already reduced over trainers)
+    after ``step`` optimizer steps; ``rpc_bytes`` from :meth:`RpcTraffic.take`."""
+    lookups = summary.cache_lookups
+    record = {
+        "epoch": summary.epoch,
+        "step": step,
+        "loss": summary.loss,
+        "acc": summary.accuracy,
+        "epoch_s": summary.time_s,
+        **dict(zip(STAGES, summary.stage_times, strict=True)),
+        "edges_per_s": summary.edges_per_s,
+        "cache_hit_rate": summary.cache_hits / lookups if lookups else None,
+    }
+    if rpc_bytes is not None:
+        record["rpc_sent_bytes"], record["rpc_received_bytes"] = rpc_bytes
+    return record
 
-    Call :meth:`add_batch` per step with plain numbers (convert device tensors once per epoch where a
-    host sync per batch would cost: pass them as 0-d tensors, they are summed as tensors).
+
+class RpcTraffic:
+    """RPC bytes sent and received by all trainers (their main processes) between calls of :meth:`take`.
+
+    Args:
+        client: this trainer's :class:`distgnn.rpc.RpcClient` (``DistContext.client``).
     """
 
-    def __init__(self, rpc_client: Any = None) -> None:
-        self.start = time.perf_counter()
-        self.totals: dict[str, Any] = {"loss_sum": 0.0, "correct": 0.0, "seen": 0.0, "edges": 0.0, "batches": 0.0}
-        self.stages = dict.fromkeys(STAGES, 0.0)
-        self.cache = [0.0, 0.0]  # hits, lookups
-        self._client = rpc_client
-        self._traffic0 = rpc_client.traffic() if rpc_client is not None else (0, 0)
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._last = client.traffic()
 
-    def add_batch(
-        self,
-        loss_sum: float | torch.Tensor,
-        correct: float | torch.Tensor,
-        seen: int,
-        edges: int = 0,
-        **stage_seconds: float,
-    ) -> None:
-        """One batch: summed loss over its seeds, correct predictions, seed count, sampled edges, and stage
-        seconds by name (``sample_s``, ``fetch_s``, ``compute_s``, ``wait_s``)."""
-        unknown = stage_seconds.keys() - set(STAGES)
-        if unknown:
-            raise ValueError(f"unknown stages {sorted(unknown)}; known: {STAGES}")
-        self.totals["loss_sum"] = self.totals["loss_sum"] + loss_sum
-        self.totals["correct"] = self.totals["correct"] + correct
-        self.totals["seen"] += seen
-        self.totals["edges"] += edges
-        self.totals["batches"] += 1
-        for name, seconds in stage_seconds.items():
-            self.stages[name] += seconds
-
-    def add_cache(self, hits: float, lookups: float) -> None:
-        self.cache[0] += hits
-        self.cache[1] += lookups
-
-    def reduce(self, epoch: int, step: int) -> dict[str, Any]:
-        """The epoch's record, the same on every trainer (collective under torch.distributed): loss and
-        accuracy over all trainers' seeds, throughput over the slowest trainer's time, stage seconds of the
-        slowest trainer, cache hit rate and RPC bytes summed over trainers."""
-        elapsed = time.perf_counter() - self.start
-        sent, received = self._client.traffic() if self._client is not None else (0, 0)
-        sums = [
-            float(self.totals["loss_sum"]),
-            float(self.totals["correct"]),
-            self.totals["seen"],
-            self.totals["edges"],
-            self.totals["batches"],
-            *self.cache,
-            float(sent - self._traffic0[0]),
-            float(received - self._traffic0[1]),
-        ]
-        slowest = [elapsed, *self.stages.values()]
-        sums, slowest = _all_reduce(sums, "sum"), _all_reduce(slowest, "max")
-        loss_sum, correct, seen, edges, batches, hits, lookups, sent, received = sums
-        epoch_s = slowest[0]
-        record = {
-            "epoch": epoch,
-            "step": step,
-            "loss": loss_sum / seen if seen else None,
-            "acc": correct / seen if seen else None,
-            "batches": int(batches),
-            "epoch_s": epoch_s,
-            "seeds_per_s": seen / epoch_s if epoch_s > 0 else None,
-            "edges_per_s": edges / epoch_s if epoch_s > 0 else None,
-            **dict(zip(STAGES, slowest[1:], strict=True)),
-            "cache_hit_rate": hits / lookups if lookups else None,
-            "rpc_sent_bytes": int(sent),
-            "rpc_received_bytes": int(received),
-        }
-        return record
-
-
-def _all_reduce(values: list[float], op: str) -> list[float]:
-    if not (dist.is_available() and dist.is_initialized()):
-        return values
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
-    return t.tolist()
+    def take(self) -> tuple[int, int]:
+        """``(sent, received)`` bytes since the last call, summed over trainers (a collective)."""
+        now = self._client.traffic()
+        delta = [float(now[0] - self._last[0]), float(now[1] - self._last[1])]
+        self._last = now
+        sent, received = all_reduce(delta)
+        return int(sent), int(received)
 
 
 class MetricsLogger:
@@ -175,8 +128,9 @@ class MetricsLogger:
                     self._tb.add_scalar(f"{kind}/{key}", value, record["step"])
             self._tb.flush()
 
-    def log_epoch(self, record: dict[str, Any]) -> None:
-        self.log("epoch", record)
+    def log_epoch(self, summary: EpochSummary, step: int, rpc_bytes: tuple[int, int] | None = None) -> None:
+        """Record an epoch (see :func:`epoch_record`)."""
+        self.log("epoch", epoch_record(summary, step, rpc_bytes))
 
     def log_step(self, step: int, epoch: int, **values: float) -> None:
         self.log("step", {"step": step, "epoch": epoch, **values})

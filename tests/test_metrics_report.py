@@ -8,15 +8,22 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 from serving_graphs import small_graph
 
 from distgnn.cluster import LocalCluster
 from distgnn.errors import ConfigError
-from distgnn.metrics import METRICS_FILE, EpochMeter, MetricsLogger, add_metrics_args, metrics_from_args
+from distgnn.metrics import (
+    METRICS_FILE,
+    MetricsLogger,
+    RpcTraffic,
+    add_metrics_args,
+    epoch_record,
+    metrics_from_args,
+)
 from distgnn.report import main as report_main
 from distgnn.report import read_records
 from distgnn.rpc import RpcClient
+from distgnn.training import EpochSummary
 
 
 class _FakeClient:
@@ -27,21 +34,33 @@ class _FakeClient:
         return self.sent, self.received
 
 
-def test_an_epoch_record_averages_over_seeds_and_counts_rpc_bytes_of_the_epoch():
+def _summary(epoch: int, **changes) -> EpochSummary:
+    fields = dict(loss=1.0, accuracy=0.5, time_s=2.0, sample_s=0.5, fetch_s=0.25, compute_s=1.0, wait_s=0.1)
+    return EpochSummary(epoch, edges_per_s=30.0, **{**fields, **changes})
+
+
+def test_an_epoch_record_holds_the_summary_and_the_rpc_bytes_of_the_epoch():
     client = _FakeClient()
-    meter = EpochMeter(client)
-    meter.add_batch(torch.tensor(6.0), torch.tensor(3), 4, edges=40, sample_s=0.5, compute_s=1.0)
-    meter.add_batch(2.0, 1, 4, edges=20, sample_s=0.25, wait_s=0.1)
-    meter.add_cache(hits=3, lookups=4)
+    traffic = RpcTraffic(client)
     client.sent, client.received = 150, 1300
-    record = meter.reduce(epoch=2, step=8)
-    assert record["loss"] == 1.0 and record["acc"] == 0.5 and record["batches"] == 2
-    assert (record["sample_s"], record["compute_s"], record["wait_s"], record["fetch_s"]) == (0.75, 1.0, 0.1, 0.0)
-    assert record["cache_hit_rate"] == 0.75
-    assert (record["rpc_sent_bytes"], record["rpc_received_bytes"]) == (50, 300)
-    assert record["edges_per_s"] == pytest.approx(60 / record["epoch_s"])
-    with pytest.raises(ValueError, match="unknown stages"):
-        meter.add_batch(0.0, 0, 1, sampling_s=1.0)
+    record = epoch_record(_summary(2, cache_hits=3.0, cache_lookups=4.0, cache_peer_hits=0.0), 8, traffic.take())
+    assert record == {
+        "epoch": 2,
+        "step": 8,
+        "loss": 1.0,
+        "acc": 0.5,
+        "epoch_s": 2.0,
+        "sample_s": 0.5,
+        "fetch_s": 0.25,
+        "compute_s": 1.0,
+        "wait_s": 0.1,
+        "edges_per_s": 30.0,
+        "cache_hit_rate": 0.75,
+        "rpc_sent_bytes": 50,
+        "rpc_received_bytes": 300,
+    }
+    assert traffic.take() == (0, 0)  # counted from the last take
+    assert epoch_record(_summary(0), 1)["cache_hit_rate"] is None
 
 
 def test_the_rpc_client_counts_the_bytes_of_requests_and_replies(tmp_path):
@@ -63,9 +82,9 @@ def test_only_rank_0_writes_json_lines(tmp_path):
     with MetricsLogger(tmp_path / "run", rank=0, every_n_steps=5) as logger:
         assert [s for s in range(1, 12) if logger.should_log_step(s)] == [5, 10]
         logger.log_step(5, 0, loss=1.5)
-        logger.log_epoch({"epoch": 0, "step": 8, "loss": 1.25})
+        logger.log_epoch(_summary(0, loss=1.25), step=8)
         with pytest.raises(ValueError, match="needs a 'step'"):
-            logger.log_epoch({"epoch": 1})
+            logger.log("epoch", {"epoch": 1})
     lines = [json.loads(line) for line in (tmp_path / "run" / METRICS_FILE).read_text().splitlines()]
     assert [(r["kind"], r["step"], r["loss"]) for r in lines] == [("step", 5, 1.5), ("epoch", 8, 1.25)]
 
@@ -98,10 +117,8 @@ def _write_run(run_dir, epochs: int = 4, steps_per_epoch: int = 10) -> None:
             for i in range(1, steps_per_epoch + 1):
                 step = epoch * steps_per_epoch + i
                 logger.log_step(step, epoch, loss=2.0 / (1 + 0.1 * step), acc=min(0.95, 0.2 + 0.02 * step))
-            stages = {"sample_s": 0.3, "fetch_s": 0.2 + 0.05 * epoch, "compute_s": 1.0, "wait_s": 0.1}
-            logger.log_epoch(
-                {"epoch": epoch, "step": step, "loss": 2.0 / (1 + step / 10), "acc": 0.5, "epoch_s": 1.7, **stages}
-            )
+            summary = _summary(epoch, loss=2.0 / (1 + step / 10), time_s=1.7, sample_s=0.3, fetch_s=0.2 + 0.05 * epoch)
+            logger.log_epoch(summary, step)
     # A resumed run repeats step 40 with another value, and a crash cut a line short.
     with open(run_dir / METRICS_FILE, "a") as f:
         f.write(json.dumps({"kind": "step", "time": 0, "step": 40, "epoch": 3, "loss": 0.123}) + "\n")
