@@ -449,6 +449,7 @@ class Checkpointer:
         loader: Any = None,
         sparse_optimizers: Sequence[Any] = (),
         embeddings: Sequence[DistEmbedding] = (),
+        batches_per_epoch: int | None = None,
     ) -> Position:
         """Restore the state saved in checkpoint ``spec`` (collective) and return where to continue.
 
@@ -456,7 +457,9 @@ class Checkpointer:
         there is none), or the path of a checkpoint directory. Everything is checked first (checksums, graph,
         partition count, trainer count, parameter names and shapes, tensor shapes); a mismatch raises
         CheckpointError on every rank and changes nothing. Build the model, optimizers, embeddings and loader
-        exactly as for a fresh run before calling it.
+        exactly as for a fresh run before calling it. ``batches_per_epoch``: where the loop takes fewer
+        batches per epoch than the loader has (a cap), a checkpoint taken at the cap continues with the next
+        epoch (the loader too).
         """
         if spec is None:
             return Position()
@@ -488,10 +491,12 @@ class Checkpointer:
             for key, value in saved["scalars"].items():
                 setattr(opt, key, value)
         mine = state["ranks"][rank]
+        position = dict(mine["loader"] or {"epoch": state["epoch"], "batch": 0})
+        if batches_per_epoch is not None and position["batch"] >= batches_per_epoch:
+            position.update(epoch=position["epoch"] + 1, batch=0)
         if loader is not None:
-            loader.load_state_dict(mine["loader"])
+            loader.load_state_dict({**mine["loader"], **position})
         set_rng_state(mine["rng"])
-        position = mine["loader"] or {"epoch": state["epoch"], "batch": 0}
         log.info("resumed from %s (step %d)", reply["path"], state["step"])
         return Position(state["step"], position["epoch"], position["batch"], Path(reply["path"]))
 

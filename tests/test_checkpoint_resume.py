@@ -66,16 +66,21 @@ def build(job, emb_name: str, hidden: int = 16, prefetch: int = 0, sparse: type 
     return Trainer(model, optimizer, emb, sparse([emb], lr=0.05), loader, g)
 
 
+def train_step(t: Trainer, batch) -> None:
+    input_nodes, seeds, blocks = batch
+    x = torch.cat([t.g.ndata["feat"][input_nodes], t.emb(input_nodes)], 1)
+    loss = F.cross_entropy(t.model(blocks, x), t.g.ndata["label"][seeds])
+    t.optimizer.zero_grad()
+    loss.backward()
+    t.optimizer.step()
+    t.sparse.step()
+
+
 def train(t: Trainer, until: int, checkpointer: Checkpointer | None = None, position: Position | None = None) -> None:
     step = position.step if position is not None else 0
     while step < until:
-        for input_nodes, seeds, blocks in t.loader:
-            x = torch.cat([t.g.ndata["feat"][input_nodes], t.emb(input_nodes)], 1)
-            loss = F.cross_entropy(t.model(blocks, x), t.g.ndata["label"][seeds])
-            t.optimizer.zero_grad()
-            loss.backward()
-            t.optimizer.step()
-            t.sparse.step()
+        for batch in t.loader:
+            train_step(t, batch)
             step += 1
             if checkpointer is not None:
                 checkpointer.maybe_save(step, t.loader.epoch - 1, **t.state())
@@ -333,3 +338,19 @@ def test_two_ranks_save_and_resume_through_torch_distributed(job, tmp_path):
         assert p.exitcode == 0
     # Each rank gets back the model, its own loader position and its own RNG stream.
     assert results == [(0, 3, True, True, True), (1, 3, True, True, True)]
+
+
+def test_a_checkpoint_at_a_capped_epoch_end_continues_with_the_next_epoch(job, tmp_path):
+    t = build(job, "emb_cap")
+    checkpointer = Checkpointer(tmp_path, 2)
+    for step, batch in zip((1, 2), t.loader, strict=False):  # the loop takes 2 of the loader's 4 batches
+        train_step(t, batch)
+        checkpointer.maybe_save(step, 0, **t.state())
+    resumed = build(job, "emb_cap")
+    position = checkpointer.resume("auto", **resumed.state(), batches_per_epoch=2)
+    assert (position.step, position.epoch, position.batch) == (2, 1, 0)
+    reference = build(job, "emb_cap")
+    list(reference.loader)  # epoch 0
+    _, expected, _ = next(iter(reference.loader))
+    _, got, _ = next(iter(resumed.loader))
+    assert torch.equal(got, expected)
