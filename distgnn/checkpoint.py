@@ -261,6 +261,10 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
+def _nbytes(t: DistTensor) -> int:
+    return torch.empty((), dtype=t.dtype).element_size() * math.prod(t.shape)
+
+
 def _tensor_file(policy: str, name: str, machine: int) -> str:
     return f"dist.{policy}.{name}.p{machine}.npy"
 
@@ -371,8 +375,7 @@ class Checkpointer:
         pending = []
         total_bytes = 0
         for t in tensors:
-            row_bytes = t._local.itemsize * math.prod(t.shape[1:])
-            total_bytes += row_bytes * t.shape[0]
+            total_bytes += _nbytes(t)
             for m in machines:
                 fields = {"policy": t.part_policy, "name": t.name, "root": root, "dir": staging}
                 fields["file"] = _tensor_file(t.part_policy, t.name, m)
@@ -575,7 +578,7 @@ class Checkpointer:
 
     def _load_dist_tensors(self, path: Path, dist_files: dict, tensors: list[DistTensor], ctx) -> None:
         client, root = ctx.client, str(path.parent)
-        total = sum(t._local.itemsize * math.prod(t.shape) for t in tensors)
+        total = sum(_nbytes(t) for t in tensors)
         # First every server checks its files (size, sha256, shape), then they load: a bad file changes nothing.
         for verify in (True, False):
             rids = []
