@@ -1,17 +1,21 @@
 """distgnn.nn: pure-torch GNN layers and models that run on Blocks, and link prediction heads."""
 
 from distgnn.nn.conv import GATConv, SAGEConv
+from distgnn.nn.hetero import RGCN, RelGraphConv, TypedInput
 from distgnn.nn.link import DotPredictor, MLPPredictor, bce_loss, margin_loss, score_pairs
 from distgnn.nn.models import GAT, MLP, GraphSAGE
 
 __all__ = [
     "GAT",
     "MLP",
+    "RGCN",
     "DotPredictor",
     "GATConv",
     "GraphSAGE",
     "MLPPredictor",
+    "RelGraphConv",
     "SAGEConv",
+    "TypedInput",
     "bce_loss",
     "margin_loss",
     "score_pairs",

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -41,6 +40,7 @@ from distgnn.datasets import add_dataset_args
 from distgnn.inference import layerwise_inference
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.training import EpochMeter, TrainingLog, all_reduce
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -123,34 +123,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- training -------------------------------------------------------------------------------------
 
 
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled = total, label, enabled and total > 0
-        self.start = time.perf_counter()
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // self.total
-        elapsed = time.perf_counter() - self.start
-        bar = "#" * filled + "." * (width - filled)
-        sys.stderr.write(f"\r{self.label} [{bar}] {done}/{self.total} {elapsed:.1f}s")
-        if done == self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
-def all_reduce(values: list[float], op=None) -> list[float]:
-    """Sum (or ``op``) across trainers; identity in a single process."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if dist.is_initialized():
-        dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
-    return t.tolist()
-
-
 def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> torch.nn.Module:
     num_layers = len(args.fanouts)
     if args.model == "mlp":
@@ -169,7 +141,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     in_feats = int(g.ndata["feat"].shape[1])
     own = trainer.inference_nodes()
     local_max = int(g.ndata["label"][own].max()) if len(own) else 0
-    num_classes = int(all_reduce([local_max], dist.ReduceOp.MAX if dist.is_initialized() else None)[0]) + 1
+    num_classes = int(all_reduce([local_max], "max")[0]) + 1
 
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = build_model(args, in_feats, num_classes).to(device)
@@ -229,89 +201,38 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     )
     epoch_batches = GatherAhead(loader, cached, device) if pipeline else loader
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
-    epoch_times, seps_list, stage_times = [], [], []
-    cache_counts = [0.0, 0.0, 0.0]  # hits, lookups, peer hits over all trainers and epochs
+
+    def inputs(item):
+        batch, x = item if pipeline else (item, None)
+        input_nodes, seeds, _ = batch
+        if x is not None:
+            pass  # gathered ahead with the batch
+        elif "feat" in batch.input_data:
+            x = batch.input_data["feat"]
+        elif cached is not None:
+            x = feat[input_nodes]  # through the cache
+        else:
+            x = feat[input_nodes.cpu()].to(device)
+        y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
+        return batch, x, y
+
+    log = TrainingLog()
     try:
         for epoch in range(args.epochs):
             model.train()
-            progress = Progress(num_batches, f"epoch {epoch:3d}", trainer.show_progress)
-            t_wait = t_sample = t_fetch = t_compute = 0.0
-            # On a GPU the compute is asynchronous: host clocks would time its launches, so CUDA events
-            # bracket each step's compute and are read once, at the end of the epoch.
-            compute_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-            # Loss and accuracy add up on the device: no host sync per batch.
-            loss_total = torch.zeros((), dtype=torch.float64, device=device)
-            correct_total = torch.zeros((), dtype=torch.int64, device=device)
-            seen = edges = 0.0
-            start = time.perf_counter()
-            batches = iter(epoch_batches)
-            for step in range(num_batches):
-                t0 = time.perf_counter()
-                batch, x = next(batches) if pipeline else (next(batches), None)
-                input_nodes, seeds, blocks = batch
-                t1 = time.perf_counter()
-                if x is not None:
-                    pass  # gathered ahead with the batch
-                elif "feat" in batch.input_data:
-                    x = batch.input_data["feat"]
-                elif cached is not None:
-                    x = feat[input_nodes]  # through the cache
-                else:
-                    x = feat[input_nodes.cpu()].to(device)
-                y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
-                if args.sync_timing and device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t2 = time.perf_counter()
-                if device.type == "cuda":
-                    compute_events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-                    compute_events[-1][0].record()
+            meter = EpochMeter(
+                epoch, num_batches, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
+            )
+            for (_, seeds, blocks), x, y in meter.steps(epoch_batches, inputs):
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                if compute_events:
-                    compute_events[-1][1].record()
-                    if args.sync_timing:
-                        torch.cuda.synchronize(device)
-                t3 = time.perf_counter()
-                # Sampling and fetching happen in the background when prefetching; "wait" is what they
-                # cost the trainer (time blocked on the loader plus any fetch left in this loop).
-                t_wait += t2 - t0
-                t_sample += batch.timing["sample"]
-                t_fetch += batch.timing["fetch"] + (t2 - t1)
-                t_compute += t3 - t2
-                loss_total += loss.detach() * len(seeds)
-                correct_total += (logits.argmax(1) == y).sum()
-                seen += len(seeds)
-                edges += sum(b.num_edges for b in blocks)
-                progress.update(step + 1)
-            del batches  # an epoch cut short by --max-batches: the loader cancels the rest
-            if compute_events:
-                torch.cuda.synchronize(device)
-                t_compute = sum(begin.elapsed_time(end) for begin, end in compute_events) / 1e3
-            elapsed = time.perf_counter() - start
-            loss_sum, correct, seen, edges = all_reduce([float(loss_total), float(correct_total), seen, edges])
-            slowest = all_reduce(
-                [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
-            )
-            epoch_times.append(slowest[0])
-            stage_times.append(slowest[1:])
-            cache_note = ""
-            if cached is not None:
-                hits, lookups, peer = all_reduce([cached.cache_hits, cached.lookups, cached.peer_hits])
-                cached.reset_stats()
-                cache_counts = [cache_counts[0] + hits, cache_counts[1] + lookups, cache_counts[2] + peer]
-                cache_note = f" | cache hit {hits / max(lookups, 1):.1%}"
-            seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
+                meter.step_done(loss, len(seeds), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
+            summary = log.add(meter.finish(cached))
             if verbose:
-                print(
-                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | train acc {correct / max(seen, 1):.4f} | "
-                    f"time {slowest[0]:.2f}s (sample {slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, "
-                    f"compute {slowest[3]:.2f}s, waited for batches {slowest[4]:.2f}s) | "
-                    f"{seps_list[-1]:,.0f} sampled edges/s{cache_note}",
-                    flush=True,
-                )
+                print(summary.line(), flush=True)
     finally:
         loader.close()
         sampler.close()
@@ -326,18 +247,11 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         "num_parts": g.get_partition_book().num_partitions,
         "epochs": args.epochs,
         "batches_per_epoch": num_batches,
-        "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
-        "epoch_times_s": [round(t, 4) for t in epoch_times],
-        # Per epoch, the slowest trainer's [sample, fetch, compute, waited for batches] seconds.
-        "stage_times_s": [[round(t, 4) for t in stages] for stages in stage_times],
-        "seps": statistics.median(seps_list) if seps_list else None,
-        "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
+        **log.result(),
         "cache_gb": args.cache_gb if cached is not None else 0.0,
-        "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
         "cache_policy": args.cache_policy if cached is not None else None,
         "hot_set": args.hot_set if cached is not None else None,
         "sample_device": args.sample_device,
-        "cache_peer_hit_rate": cache_counts[2] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
     if not args.no_eval:
         t = time.perf_counter()
