@@ -85,7 +85,7 @@ def test_local_job_runs_every_trainer_and_splits_the_nodes_among_them(tmp_path) 
     proc = run_script(tmp_path, "--trainers-per-machine=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("TRAINER"))
-    assert [row[:2] for row in rows] == [["0", "4"], ["1", "4"], ["2", "4"], ["3", "4"]]
+    assert [row[:2] for row in rows] == [["0", "4"], ["1", "4"], ["2", "4"], ["3", "4"]], proc.stdout + proc.stderr
     assert sum(int(row[3]) for row in rows) == 400  # inference covers every node once
     assert "partitioned synthetic-n400-d4-f8-c3-s0 into 2 parts" in proc.stderr
     assert len(list((tmp_path / "runs").glob("*/trainer-*.log"))) == 4
