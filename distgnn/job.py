@@ -189,12 +189,13 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace) -> int:
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
     run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
     trainers: list[_Trainer] = []
     streams: list[threading.Thread] = []
     with LocalCluster(
         part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
     ) as cluster:
+        # Chosen once the servers hold their ports, so that none of them can be handed this one.
+        port = _free_port()
         try:
             for machine in range(args.num_parts):
                 for local in range(args.trainers_per_machine):
