@@ -291,6 +291,8 @@ class Trainer:
         rank, world_size: this trainer's place among the job's trainers (0 and 1 in a single process).
         machine_group: the gloo group of this machine's trainers (None in a single process).
         show_progress: rank 0, not ``--quiet``, and the console is a terminal.
+        machine, trainers_per_machine: this trainer's machine and how many trainers it has (0 and 1 in a
+            single process).
     """
 
     g: Any
@@ -299,8 +301,8 @@ class Trainer:
     world_size: int
     machine_group: Any
     show_progress: bool
-    _machine: int = 0
-    _trainers_per_machine: int = 1
+    machine: int = 0
+    trainers_per_machine: int = 1
 
     @property
     def distributed(self) -> bool:
@@ -316,9 +318,9 @@ class Trainer:
         """``(n,)`` int64: the nodes this trainer infers: its machine's, shared among the machine's trainers."""
         if not self.distributed:
             return torch.arange(self.g.num_nodes())
-        start, end = self.g.get_partition_book().node_range(self._machine)
-        return torch.tensor_split(torch.arange(start, end), self._trainers_per_machine)[
-            self.rank % self._trainers_per_machine
+        start, end = self.g.get_partition_book().node_range(self.machine)
+        return torch.tensor_split(torch.arange(start, end), self.trainers_per_machine)[
+            self.rank % self.trainers_per_machine
         ]
 
     def new_buffer(self, layer: int, dim: int) -> Any:

@@ -172,7 +172,16 @@ class FeaturePath:
         # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
         self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
 
-    def _open_cache(self, g, seeds, sampler, batch_size, seed, rank, machine_group) -> Any:
+    def _open_cache(
+        self,
+        g: Any,
+        seeds: torch.Tensor,
+        sampler: Any,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        machine_group: Any,
+    ) -> Any:
         from distgnn.cache.dist_feature import CachedFeature
 
         hot_samples = None
