@@ -30,6 +30,10 @@ class RpcTimeoutError(RpcError):
     """A server did not answer within the call's deadline."""
 
 
+class ServerLostError(RpcError):
+    """The connection to a server closed, or its heartbeat stopped, while requests to it were pending."""
+
+
 class ProtocolError(RpcError):
     """A message on the wire is malformed (bad header, frame count, dtype or size)."""
 
