@@ -164,6 +164,10 @@ class LocalCluster:
     def process(self, machine_id: int, server_id: int = 0) -> subprocess.Popen:
         return self.processes[(machine_id, server_id)]
 
+    def server_log_path(self, machine_id: int, server_id: int = 0) -> Path:
+        """The file a server's stdout and stderr go to (removed when the cluster stops)."""
+        return self._logs[(machine_id, server_id)]
+
     def server_log(self, machine_id: int, server_id: int = 0) -> str:
         """The tail of a server's stdout and stderr."""
         try:

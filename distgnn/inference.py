@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from distgnn.errors import InputError
 from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.training import all_reduce
 
 
 def layerwise_inference(
@@ -89,3 +90,23 @@ def typed_input_rows(g: Any, inputs: torch.nn.Module, device: torch.device) -> C
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+def accuracy_by_mask(logits: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Accuracy of ``logits.argmax(1)`` against ``labels`` on each mask, over every trainer's rows.
+
+    Args:
+        logits: ``(n, C)`` this trainer's rows (of :func:`layerwise_inference`).
+        labels: ``(n,)`` int64 their labels.
+        masks: name -> ``(n,)`` bool (or 0/1) selecting the rows that count for that name.
+
+    Returns name -> correct / counted rows summed over trainers (0.0 where no trainer counted any).
+    A collective: every trainer calls it with the same names.
+    """
+    pred = logits.argmax(1)
+    counts = []
+    for mask in masks.values():
+        mask = mask.bool()
+        counts += [float((pred[mask] == labels[mask]).sum()), float(mask.sum())]
+    counts = all_reduce(counts)
+    return {name: counts[2 * i] / max(counts[2 * i + 1], 1) for i, name in enumerate(masks)}

@@ -5,7 +5,8 @@
   work directory when needed, starts a :class:`~distgnn.cluster.LocalCluster`, spawns the trainers (the
   script again, with torchrun's environment), waits, and stops everything on a failure, Ctrl-C or SIGTERM.
   Trainer stderr streams to the console and into ``<workdir>/runs/<run>/trainer-<rank>.log``; when a process
-  dies, one line says which one died first and how.
+  dies, one line says which one caused the failure and how, and a second sums up the rest
+  (``distgnn.launch.failure``, as ``distgnn-launch`` reports it).
 * :func:`start_trainer` is the trainer side: torch.distributed, ``distgnn.initialize``, the DistGraph and the
   per-machine gloo group, or with ``--single`` the whole graph in this process; it shuts all of it down.
 """
@@ -36,6 +37,7 @@ from distgnn.allocator import keep_freed_memory
 from distgnn.cluster import LocalCluster, _die_with_parent
 from distgnn.datasets import DatasetSpec, ensure_partition, load_dataset
 from distgnn.errors import ConfigError
+from distgnn.launch.failure import ExitWatch
 from distgnn.partition.format import read_meta
 from distgnn.sampling.neighbor import InProcessGraph
 
@@ -100,46 +102,6 @@ def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
 # -- the local runner --------------------------------------------------------------------------------
 
 
-@dataclass
-class _Trainer:
-    """One spawned trainer: its place in the job, its process and its stderr log."""
-
-    machine: int
-    local: int
-    rank: int
-    proc: subprocess.Popen
-    log_path: Path
-
-    def describe(self) -> str:
-        return f"trainer {self.local} of machine {self.machine} (rank {self.rank}, pid {self.proc.pid})"
-
-    def last_line(self) -> str:
-        return _last_line(_tail(self.log_path))
-
-
-def _tail(path: Path, size: int = 4096) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - size))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
-    return lines[-1] if lines else "(none)"
-
-
-def describe_exit(code: int) -> str:
-    """How a process ended, from its Popen return code: ``exited with code 1``, ``was killed by SIGKILL``."""
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-code).name}"
-        return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -189,12 +151,16 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace) -> int:
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
     run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    trainers: list[_Trainer] = []
+    trainers: list[subprocess.Popen] = []
     streams: list[threading.Thread] = []
+    watch = ExitWatch()
     with LocalCluster(
         part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
     ) as cluster:
+        for (machine, server), proc in cluster.processes.items():
+            watch.add(proc, "server", machine, server, cluster.server_log_path(machine, server))
+        # Chosen once the servers hold their ports, so that none of them can be handed this one.
+        port = _free_port()
         try:
             for machine in range(args.num_parts):
                 for local in range(args.trainers_per_machine):
@@ -221,60 +187,46 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace) -> int:
                         stderr=subprocess.PIPE,
                         preexec_fn=_die_with_parent,
                     )
-                    trainer = _Trainer(machine, local, rank, proc, run_dir / f"trainer-{rank}.log")
-                    trainers.append(trainer)
-                    streams.append(threading.Thread(target=_stream, args=(proc.stderr, trainer.log_path), daemon=True))
+                    log_path = run_dir / f"trainer-{rank}.log"
+                    trainers.append(proc)
+                    watch.add(proc, "trainer", machine, rank, log_path)
+                    streams.append(threading.Thread(target=_stream, args=(proc.stderr, log_path), daemon=True))
                     streams[-1].start()
-            return _wait_all(trainers, cluster)
+            return _wait_all(trainers, watch, run_dir)
         finally:
+            watch.stopping()
             _stop_all(trainers)
             for thread in streams:
                 thread.join(timeout=5)
+            watch.poll()
+            if watch.failed():
+                log.error(watch.report_lines(run_dir)[1])
 
 
-def _wait_all(trainers: list[_Trainer], cluster: LocalCluster) -> int:
+def _wait_all(trainers: list[subprocess.Popen], watch: ExitWatch, run_dir: Path) -> int:
     """Wait for every trainer; at the first failure (a trainer's, or a server's), say which and return."""
     while True:
-        for (machine, server), proc in cluster.processes.items():
-            if proc.poll() is not None:
-                log.error(
-                    "server %d of machine %d (partition %d, pid %d) %s; last log line: %s; stopping the job",
-                    server,
-                    machine,
-                    machine,
-                    proc.pid,
-                    describe_exit(proc.returncode),
-                    _last_line(cluster.server_log(machine, server)),
-                )
-                return proc.returncode if proc.returncode > 0 else 1
-        codes = [t.proc.poll() for t in trainers]
-        for trainer, code in zip(trainers, codes, strict=True):
-            if code not in (None, 0):
-                time.sleep(0.2)  # let its last stderr lines reach the log
-                log.error(
-                    "%s %s; last stderr line: %s; log: %s; stopping the job",
-                    trainer.describe(),
-                    describe_exit(code),
-                    trainer.last_line(),
-                    trainer.log_path,
-                )
-                return code if code > 0 else 1
-        if all(code == 0 for code in codes):
+        watch.poll()
+        if watch.failed():
+            cause = watch.settle()
+            log.error("%s; stopping the job", watch.report_lines(run_dir)[0])
+            return cause.returncode if cause.returncode > 0 else 1
+        if all(proc.poll() == 0 for proc in trainers):
             return 0
         time.sleep(0.2)
 
 
-def _stop_all(trainers: list[_Trainer]) -> None:
-    for trainer in trainers:
-        if trainer.proc.poll() is None:
-            trainer.proc.send_signal(signal.SIGTERM)
+def _stop_all(trainers: list[subprocess.Popen]) -> None:
+    for proc in trainers:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 10
-    for trainer in trainers:
+    for proc in trainers:
         try:
-            trainer.proc.wait(max(0.1, deadline - time.monotonic()))
+            proc.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            trainer.proc.kill()
-            trainer.proc.wait()
+            proc.kill()
+            proc.wait()
 
 
 # -- the trainer side --------------------------------------------------------------------------------
@@ -290,6 +242,8 @@ class Trainer:
         rank, world_size: this trainer's place among the job's trainers (0 and 1 in a single process).
         machine_group: the gloo group of this machine's trainers (None in a single process).
         show_progress: rank 0, not ``--quiet``, and the console is a terminal.
+        machine, trainers_per_machine: this trainer's machine and how many trainers it has (0 and 1 in a
+            single process).
     """
 
     g: Any
@@ -298,8 +252,8 @@ class Trainer:
     world_size: int
     machine_group: Any
     show_progress: bool
-    _machine: int = 0
-    _trainers_per_machine: int = 1
+    machine: int = 0
+    trainers_per_machine: int = 1
 
     @property
     def distributed(self) -> bool:
@@ -315,9 +269,9 @@ class Trainer:
         """``(n,)`` int64: the nodes this trainer infers: its machine's, shared among the machine's trainers."""
         if not self.distributed:
             return torch.arange(self.g.num_nodes())
-        start, end = self.g.get_partition_book().node_range(self._machine)
-        return torch.tensor_split(torch.arange(start, end), self._trainers_per_machine)[
-            self.rank % self._trainers_per_machine
+        start, end = self.g.get_partition_book().node_range(self.machine)
+        return torch.tensor_split(torch.arange(start, end), self.trainers_per_machine)[
+            self.rank % self.trainers_per_machine
         ]
 
     def new_buffer(self, layer: int, dim: int) -> Any:

@@ -7,7 +7,7 @@ import torch
 
 from distgnn.data import synthetic
 from distgnn.errors import InputError
-from distgnn.inference import layerwise_inference
+from distgnn.inference import accuracy_by_mask, layerwise_inference
 from distgnn.nn import GAT, GraphSAGE
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
 
@@ -66,3 +66,10 @@ def test_a_model_without_layers_is_refused(graph) -> None:
     model.layers = torch.nn.ModuleList()
     with pytest.raises(InputError, match="at least one layer"):
         layerwise_inference(model, graph, torch.arange(3), graph.ndata["feat"], 10, "cpu", None)
+
+
+def test_accuracy_counts_each_mask_separately() -> None:
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0], [0.0, 5.0]])  # predicts 0, 1, 0, 1
+    labels = torch.tensor([0, 0, 0, 1])
+    masks = {"val": torch.tensor([1, 1, 0, 0]), "test": torch.tensor([0, 0, 1, 1]), "none": torch.zeros(4)}
+    assert accuracy_by_mask(logits, labels, masks) == {"val": 0.5, "test": 1.0, "none": 0.0}

@@ -43,19 +43,6 @@ def test_job_flags_have_the_examples_defaults_and_local_excludes_single(capsys) 
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("code", "text"),
-    [(3, "exited with code 3"), (-signal.SIGKILL, "was killed by SIGKILL"), (-99, "was killed by signal 99")],
-)
-def test_exits_are_described_by_code_or_signal_name(code, text) -> None:
-    assert job.describe_exit(code) == text
-
-
-def test_the_last_line_of_a_log_skips_progress_bar_redraws_and_blank_lines() -> None:
-    assert job._last_line("a\nepoch 0 [##..] 1/4\repoch 0 [####] 4/4\n\n") == "epoch 0 [####] 4/4"
-    assert job._last_line("") == "(none)"
-
-
 def test_the_single_process_trainer_holds_the_whole_graph() -> None:
     args = parser().parse_args([*SMALL, "--single", "--no-malloc-tuning", "--quiet"])
     with job.start_trainer(args) as trainer:
@@ -85,7 +72,7 @@ def test_local_job_runs_every_trainer_and_splits_the_nodes_among_them(tmp_path) 
     proc = run_script(tmp_path, "--trainers-per-machine=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("TRAINER"))
-    assert [row[:2] for row in rows] == [["0", "4"], ["1", "4"], ["2", "4"], ["3", "4"]]
+    assert [row[:2] for row in rows] == [["0", "4"], ["1", "4"], ["2", "4"], ["3", "4"]], proc.stdout + proc.stderr
     assert sum(int(row[3]) for row in rows) == 400  # inference covers every node once
     assert "partitioned synthetic-n400-d4-f8-c3-s0 into 2 parts" in proc.stderr
     assert len(list((tmp_path / "runs").glob("*/trainer-*.log"))) == 4
@@ -95,17 +82,20 @@ def test_local_job_runs_every_trainer_and_splits_the_nodes_among_them(tmp_path) 
 def test_a_failed_trainer_stops_the_job_with_one_line_naming_it(tmp_path) -> None:
     proc = run_script(tmp_path, "--fail-rank=1")
     assert proc.returncode == 3
-    (line,) = [line for line in proc.stderr.splitlines() if "stopping the job" in line]
-    assert line.startswith("trainer 0 of machine 1 (rank 1, pid ")
-    assert "exited with code 3; last stderr line: trainer 1 gives up on purpose; log: " in line
-    assert "trainer 1 gives up on purpose" in Path(line.rsplit("log: ", 1)[1].split(";")[0]).read_text()
+    (cause,) = [line for line in proc.stderr.splitlines() if line.endswith("stopping the job")]
+    assert cause.startswith("error: trainer 1 of machine 1 (partition 1, pid ")
+    assert cause.endswith("exited with code 3; last stderr line: trainer 1 gives up on purpose; stopping the job")
+    (summary,) = [line for line in proc.stderr.splitlines() if "full logs in" in line]
+    assert "1 trainer was stopped" in summary
+    run_dir = Path(summary.rsplit("full logs in ", 1)[1])
+    assert "trainer 1 gives up on purpose" in (run_dir / "trainer-1.log").read_text()
 
 
 @pytest.mark.slow
 def test_a_trainer_killed_outright_is_named_with_its_signal(tmp_path) -> None:
     proc = run_script(tmp_path, "--kill-rank=0")
     assert proc.returncode == 1
-    assert "trainer 0 of machine 0 (rank 0, pid " in proc.stderr and "was killed by SIGKILL" in proc.stderr
+    assert "error: trainer 0 of machine 0 (partition 0, pid " in proc.stderr and "was killed by SIGKILL" in proc.stderr
 
 
 @pytest.mark.slow

@@ -37,7 +37,10 @@ def main(argv: list[str]) -> int:
     with job.start_trainer(args) as trainer:
         seeds = trainer.seeds("train_mask")
         nodes = trainer.inference_nodes()
-        print(f"TRAINER {trainer.rank} {trainer.world_size} {len(seeds)} {len(nodes)}", flush=True)
+        # One write per line: print() may write the text and its newline separately, and four trainers share
+        # this stdout.
+        sys.stdout.write(f"TRAINER {trainer.rank} {trainer.world_size} {len(seeds)} {len(nodes)}\n")
+        sys.stdout.flush()
         time.sleep(args.sleep)
     return 0
 

@@ -1,0 +1,254 @@
+"""The feature path of a training loop: how each batch's input features and labels reach the trainer's device.
+
+:class:`FeaturePath` sets up what the flags of :func:`add_feature_args` ask for: a
+:class:`~distgnn.cache.dist_feature.CachedFeature` of the hot rows on the GPU (``--cache-gb``; replicated
+or sharded over the machine's GPUs; hot set by in-degree or by pre-sampled batches; a CPU share of the
+uncached rows), ``feat[ids]`` read through it, and batch t+1 gathered on a side stream while batch t trains
+(``--pipeline``, :class:`~distgnn.cache.pipeline.GatherAhead`). It says how to build the loader
+(:meth:`FeaturePath.loader_kwargs`), what to iterate (:meth:`FeaturePath.batches`) and how to get a batch's
+``(x, y)`` (:meth:`FeaturePath.inputs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from distgnn.cache.pipeline import GatherAhead
+from distgnn.dataloader import MiniBatch
+from distgnn.sampling.neighbor import derive_seed
+from distgnn.tensor import DistTensor
+
+
+def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The GPU feature path's flags (``--cache-gb --cache-policy --hot-set --presample-batches
+    --host-cpu-share --pipeline --sample-device --graph-memory``); check them with :func:`check_feature_args`."""
+    group = parser.add_argument_group("GPU feature path")
+    group.add_argument(
+        "--cache-gb",
+        type=float,
+        default=None,
+        help="GB of hot feature rows (by in-degree) cached on each trainer's device; 'feat' is then read\n"
+        "through distgnn.cache (default: 1.0 with --device cuda, 0 = off on cpu)",
+    )
+    group.add_argument(
+        "--sample-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda (with --device cuda): sample this machine's partition on the trainer's GPU (remote seeds\n"
+        "still go to their servers); needs --num-workers 0",
+    )
+    group.add_argument(
+        "--graph-memory",
+        default="gpu",
+        choices=("gpu", "pinned"),
+        help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
+    )
+    group.add_argument(
+        "--cache-policy",
+        default="replicate",
+        choices=("replicate", "clique"),
+        help="replicate: every GPU caches the same hot rows; clique: the trainers of a machine shard one cache\n"
+        "of --cache-gb per GPU and read each other's shards over NVLink (CUDA IPC)",
+    )
+    group.add_argument(
+        "--hot-set",
+        default="degree",
+        choices=("degree", "presample"),
+        help="which rows the cache holds: the highest in-degrees, or the rows that --presample-batches sampled\n"
+        "batches of this trainer's seeds touch most (in-degree breaks ties; a clique sums its trainers' counts)",
+    )
+    group.add_argument("--presample-batches", type=int, default=200, help="with --hot-set presample")
+    group.add_argument(
+        "--host-cpu-share",
+        type=float,
+        default=0.0,
+        help="with the cache: fraction of this machine's uncached rows gathered by CPU threads and copied by\n"
+        "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0). Pays only where a\n"
+        "batch touches a small fraction of a large table; at products scale 0.3 slowed epochs (docs/BENCHMARKS.md)",
+    )
+    group.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="with --device cuda and the cache: copy and gather batch t+1 on a side CUDA stream while batch t "
+        "trains (with --prefetch or --num-workers, sampling runs ahead too); off by default: on 2x H200 the epoch "
+        "was bound by the sampling servers and the overlap gained nothing (docs/BENCHMARKS.md)",
+    )
+    return group
+
+
+def check_feature_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse GPU-only choices without ``--device cuda`` and fill in the defaults that depend on the device
+    (``--cache-gb``; ``--prefetch`` 0 when a GPU samples in the trainer). Needs the job flags too."""
+    if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
+        parser.error("--sample-device cuda and --cache-policy clique need --device cuda")
+    if args.cache_gb is None:
+        args.cache_gb = 1.0 if args.device == "cuda" else 0.0
+    if args.prefetch is None and args.sample_device == "cuda" and args.num_workers == 0:
+        # GPU sampling is launch-bound Python: a background thread only shares the GIL with the training loop
+        # (products-scale, one H200: 1.27 s per epoch with the thread, 1.09-1.10 s inline; docs/BENCHMARKS.md).
+        args.prefetch = 0
+
+
+@dataclass(frozen=True)
+class FeatureOptions:
+    """The choices of :func:`add_feature_args` (see their help)."""
+
+    cache_gb: float = 0.0
+    cache_policy: str = "replicate"
+    hot_set: str = "degree"
+    presample_batches: int = 200
+    host_cpu_share: float = 0.0
+    pipeline: bool = False
+    sample_device: str = "cpu"
+    graph_memory: str = "gpu"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FeatureOptions:
+        return cls(
+            args.cache_gb,
+            args.cache_policy,
+            args.hot_set,
+            args.presample_batches,
+            args.host_cpu_share,
+            args.pipeline,
+            args.sample_device,
+            args.graph_memory,
+        )
+
+    def sampler_kwargs(self, device: torch.device) -> dict[str, Any]:
+        """Where the NeighborSampler samples: ``device`` with ``--sample-device cuda``, else the CPU."""
+        return {"device": device if self.sample_device == "cuda" else None, "graph_memory": self.graph_memory}
+
+
+class FeaturePath:
+    """Input features and labels of a loop's batches on ``device``.
+
+    Args:
+        g: a DistGraph or InProcessGraph; its node data ``feature`` ``(N, F)`` and ``label`` ``(N,)``.
+        device: the trainer's device.
+        options: the feature path's choices.
+        seeds: ``(n,)`` int64, this trainer's training seeds (pre-sampling draws its batches from them).
+        sampler: the loop's NeighborSampler (pre-sampling uses it).
+        batch_size: seeds per batch (of pre-sampled batches too).
+        seed, rank: the run's seed and this trainer's rank (pre-sampling's random stream).
+        machine_group: the gloo group of this machine's trainers (the clique cache's members).
+        prefetching: the loader samples in the background (``--prefetch`` > 0 or sampler workers), so it
+            can fetch node data with the batch.
+
+    The cache exists only for a DistTensor feature and ``cache_gb`` > 0; the pipeline only with the cache
+    on a GPU and ``pipeline``. :meth:`close` releases the cache (after the loader closed).
+    """
+
+    def __init__(
+        self,
+        g: Any,
+        device: torch.device,
+        options: FeatureOptions,
+        *,
+        seeds: torch.Tensor,
+        sampler: Any,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        machine_group: Any = None,
+        prefetching: bool = False,
+        feature: str = "feat",
+        label: str = "label",
+    ) -> None:
+        self.device = torch.device(device)
+        self.options = options
+        self.feature_name, self.label_name = feature, label
+        self.feat, self.label = g.ndata[feature], g.ndata[label]
+        self.prefetching = prefetching
+        self.cached = None
+        if options.cache_gb > 0 and isinstance(self.feat, DistTensor):
+            self.cached = self._open_cache(g, seeds, sampler, batch_size, seed, rank, machine_group)
+            self.feat.use_cache(self.cached)  # feat[ids] now reads through the cache, onto the device
+        # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
+        self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
+
+    def _open_cache(
+        self,
+        g: Any,
+        seeds: torch.Tensor,
+        sampler: Any,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        machine_group: Any,
+    ) -> Any:
+        from distgnn.cache.dist_feature import CachedFeature
+
+        hot_samples = None
+        if self.options.hot_set == "presample":
+            picker = torch.Generator().manual_seed(derive_seed(seed, rank, 2))
+
+            def hot_samples():  # a clique's members must all sample (their counts are summed), seeds or not
+                if len(seeds) == 0:
+                    return torch.empty(0, dtype=torch.int64)
+                chosen = seeds[torch.randperm(len(seeds), generator=picker)[:batch_size]]
+                return sampler.sample_blocks(g, chosen, int(torch.randint(2**62, (1,), generator=picker)))[0]
+
+        return CachedFeature(
+            self.feat,
+            self.device,
+            int(self.options.cache_gb * 1e9),
+            graph=g,
+            policy=self.options.cache_policy,
+            group=machine_group,
+            cpu_share=self.options.host_cpu_share,
+            hot_samples=hot_samples,
+            num_samples=self.options.presample_batches,
+        )
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """``device``, ``input_feats`` and ``output_feats`` for the loop's DistNodeDataLoader."""
+        return {
+            # The pipeline copies CPU-sampled batches itself; a GPU sampler's batches are already on the device.
+            "device": torch.device("cpu") if self.pipeline and self.options.sample_device == "cpu" else self.device,
+            # With the cache, features are gathered in the loop on the device instead of by the loader.
+            "input_feats": (self.feature_name,) if self.prefetching and self.cached is None else (),
+            "output_feats": (self.label_name,) if self.prefetching else (),
+        }
+
+    def batches(self, loader: Iterable[MiniBatch]) -> Iterable[Any]:
+        """What the loop iterates: the loader, or with the pipeline ``(batch, features)`` gathered ahead."""
+        return GatherAhead(loader, self.cached, self.device) if self.pipeline else loader
+
+    def inputs(self, item: Any) -> tuple[MiniBatch, torch.Tensor, torch.Tensor]:
+        """``(batch, x, y)`` for an item of :meth:`batches`: ``x`` ``(num_inputs, F)`` features and ``y``
+        ``(num_seeds,)`` labels on the device."""
+        batch, x = item if self.pipeline else (item, None)
+        input_nodes, seeds = batch[0], batch[1]
+        if x is not None:
+            pass  # gathered ahead with the batch
+        elif self.feature_name in batch.input_data:
+            x = batch.input_data[self.feature_name]
+        elif self.cached is not None:
+            x = self.feat[input_nodes]  # through the cache
+        else:
+            x = self.feat[input_nodes.cpu()].to(self.device)
+        if self.label_name in batch.output_data:
+            y = batch.output_data[self.label_name]
+        else:
+            y = self.label[seeds.cpu()].to(self.device)
+        return batch, x, y
+
+    def result_fields(self) -> dict[str, Any]:
+        """The RESULT keys that describe the feature path: ``cache_gb cache_policy hot_set sample_device``."""
+        on = self.cached is not None
+        return {
+            "cache_gb": self.options.cache_gb if on else 0.0,
+            "cache_policy": self.options.cache_policy if on else None,
+            "hot_set": self.options.hot_set if on else None,
+            "sample_device": self.options.sample_device,
+        }
+
+    def close(self) -> None:
+        if self.cached is not None:
+            self.cached.close()
