@@ -23,12 +23,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from distdgl_host import DGL_IPS, free_port, in_private_shm, pin_dgl_machine, run_for_result, run_simulated_machines
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
@@ -110,27 +111,10 @@ def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
     ]
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
-    return _run_for_result(cmd, "distgnn")
-
-
-def _run_for_result(cmd: list[str], label: str, **kw) -> dict:
-    print(f"[{label}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
-    result = None
-    for line in proc.stdout:
-        sys.stderr.write(f"[{label}] {line}")
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT ") :])
-    if proc.wait() != 0 or result is None:
-        raise SystemExit(
-            f"error: {label} run failed (exit code {proc.returncode}, result {'seen' if result else 'missing'})"
-        )
-    return result
+    return run_for_result(cmd, "distgnn")
 
 
 # -- DistDGL ----------------------------------------------------------------------------------------
-
-DGL_IPS = ("127.0.0.1", "127.0.0.2")
 
 
 def dgl_paths(args) -> tuple[Path, Path, Path]:
@@ -172,34 +156,24 @@ def run_dgl(args, malloc_tuning: bool = False) -> dict:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         subprocess.run([sys.executable, __file__, *sys.argv[1:], "--role=dgl-partition"], check=True)
-    ports = [_free_port(), _free_port()]
-    ip_config.write_text("".join(f"{ip} {port}\n" for ip, port in zip(DGL_IPS, ports, strict=True)))
-    master_port = _free_port()
-    machines = []
-    for m in range(2):
-        inner = [
-            sys.executable,
-            __file__,
-            *sys.argv[1:],
-            "--role=dgl-machine",
-            f"--machine={m}",
-            f"--master-port={master_port}",
-        ]
-        # A private /dev/shm per simulated machine (DistDGL's segment names are per graph and tensor only).
-        script = 'mount -t tmpfs -o size=16g tmpfs /dev/shm && exec "$@"'
-        machines.append(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *inner])
-    procs = []
-    result = None
+    ports = [free_port(), free_port()]
+    ip_config.write_text("".join(f"{ip} {port}\n" for ip, port in zip(DGL_IPS[:2], ports, strict=True)))
+    master_port = free_port()
+    machines = [
+        in_private_shm(
+            [
+                sys.executable,
+                __file__,
+                *sys.argv[1:],
+                "--role=dgl-machine",
+                f"--machine={m}",
+                f"--master-port={master_port}",
+            ]
+        )
+        for m in range(2)
+    ]
     env = {**os.environ, DGL_MALLOC_ENV: "1" if malloc_tuning else "0"}
-    try:
-        procs = [subprocess.Popen(machines[1], stdout=subprocess.DEVNULL, env=env)]
-        result = _run_for_result(machines[0], "distdgl", env=env)
-    finally:
-        for p in procs:
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    result = run_simulated_machines(machines, "distdgl", env)
     return result
 
 
@@ -253,7 +227,6 @@ def dgl_trainer(args) -> int:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from dgl.distributed import rpc_client
     from dgl.nn import SAGEConv
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -262,9 +235,7 @@ def dgl_trainer(args) -> int:
         from distgnn.allocator import keep_freed_memory
 
         keep_freed_memory()
-    my_ip = DGL_IPS[args.machine]
-    # DistDGL finds its machine by matching local addresses against ip_config: narrow them to ours.
-    rpc_client.local_ip4_addr_list = lambda: {my_ip}
+    pin_dgl_machine(args.machine)
     torch.set_num_threads(1)
     _, part_config, ip_config = dgl_paths(args)
     dgl.distributed.initialize(str(ip_config))
@@ -392,12 +363,6 @@ def _dgl_layerwise_eval(g, model, book, args) -> dict:
     stats = torch.tensor(stats, dtype=torch.float64)
     dist.all_reduce(stats)
     return {"val_acc": float(stats[0] / stats[1]), "test_acc": float(stats[2] / stats[3])}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- table ------------------------------------------------------------------------------------------
