@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from distgnn.nn import aggregate
+from distgnn.nn.fused import relu_dropout
 from distgnn.nn.models import _LayerStack
 from distgnn.partition_book import node_policy
 from distgnn.sampling.block import Block
@@ -141,7 +141,7 @@ class RGCN(_LayerStack):
     def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = self.layers[i](block, x)
         if i != self.num_layers - 1:
-            h = self.dropout(F.relu(h))
+            h = relu_dropout(h, self.dropout.p, self.training)
         return h
 
 
