@@ -44,3 +44,7 @@ class AuthenticationError(RpcError):
 
 class ExtensionBuildError(DistGNNError):
     """A C++ or CUDA extension could not be built or loaded."""
+
+
+class CheckpointError(DistGNNError):
+    """A checkpoint is missing, incomplete, tampered with, or made for another job (graph, partitions, model)."""

@@ -70,6 +70,13 @@ class _ThreadState:
         self.pending: dict[int, _Pending] = {}
         self.done: dict[int, Reply | RpcError] = {}
         self.rids = itertools.count(1)
+        self.bytes_sent = 0  # message bytes, this thread's requests and their replies
+        self.bytes_received = 0
+
+
+def _size(frame: Any) -> int:
+    """Bytes in a frame: a zmq.Frame or bytes (len), or an array's memoryview (len would count rows)."""
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
 class RpcClient:
@@ -90,6 +97,7 @@ class RpcClient:
         self._ctx = zmq.Context()
         self._local = threading.local()
         self._all_sockets: list[zmq.Socket] = []
+        self._states: list[_ThreadState] = []
         self._lock = threading.Lock()
 
     def _state(self) -> _ThreadState:
@@ -99,7 +107,15 @@ class RpcClient:
         state = getattr(self._local, "state", None)
         if state is None:
             state = self._local.state = _ThreadState()
+            with self._lock:
+                self._states.append(state)
         return state
+
+    def traffic(self) -> tuple[int, int]:
+        """``(bytes sent, bytes received)`` in messages by this process's threads since the client was made
+        (a forked sampler worker counts its own)."""
+        with self._lock:
+            return sum(s.bytes_sent for s in self._states), sum(s.bytes_received for s in self._states)
 
     def _socket(self, state: _ThreadState, key: tuple[int, int]) -> zmq.Socket:
         sock = state.sockets.get(key)
@@ -153,6 +169,7 @@ class RpcClient:
                 f"could not queue '{op}' for {self.describe(*key)} within {self.timeout_s}s; is the server alive?"
             ) from None
         state.pending[rid] = _Pending(key, op)
+        state.bytes_sent += sum(_size(f) for f in frames)
         return rid
 
     def wait(self, rids: Sequence[int], timeout_s: float | None = None) -> list[Reply]:
@@ -195,6 +212,7 @@ class RpcClient:
         return results
 
     def _accept(self, state: _ThreadState, frames: list) -> None:
+        state.bytes_received += sum(_size(f) for f in frames)
         try:
             header, arrays = wire.decode(frames)
         except ProtocolError as exc:

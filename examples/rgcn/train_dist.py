@@ -11,7 +11,10 @@ the target type's ``feat``, ``label``, ``train_mask``, ``val_mask``, ``test_mask
 graph-free baseline (the target type's own features only). Validation and test accuracy come from sampled
 mini-batch inference over each trainer's share of the held-out nodes (``--eval sampled``, as DGL's example
 does), or from layer-wise inference over every node with all neighbours (``--eval layerwise``). Rank 0
-prints ``RESULT {json}``.
+prints ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the optimizers, the
+node embeddings with their sparse optimizer state, the loader's position and the RNG states; ``--resume auto``
+continues from the latest (what ``distgnn-launch --max-restarts`` relies on). ``--run-dir`` writes metrics
+as JSON lines (``distgnn-report RUN_DIR`` plots them).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
 from distgnn import job
+from distgnn.checkpoint import Position, add_checkpoint_args, checkpointer_from_args
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.datasets import add_dataset_args
 from distgnn.errors import ConfigError
 from distgnn.inference import layerwise_inference, typed_input_rows
+from distgnn.metrics import RpcTraffic, add_metrics_args, metrics_from_args
 from distgnn.nn import RGCN, TypedInput
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.training import EpochMeter, TrainingLog, all_reduce
@@ -59,7 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sample-device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU samples the local partition"
     )
+    add_checkpoint_args(p)
+    add_metrics_args(p)
     args = p.parse_args(argv)
+    if args.single and args.checkpoint_dir:
+        p.error("--checkpoint-dir needs a distributed job (--local or distgnn-launch), not --single")
     if args.sample_device == "cuda" and (args.device != "cuda" or args.num_workers):
         p.error("--sample-device cuda needs --device cuda and --num-workers 0")
     return args
@@ -186,13 +195,24 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         input_nodes, output_nodes, _ = batch
         return batch, None, label[output_nodes[target].cpu()].to(device)
 
+    checkpointer, metrics = checkpointer_from_args(args), metrics_from_args(args)
+    traffic = RpcTraffic(g.context.client) if metrics and trainer.distributed else None
+    embeddings = list(net.inputs.embeddings.values()) if trainer.distributed else []
+    state = dict(
+        model=model,
+        optimizer=optimizer,
+        loader=loader,
+        sparse_optimizers=[sparse] if sparse else [],
+        embeddings=embeddings,
+    )
+    position = checkpointer.resume(args.resume, **state, batches_per_epoch=num_batches) if checkpointer else Position()
+    step = position.step
     log = TrainingLog()
     try:
-        for epoch in range(args.epochs):
+        for epoch in range(position.epoch, args.epochs):
             net.train()
-            meter = EpochMeter(
-                epoch, num_batches, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
-            )
+            todo = num_batches - (position.batch if epoch == position.epoch else 0)
+            meter = EpochMeter(epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress)
             for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
                 optimizer.zero_grad()
                 if sparse is not None:
@@ -204,7 +224,14 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 if sparse is not None:
                     sparse.step()
                 meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
+                step += 1
+                if metrics and metrics.should_log_step(step):
+                    metrics.log_step(step, epoch, loss=float(loss))
+                if checkpointer:
+                    checkpointer.maybe_save(step, epoch, **state)
             summary = log.add(meter.finish())
+            if metrics:
+                metrics.log_epoch(summary, step, traffic.take() if traffic else None)
             if trainer.rank == 0:
                 print(summary.line(), flush=True)
     finally:
