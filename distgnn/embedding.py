@@ -151,7 +151,9 @@ class SparseAdam(_SparseOptimizer):
     ``m[i] = b1 m[i] + (1 - b1) g[i]``, ``v[i] = b2 v[i] + (1 - b2) g[i]**2``, ``t[i] += 1``,
     ``w[i] -= lr * m̂ / (sqrt(v̂) + eps)`` with ``m̂ = m[i] / (1 - b1**t[i])``, ``v̂ = v[i] / (1 - b2**t[i])``.
 
-    The moments and counts live in DistTensors ``<embedding name>.adam_m``, ``.adam_v`` and ``.adam_step``.
+    The moments and the count of row ``i`` live side by side in one DistTensor ``<embedding name>.adam``,
+    ``[m[i] | v[i] | t[i]]`` (``(N, 2 * D + 1)``), so a step reads them in one pull and writes them in one
+    push (three tensors took three pulls and three pushes a step, one round trip each to the servers).
     Updates are pushed as differences (``push(add)``), so concurrent trainers never lose one another's;
     as in DistDGL, trainers read the moments without a lock.
     """
@@ -168,30 +170,27 @@ class SparseAdam(_SparseOptimizer):
             raise InputError(f"Adam betas must be in [0, 1), got {betas}")
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps = eps
-        self.state: dict[str, dict[str, DistTensor]] = {}
+        self.state: dict[str, DistTensor] = {}
         for emb in self.embeddings:
             weight = emb.weight
-            self.state[emb.name] = {
-                kind: DistTensor(
-                    shape,
-                    torch.float32,
-                    f"{emb.name}.adam_{kind}",
-                    init="zeros",
-                    part_policy=weight.part_policy,
-                    context=weight.context,
-                )
-                for kind, shape in (("m", weight.shape), ("v", weight.shape), ("step", (weight.shape[0], 1)))
-            }
+            self.state[emb.name] = DistTensor(
+                (weight.shape[0], 2 * weight.shape[1] + 1),
+                torch.float32,
+                f"{emb.name}.adam",
+                init="zeros",
+                part_policy=weight.part_policy,
+                context=weight.context,
+            )
 
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
         state = self.state[emb.name]
         b1, b2 = self.betas
-        m, v, step = state["m"][ids], state["v"][ids], state["step"][ids]
+        dim = grad.shape[1]
+        rows = state[ids]
+        m, v, step = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
         m_delta = (1 - b1) * (grad - m)
         v_delta = (1 - b2) * (grad * grad - v)
-        state["m"].push(ids, m_delta, mode="add")
-        state["v"].push(ids, v_delta, mode="add")
-        state["step"].push(ids, torch.ones_like(step), mode="add")
+        state.push(ids, torch.cat([m_delta, v_delta, torch.ones_like(step)], dim=1), mode="add")
         step = step + 1
         m_hat = (m + m_delta) / (1 - b1**step)
         v_hat = (v + v_delta) / (1 - b2**step)

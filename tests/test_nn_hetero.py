@@ -27,26 +27,39 @@ def _typed_block(rng: np.random.Generator, num_dst: int, num_src: int, num_edges
     )
 
 
+def _per_relation_reference(conv: RelGraphConv, block: Block, x: torch.Tensor) -> torch.Tensor:
+    weights = conv.relation_weights()
+    rows = [x[: block.num_dst] @ conv.loop_weight + conv.bias]
+    dst = block.dst_index()
+    for r in range(conv.num_rels):
+        per_rel = []
+        for d in range(block.num_dst):
+            edges = torch.nonzero((dst == d) & (block.etypes == r)).flatten()
+            per_rel.append(
+                (x[block.indices[edges]] @ weights[r]).mean(0) if len(edges) else weights.new_zeros(conv.out_feats)
+            )
+        rows.append(torch.stack(per_rel))
+    return torch.stack(rows).sum(0)
+
+
+# (5, 4): sources projected first (out < in); (4, 6): inputs averaged first.
 @pytest.mark.parametrize("num_bases", [None, 2])
-def test_rel_graph_conv_matches_per_relation_means(num_bases):
-    rng = np.random.default_rng(num_bases or 0)
+@pytest.mark.parametrize("in_feats, out_feats", [(5, 4), (4, 6)])
+def test_rel_graph_conv_matches_per_relation_means(num_bases, in_feats, out_feats):
+    rng = np.random.default_rng(in_feats * 10 + (num_bases or 0))
     block = _typed_block(rng, 7, 20, 60, 3)
-    conv = RelGraphConv(5, 4, num_rels=3, num_bases=num_bases)
+    conv = RelGraphConv(in_feats, out_feats, num_rels=3, num_bases=num_bases)
     with torch.no_grad():
         conv.bias.normal_()
-    x = torch.randn(20, 5)
+    x = torch.randn(20, in_feats, requires_grad=True)
     out = conv(block, x)
-    weights = conv.relation_weights()
-    expect = x[:7] @ conv.loop_weight + conv.bias
-    dst = block.dst_index()
-    for d in range(7):
-        for r in range(3):
-            edges = torch.nonzero((dst == d) & (block.etypes == r)).flatten()
-            if len(edges):
-                expect[d] = expect[d] + (x[block.indices[edges]] @ weights[r]).mean(0)
+    upstream = torch.randn_like(out)
+    grads = torch.autograd.grad((out * upstream).sum(), [x, conv.bases, conv.coefficients, conv.loop_weight])
+    expect = _per_relation_reference(conv, block, x)
+    expect_grads = torch.autograd.grad((expect * upstream).sum(), [x, conv.bases, conv.coefficients, conv.loop_weight])
     torch.testing.assert_close(out, expect, rtol=1e-4, atol=1e-5)
-    out.sum().backward()
-    assert conv.bases.grad is not None and conv.coefficients.grad is not None
+    for got, want in zip(grads, expect_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_rel_graph_conv_needs_a_typed_block():
