@@ -1,0 +1,235 @@
+"""Per-batch stage timeline of a training loop: where each batch's time goes, so stalls can be seen.
+
+A :class:`Timeline` records, for every batch, spans of named stages (``sample``, ``fetch``, ``compute``,
+``wait`` or any other name). Each span has a host interval (``time.perf_counter``) and, on a CUDA device, a GPU
+interval from CUDA events recorded on the current stream at the span's ends, read only once, when the records are
+asked for (no host sync per batch). Times are milliseconds since the timeline started. The records go to JSON
+(one record per batch), optionally beside a ``torch.profiler`` trace (every span is a ``record_function`` range
+in it), and :func:`plot_timeline` draws them (matplotlib, imported only there).
+
+    timeline = Timeline(device, trace_path="trace.json")
+    for step, batch in enumerate(loader):
+        timeline.begin_batch(epoch, step)
+        with timeline.span("compute"):
+            ...
+    timeline.write_json("timeline.json")
+    timeline.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from distgnn.errors import ConfigError, InputError
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class _Span:
+    stage: str
+    host_begin: float
+    host_end: float = float("nan")
+    events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None
+
+
+@dataclass
+class _Batch:
+    epoch: int
+    batch: int
+    spans: list[_Span] = field(default_factory=list)
+
+
+class Timeline:
+    """Stage spans per batch, timed with CUDA events on a GPU and host clocks everywhere.
+
+    Args:
+        device: the training device; on a CUDA device every span also records two CUDA events on the stream
+            that is current where the span opens and closes.
+        trace_path: where to write a ``torch.profiler`` Chrome trace (CPU and CUDA activity) when
+            :meth:`close` is called; None records no trace (profiling slows every launch, so it is opt-in).
+    """
+
+    def __init__(self, device: torch.device | str, *, trace_path: str | Path | None = None) -> None:
+        self.device = torch.device(device)
+        self._cuda = self.device.type == "cuda"
+        self._batches: list[_Batch] = []
+        self._origin_host = time.perf_counter()
+        self._origin_event: torch.cuda.Event | None = None
+        if self._cuda:
+            self._origin_event = torch.cuda.Event(enable_timing=True)
+            self._origin_event.record(torch.cuda.current_stream(self.device))
+        self._trace_path = Path(trace_path) if trace_path is not None else None
+        self._profiler: Any = None
+        if self._trace_path is not None:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self._cuda else [])
+            self._profiler = profile(activities=activities)
+            self._profiler.__enter__()
+
+    def begin_batch(self, epoch: int, batch: int) -> None:
+        """Starts the record of batch ``batch`` of ``epoch``; later spans belong to it."""
+        self._batches.append(_Batch(epoch, batch))
+
+    @contextlib.contextmanager
+    def span(self, stage: str) -> Iterator[None]:
+        """Times the block as stage ``stage`` of the current batch (host clock; CUDA events on a GPU)."""
+        if not self._batches:
+            raise InputError(f"span {stage!r} opened before any begin_batch(); call begin_batch(epoch, batch) first")
+        record = _Span(stage, time.perf_counter() - self._origin_host)
+        if self._cuda:
+            stream = torch.cuda.current_stream(self.device)
+            record.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            record.events[0].record(stream)
+        self._batches[-1].spans.append(record)
+        with torch.profiler.record_function(f"distgnn.{stage}") if self._profiler is not None else _nothing():
+            try:
+                yield
+            finally:
+                if record.events is not None:
+                    record.events[1].record(torch.cuda.current_stream(self.device))
+                record.host_end = time.perf_counter() - self._origin_host
+
+    def add_span(self, stage: str, host_begin: float, host_end: float) -> None:
+        """Adds a span measured elsewhere (``time.perf_counter`` values, e.g. a loader thread's) to the current
+        batch, with no GPU interval."""
+        if not self._batches:
+            raise InputError(f"span {stage!r} added before any begin_batch(); call begin_batch(epoch, batch) first")
+        self._batches[-1].spans.append(_Span(stage, host_begin - self._origin_host, host_end - self._origin_host))
+
+    def records(self) -> list[dict]:
+        """One dict per batch: ``{"epoch", "batch", "spans": [{"stage", "host_ms": [b, e], "gpu_ms": [b, e] or
+        None}]}``, milliseconds since the timeline started. Waits for the GPU once (to read the events)."""
+        if self._cuda and self._batches:
+            torch.cuda.synchronize(self.device)
+        out = []
+        for batch in self._batches:
+            spans = []
+            for span in batch.spans:
+                gpu = None
+                if span.events is not None and self._origin_event is not None:
+                    gpu = [round(self._origin_event.elapsed_time(event), 4) for event in span.events]
+                host = [round(span.host_begin * 1e3, 4), round(span.host_end * 1e3, 4)]
+                spans.append({"stage": span.stage, "host_ms": host, "gpu_ms": gpu})
+            out.append({"epoch": batch.epoch, "batch": batch.batch, "spans": spans})
+        return out
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per stage: total host and GPU milliseconds over all batches (GPU: NaN without CUDA events)."""
+        totals: dict[str, dict[str, float]] = {}
+        for record in self.records():
+            for span in record["spans"]:
+                total = totals.setdefault(
+                    span["stage"], {"host_ms": 0.0, "gpu_ms": 0.0 if self._cuda else float("nan")}
+                )
+                total["host_ms"] += span["host_ms"][1] - span["host_ms"][0]
+                if span["gpu_ms"] is not None:
+                    total["gpu_ms"] += span["gpu_ms"][1] - span["gpu_ms"][0]
+        return totals
+
+    def write_json(self, path: str | Path, **meta: Any) -> None:
+        """Writes ``{"format_version", "device", "meta", "batches": records()}`` to ``path``."""
+        document = {"format_version": FORMAT_VERSION, "device": str(self.device), "meta": meta}
+        document["batches"] = self.records()
+        Path(path).write_text(json.dumps(document, indent=None, separators=(",", ":")))
+
+    def close(self) -> None:
+        """Stops the profiler (if any) and writes its trace; safe to call twice."""
+        if self._profiler is None:
+            return
+        profiler, self._profiler = self._profiler, None
+        profiler.__exit__(None, None, None)
+        profiler.export_chrome_trace(str(self._trace_path))
+
+    def __enter__(self) -> Timeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def read_timeline(path: str | Path) -> dict:
+    """The document :meth:`Timeline.write_json` wrote.
+
+    Raises:
+        InputError: the file is not a timeline of a version this code reads.
+    """
+    document = json.loads(Path(path).read_text())
+    if not isinstance(document, dict) or document.get("format_version") != FORMAT_VERSION:
+        raise InputError(
+            f"{path} is not a distgnn timeline of format_version {FORMAT_VERSION}; write it with Timeline.write_json"
+        )
+    return document
+
+
+def plot_timeline(document: dict, path: str | Path, *, clock: str = "auto") -> None:
+    """Draws a timeline document: the top panel places every span on the time axis (one lane per stage, so gaps
+    are stalls), the bottom panel plots each stage's milliseconds per batch.
+
+    Args:
+        document: what :func:`read_timeline` returns (or the same dict built in memory).
+        path: image file to write (the suffix picks the format: .png, .svg, .pdf).
+        clock: ``"gpu"`` (CUDA event intervals; spans without them fall back to the host's), ``"host"``, or
+            ``"auto"`` (gpu when the document has GPU intervals).
+
+    Raises:
+        ConfigError: matplotlib is not installed (``pip install matplotlib``).
+    """
+    if clock not in ("auto", "gpu", "host"):
+        raise InputError(f"clock must be 'auto', 'gpu' or 'host', got {clock!r}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ConfigError("plotting a timeline needs matplotlib: pip install matplotlib") from exc
+    batches = document["batches"]
+    has_gpu = any(span["gpu_ms"] is not None for record in batches for span in record["spans"])
+    use_gpu = clock == "gpu" or (clock == "auto" and has_gpu)
+    stages = list(dict.fromkeys(span["stage"] for record in batches for span in record["spans"]))
+    colors = {stage: plt.get_cmap("tab10")(k % 10) for k, stage in enumerate(stages)}
+
+    def interval(span: dict) -> list[float]:
+        return span["gpu_ms"] if use_gpu and span["gpu_ms"] is not None else span["host_ms"]
+
+    figure, (lanes, per_batch) = plt.subplots(2, 1, figsize=(12, 6), gridspec_kw={"height_ratios": [1, 1.4]})
+    for lane, stage in enumerate(stages):
+        bars = [
+            (begin, end - begin)
+            for record in batches
+            for span in record["spans"]
+            if span["stage"] == stage
+            for begin, end in [interval(span)]
+        ]
+        lanes.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colors[stage])
+    lanes.set_yticks(range(len(stages)), stages)
+    lanes.set_xlabel(f"ms since start ({'GPU events' if use_gpu else 'host clock'})")
+    lanes.set_title("stage spans (gaps in a lane are time that stage was not running)")
+    for stage in stages:
+        xs, ys = [], []
+        for k, record in enumerate(batches):
+            total = sum(interval(s)[1] - interval(s)[0] for s in record["spans"] if s["stage"] == stage)
+            xs.append(k)
+            ys.append(total)
+        per_batch.plot(xs, ys, label=stage, color=colors[stage], linewidth=1)
+    per_batch.set_xlabel("batch (in recorded order)")
+    per_batch.set_ylabel("ms")
+    per_batch.legend(loc="upper right", ncol=len(stages))
+    figure.tight_layout()
+    figure.savefig(str(path), dpi=110)
+    plt.close(figure)
