@@ -17,6 +17,11 @@ yields the same batches whatever the worker count.
 A sampler on a CUDA device (``NeighborSampler(..., device="cuda")``) makes its
 blocks on the GPU, inline or in the prefetch thread (not in worker processes,
 whose queues carry CPU tensors); the fetched node data then follows them there.
+Inline, it samples on a CUDA stream of its own: the sampler's host syncs (it
+sizes its outputs) then wait for the sampling kernels alone, not for the
+training step the trainer queued just before, so sampling batch t+1 overlaps
+the GPU's work on batch t. A handed-out batch makes the trainer's stream wait
+for its sampling, and its tensors are recorded on that stream.
 """
 
 from __future__ import annotations
@@ -105,6 +110,15 @@ class MiniBatch(tuple):
 
     def __reduce__(self):
         return MiniBatch, (*self, self.input_data, self.output_data, self.timing)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the batch holds (ids, block arrays, node data)."""
+        input_nodes, output_nodes, blocks = self
+        yield from (input_nodes, output_nodes)
+        for block in blocks:
+            yield from (block.src_nids, block.indptr, block.indices, block.eids)
+        yield from self.input_data.values()
+        yield from self.output_data.values()
 
     def to(self, device: torch.device, non_blocking: bool = False) -> MiniBatch:
         def move(t):
@@ -459,6 +473,9 @@ class DistNodeDataLoader:
         self._maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
         self.epoch = 0
         self._workers: _Workers | None = None
+        # Inline GPU sampling gets its own stream (module docstring); worker/thread sampling keeps its own.
+        inline = num_workers == 0 and prefetch == 0
+        self._stream = torch.cuda.Stream(sampler_device) if inline and sampler_device.type == "cuda" else None
         self._active_epoch: int | None = None
         if num_workers > 0 or prefetch > 0:
             self._workers = _Workers(num_workers, g, sampler, self._maker, self.plan, prefetch)
@@ -480,8 +497,15 @@ class DistNodeDataLoader:
 
     def _inline(self, epoch: int) -> Iterator[MiniBatch]:
         for index, seeds in enumerate(self.plan.batches(epoch)):
-            batch = self._maker(self.g, self.sampler, seeds, self.plan.batch_rng_seed(epoch, index))
-            yield self._to_device(batch)
+            rng_seed = self.plan.batch_rng_seed(epoch, index)
+            if self._stream is None:
+                yield self._to_device(self._maker(self.g, self.sampler, seeds, rng_seed))
+                continue
+            with torch.cuda.stream(self._stream):
+                batch = self._to_device(self._maker(self.g, self.sampler, seeds, rng_seed))
+                ready = torch.cuda.Event()
+                ready.record(self._stream)
+            yield _hand_over(batch, ready)
 
     def _from_workers(self, epoch: int) -> Iterator[MiniBatch]:
         workers = self._workers
@@ -519,3 +543,18 @@ class DistNodeDataLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _hand_over(batch: MiniBatch, ready: torch.cuda.Event) -> MiniBatch:
+    """``batch``, made on a side stream, for the current stream of each CUDA device it is on: that stream waits
+    for ``ready``, and the caching allocator keeps the batch's memory until that stream is past its uses."""
+    consumers: dict[torch.device, torch.cuda.Stream] = {}
+    for tensor in batch.tensors():
+        if not tensor.is_cuda:
+            continue
+        consumer = consumers.get(tensor.device)
+        if consumer is None:
+            consumer = consumers[tensor.device] = torch.cuda.current_stream(tensor.device)
+            consumer.wait_event(ready)
+        tensor.record_stream(consumer)
+    return batch
