@@ -12,6 +12,12 @@
 # train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU): sampling thread or inline, with
 #          and without the gather pipeline
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
+# e2etests  the tests of issue 18's one-GPU work: gather and cache, timeline, the loader's sampling stream
+# resident benchmarks/gather.py --resident (the all-hit gather: all-hit path vs planned path vs index_select)
+# train1ab benchmarks/scaling.py --gpus 1, this tree against the checkout in $BASE (run first, its own extension
+#          build) when BASE is set, alternated: base, this, base, this (same partition in /tmp/distgnn-train1)
+# timeline benchmarks/scaling.py --gpus 1 --timeline (rank 0's per-batch stage spans and their plot under $OUT;
+#          needs a train_dist.py that takes --timeline)
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
 # ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
@@ -25,6 +31,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     || exit 1
   export PYTHONPATH=/tmp/site
 fi
+site_path=${PYTHONPATH:-}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 || {
   cat "$OUT/install.log"
@@ -82,5 +89,32 @@ if has scaling; then
   timeout 120 python3 benchmarks/scaling.py --json "$OUT/scaling_inline.json" -- --prefetch 0 >"$OUT/scaling_inline.log" 2>&1 \
     || status=1
   tail -4 "$OUT/scaling_inline.log"
+fi
+if has e2etests; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_feature_cache.py \
+    tests/test_cache_pipeline.py tests/test_timeline.py tests/test_cache_dist_feature.py \
+    "tests/test_loader_dist.py::test_inline_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
+    >"$OUT/pytest_e2e.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
+fi
+if has resident; then
+  timeout 200 python3 benchmarks/gather.py --resident --json "$OUT/resident.json" >"$OUT/resident.log" 2>&1 || status=1
+  sed -n '/^all-hit gather/,$p' "$OUT/resident.log"
+  grep -E "Error|error" "$OUT/resident.log" | tail -3
+fi
+train1() {  # name, directory, extension cache, more scaling.py flags
+  (cd "$2" && XDG_CACHE_HOME="$3" PYTHONPATH="$2${site_path:+:$site_path}" timeout 240 python3 benchmarks/scaling.py \
+    --gpus 1 --workdir /tmp/distgnn-train1 --json "$OUT/train1_$1.json" "${@:4}") >"$OUT/train1_$1.log" 2>&1 || status=1
+  echo "train1 $1: $(grep -E '^ +1 ' "$OUT/train1_$1.log" | tail -1)"
+}
+if has train1ab; then
+  for round in 1 2; do
+    if [[ -n "${BASE:-}" ]]; then train1 "base$round" "$BASE" /tmp/xdg-base; fi
+    train1 "this$round" "$PWD" "${XDG_CACHE_HOME:-$HOME/.cache}"
+  done
+fi
+if has timeline; then
+  train1 timeline "$PWD" "${XDG_CACHE_HOME:-$HOME/.cache}" --timeline "$OUT/timeline.json"
+  grep -E "^timeline" "$OUT/train1_timeline.log"
 fi
 exit $status

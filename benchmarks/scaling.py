@@ -89,14 +89,24 @@ def run_path(path: str, gpus: int) -> Path:
 
 def plot(timeline: Path) -> None:
     """Draws a run's timeline next to it (``.png``), or says why not."""
-    from distgnn.timeline import plot_timeline, read_timeline
+    from distgnn.timeline import plot_timeline, read_timeline, summarize
 
     try:
         plot_timeline(read_timeline(timeline), timeline.with_suffix(".png"))
+        print(f"timeline {timeline}, drawn in {timeline.with_suffix('.png')}")
     except ConfigError as exc:
         print(f"timeline {timeline} written; not drawn: {exc}")
-        return
-    print(f"timeline {timeline}, drawn in {timeline.with_suffix('.png')}")
+    batches = read_timeline(timeline)["batches"]
+    epochs = sorted({record["epoch"] for record in batches})
+    for epoch in epochs:
+        summary = summarize(batches, {epoch})
+        whole = summary.pop("all")
+        stages = "; ".join(
+            f"{stage} {v['host_ms']:.0f} host / {v['gpu_ms']:.0f} GPU ms" for stage, v in summary.items()
+        )
+        print(
+            f"timeline epoch {epoch}: wall {whole['wall_ms']:.0f} ms, GPU busy {whole['gpu_busy_ms']:.0f} ms; {stages}"
+        )
 
 
 def steady(result: dict) -> tuple[float, list[float]]:

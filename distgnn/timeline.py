@@ -124,17 +124,8 @@ class Timeline:
         return out
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per stage: total host and GPU milliseconds over all batches (GPU: NaN without CUDA events)."""
-        totals: dict[str, dict[str, float]] = {}
-        for record in self.records():
-            for span in record["spans"]:
-                total = totals.setdefault(
-                    span["stage"], {"host_ms": 0.0, "gpu_ms": 0.0 if self._cuda else float("nan")}
-                )
-                total["host_ms"] += span["host_ms"][1] - span["host_ms"][0]
-                if span["gpu_ms"] is not None:
-                    total["gpu_ms"] += span["gpu_ms"][1] - span["gpu_ms"][0]
-        return totals
+        """:func:`summarize` of this timeline's records."""
+        return summarize(self.records())
 
     def write_json(self, path: str | Path, **meta: Any) -> None:
         """Writes ``{"format_version", "device", "meta", "batches": records()}`` to ``path``."""
@@ -160,6 +151,35 @@ class Timeline:
 @contextlib.contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+def summarize(batches: list[dict], epochs: set[int] | None = None) -> dict[str, dict[str, float]]:
+    """Per stage, over the batches of ``epochs`` (all when None): ``count``, total ``host_ms`` and ``gpu_ms`` (NaN
+    where no span has GPU intervals). Under the key ``"all"``: ``wall_ms`` from the first span's begin to the last
+    one's end (host clock) and ``gpu_busy_ms``, the length of the union of every GPU interval: where it falls short
+    of the wall time, the GPU ran none of the recorded stages (a stall)."""
+    totals: dict[str, dict[str, float]] = {}
+    host_edges: list[float] = []
+    gpu_intervals: list[list[float]] = []
+    for record in batches:
+        if epochs is not None and record["epoch"] not in epochs:
+            continue
+        for span in record["spans"]:
+            total = totals.setdefault(span["stage"], {"count": 0, "host_ms": 0.0, "gpu_ms": float("nan")})
+            total["count"] += 1
+            total["host_ms"] += span["host_ms"][1] - span["host_ms"][0]
+            host_edges += span["host_ms"]
+            if span["gpu_ms"] is not None:
+                gpu_ms = span["gpu_ms"][1] - span["gpu_ms"][0]
+                total["gpu_ms"] = gpu_ms if total["gpu_ms"] != total["gpu_ms"] else total["gpu_ms"] + gpu_ms
+                gpu_intervals.append(span["gpu_ms"])
+    busy, reach = 0.0, float("-inf")
+    for begin, end in sorted(gpu_intervals):
+        busy += max(0.0, end - max(begin, reach))
+        reach = max(reach, end)
+    wall = max(host_edges) - min(host_edges) if host_edges else 0.0
+    totals["all"] = {"wall_ms": wall, "gpu_busy_ms": busy if gpu_intervals else float("nan")}
+    return totals
 
 
 def read_timeline(path: str | Path) -> dict:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distgnn.errors import InputError
-from distgnn.timeline import Timeline, plot_timeline, read_timeline
+from distgnn.timeline import Timeline, plot_timeline, read_timeline, summarize
 
 
 def busy(seconds: float) -> None:
@@ -47,9 +47,25 @@ def test_spans_are_recorded_per_batch_in_order_with_host_intervals():
 
 def test_summary_adds_each_stage_over_batches():
     summary = recorded("cpu").summary()
-    assert set(summary) == {"sample", "compute"}
-    assert summary["compute"]["host_ms"] >= 4 + 8 + 12
+    assert set(summary) == {"sample", "compute", "all"}
+    assert summary["compute"]["host_ms"] >= 4 + 8 + 12 and summary["compute"]["count"] == 3
     assert 6 <= summary["sample"]["host_ms"] < summary["compute"]["host_ms"]
+    assert summary["all"]["wall_ms"] >= summary["sample"]["host_ms"] + summary["compute"]["host_ms"]
+    assert summary["compute"]["gpu_ms"] != summary["compute"]["gpu_ms"]  # NaN: no GPU intervals
+
+
+def test_gpu_busy_time_is_the_union_of_overlapping_intervals():
+    def span(stage, gpu):
+        return {"stage": stage, "host_ms": [0.0, 1.0], "gpu_ms": gpu}
+
+    batches = [
+        {"epoch": 0, "batch": 0, "spans": [span("sample", [0.0, 4.0]), span("compute", [2.0, 6.0])]},
+        {"epoch": 1, "batch": 0, "spans": [span("compute", [10.0, 11.0]), span("fetch", [10.5, 10.7])]},
+    ]
+    summary = summarize(batches)
+    assert summary["all"]["gpu_busy_ms"] == pytest.approx(6.0 + 1.0)
+    assert summary["compute"]["gpu_ms"] == pytest.approx(5.0) and summary["compute"]["count"] == 2
+    assert summarize(batches, epochs={1})["all"]["gpu_busy_ms"] == pytest.approx(1.0)
 
 
 def test_added_spans_land_in_the_current_batch():
