@@ -93,7 +93,7 @@ fi
 if has e2etests; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_feature_cache.py \
     tests/test_cache_pipeline.py tests/test_timeline.py tests/test_cache_dist_feature.py \
-    "tests/test_loader_dist.py::test_inline_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
+    "tests/test_loader_dist.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
     >"$OUT/pytest_e2e.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
 fi

@@ -17,11 +17,12 @@ yields the same batches whatever the worker count.
 A sampler on a CUDA device (``NeighborSampler(..., device="cuda")``) makes its
 blocks on the GPU, inline or in the prefetch thread (not in worker processes,
 whose queues carry CPU tensors); the fetched node data then follows them there.
-Inline, it samples on a CUDA stream of its own: the sampler's host syncs (it
-sizes its outputs) then wait for the sampling kernels alone, not for the
-training step the trainer queued just before, so sampling batch t+1 overlaps
-the GPU's work on batch t. A handed-out batch makes the trainer's stream wait
-for its sampling, and its tensors are recorded on that stream.
+Inline and in the prefetch thread it samples on a CUDA stream of its own: the
+sampler's host syncs (it sizes its outputs) then wait for the sampling kernels
+alone, not for the training step the trainer queued just before, so sampling
+batch t+1 overlaps the GPU's work on batch t. A handed-out batch makes the
+trainer's stream wait for its sampling, and its tensors are recorded on that
+stream.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class MiniBatch(tuple):
         self.input_data = dict(input_data or {})
         self.output_data = dict(output_data or {})
         self.timing = dict(timing or {})  # seconds spent making it: "sample", "fetch"
+        self.ready: torch.cuda.Event | None = None  # made on a side stream: done when this event is
         return self
 
     def __reduce__(self):
@@ -473,12 +475,12 @@ class DistNodeDataLoader:
         self._maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
         self.epoch = 0
         self._workers: _Workers | None = None
-        # Inline GPU sampling gets its own stream (module docstring); worker/thread sampling keeps its own.
-        inline = num_workers == 0 and prefetch == 0
-        self._stream = torch.cuda.Stream(sampler_device) if inline and sampler_device.type == "cuda" else None
+        # GPU sampling in this process (inline or the prefetch thread) gets a stream of its own (module docstring).
+        self._stream = torch.cuda.Stream(sampler_device) if sampler_device.type == "cuda" else None
         self._active_epoch: int | None = None
         if num_workers > 0 or prefetch > 0:
-            self._workers = _Workers(num_workers, g, sampler, self._maker, self.plan, prefetch)
+            maker = self._maker if self._stream is None else _OnStream(self._maker, self._stream)
+            self._workers = _Workers(num_workers, g, sampler, maker, self.plan, prefetch)
             self._finalizer = weakref.finalize(self, self._workers.stop)
             for worker in range(num_workers):
                 item = self._workers.get(worker, _WORKER_START_TIMEOUT_S)
@@ -501,11 +503,8 @@ class DistNodeDataLoader:
             if self._stream is None:
                 yield self._to_device(self._maker(self.g, self.sampler, seeds, rng_seed))
                 continue
-            with torch.cuda.stream(self._stream):
-                batch = self._to_device(self._maker(self.g, self.sampler, seeds, rng_seed))
-                ready = torch.cuda.Event()
-                ready.record(self._stream)
-            yield _hand_over(batch, ready)
+            batch = _OnStream(self._maker, self._stream)(self.g, self.sampler, seeds, rng_seed)
+            yield self._to_device(_hand_over(batch, batch.ready))
 
     def _from_workers(self, epoch: int) -> Iterator[MiniBatch]:
         workers = self._workers
@@ -519,7 +518,8 @@ class DistNodeDataLoader:
             item = workers.get(index % workers.count, self.timeout_s)
             if item[0] != "batch" or item[1] != epoch or item[2] != index:
                 raise DistGNNError(f"sampler worker sent {item[:3]} where batch {index} of epoch {epoch} was due")
-            yield self._to_device(item[3])
+            batch = item[3]
+            yield self._to_device(batch if batch.ready is None else _hand_over(batch, batch.ready))
         for worker in range(workers.count):
             item = workers.get(worker, self.timeout_s)
             if item[:2] != ("end", epoch):
@@ -543,6 +543,21 @@ class DistNodeDataLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class _OnStream:
+    """A BatchMaker that works on ``stream`` and marks each batch's end with an event (``batch.ready``)."""
+
+    maker: BatchMaker
+    stream: torch.cuda.Stream
+
+    def __call__(self, g, sampler: NeighborSampler, seeds: np.ndarray, rng_seed: int) -> MiniBatch:
+        with torch.cuda.stream(self.stream):
+            batch = self.maker(g, sampler, seeds, rng_seed)
+            batch.ready = torch.cuda.Event()
+            batch.ready.record(self.stream)
+        return batch
 
 
 def _hand_over(batch: MiniBatch, ready: torch.cuda.Event) -> MiniBatch:

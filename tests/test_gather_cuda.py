@@ -343,7 +343,7 @@ def refuse_planned_path(monkeypatch):
     def planned(*args, **kwargs):
         raise AssertionError("the all-hit gather planned")
 
-    monkeypatch.setattr("distgnn.cache.gather._gather_cuda", planned)
+    monkeypatch.setattr(importlib.import_module("distgnn.cache.gather"), "_gather_cuda", planned)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -394,8 +394,9 @@ def test_all_hit_path_is_not_taken_where_other_tiers_hold_more(monkeypatch):
     host = HostTier(pinned_rows(bigger[40:]), 40)  # ids 40..59 live on the host: the cache is not all of it
     ids = torch.tensor([1, 45, 39, 59, 2], device="cuda")
     planned = []
-    real = importlib.import_module("distgnn.cache.gather")._gather_cuda
-    monkeypatch.setattr("distgnn.cache.gather._gather_cuda", lambda *a: planned.append(1) or real(*a))
+    module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    real = module._gather_cuda
+    monkeypatch.setattr(module, "_gather_cuda", lambda *a: planned.append(1) or real(*a))
     out = gather(poisoned(5, 4, torch.float32), ids, cache=cache, host=host, impl="cuda")
     assert planned == [1]
     assert torch.equal(out.cpu(), torch.cat([table, bigger[40:]])[ids.cpu()])

@@ -239,12 +239,13 @@ def test_leaving_mid_epoch_without_close_exits_cleanly_with_the_prefetch_thread_
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_inline_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches() -> None:
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(prefetch: int) -> None:
     from distgnn.sampling.neighbor import InProcessGraph
 
     g = InProcessGraph(synthetic(3000, 8, feat_dim=4, num_classes=3, seed=2))
     sampler = NeighborSampler([5, 3], device="cuda")
-    loader = DistNodeDataLoader(g, torch.arange(3000), sampler, 256, shuffle=True, seed=4)
+    loader = DistNodeDataLoader(g, torch.arange(3000), sampler, 256, shuffle=True, seed=4, prefetch=prefetch)
     assert loader._stream is not None and loader._stream != torch.cuda.current_stream()
     try:
         for index, batch in enumerate(loader):
@@ -258,6 +259,7 @@ def test_inline_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batc
                 for name in ("src_nids", "indptr", "indices", "eids"):
                     assert torch.equal(getattr(got_block, name), getattr(want_block, name)), name
     finally:
+        loader.close()
         sampler.close()
     cpu_loader = DistNodeDataLoader(g, torch.arange(3000), NeighborSampler([5, 3]), 256)
     assert cpu_loader._stream is None

@@ -112,6 +112,9 @@ class CachedFeature:
             raise ConfigError(f"budget_bytes must be >= 0, got {budget_bytes}")
         self.tensor = tensor
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            # "cuda" names the current GPU; with its index, ids already there are recognised as such.
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.impl = impl
         self.policy = policy
         self.cpu_share = cpu_share
