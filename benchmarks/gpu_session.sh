@@ -14,10 +14,11 @@
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
 # e2etests  the tests of issue 18's one-GPU work: gather and cache, timeline, the loader's sampling stream
 # resident benchmarks/gather.py --resident (the all-hit gather: all-hit path vs planned path vs index_select)
-# train1ab benchmarks/scaling.py --gpus 1, this tree against the checkout in $BASE (run first, its own extension
-#          build) when BASE is set, alternated: base, this, base, this (same partition in /tmp/distgnn-train1)
-# timeline benchmarks/scaling.py --gpus 1 --timeline (rank 0's per-batch stage spans and their plot under $OUT;
-#          needs a train_dist.py that takes --timeline)
+# train1ab benchmarks/scaling.py --gpus 1, inline sampling and the sampling thread, each run against the checkout
+#          in $BASE first when BASE is set (its own extension build; same partition in /tmp/distgnn-train1)
+# timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
+#          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
+# trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
 # ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
@@ -106,15 +107,23 @@ train1() {  # name, directory, extension cache, more scaling.py flags
   (cd "$2" && XDG_CACHE_HOME="$3" PYTHONPATH="$2${site_path:+:$site_path}" timeout 240 python3 benchmarks/scaling.py \
     --gpus 1 --workdir /tmp/distgnn-train1 --json "$OUT/train1_$1.json" "${@:4}") >"$OUT/train1_$1.log" 2>&1 || status=1
   echo "train1 $1: $(grep -E '^ +1 ' "$OUT/train1_$1.log" | tail -1)"
+  grep -E "^timeline" "$OUT/train1_$1.log"
 }
+here_cache=${XDG_CACHE_HOME:-$HOME/.cache}
 if has train1ab; then
-  for round in 1 2; do
-    if [[ -n "${BASE:-}" ]]; then train1 "base$round" "$BASE" /tmp/xdg-base; fi
-    train1 "this$round" "$PWD" "${XDG_CACHE_HOME:-$HOME/.cache}"
+  for variant in "inline:" "thread:--prefetch 1"; do
+    name=${variant%%:*}
+    # shellcheck disable=SC2086
+    if [[ -n "${BASE:-}" ]]; then train1 "base_$name" "$BASE" /tmp/xdg-base -- ${variant#*:}; fi
+    # shellcheck disable=SC2086
+    train1 "this_$name" "$PWD" "$here_cache" -- ${variant#*:}
   done
 fi
 if has timeline; then
-  train1 timeline "$PWD" "${XDG_CACHE_HOME:-$HOME/.cache}" --timeline "$OUT/timeline.json"
-  grep -E "^timeline" "$OUT/train1_timeline.log"
+  train1 timeline_inline "$PWD" "$here_cache" --timeline "$OUT/inline.json"
+  train1 timeline_thread "$PWD" "$here_cache" --timeline "$OUT/thread.json" -- --prefetch 1
+fi
+if has trace; then  # a short run: the trace of a whole products-scale run is too large to bring back
+  train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12
 fi
 exit $status
