@@ -17,6 +17,8 @@ _EXPORTS = {
     "DistGraph": "distgnn.graph",
     "DistTensor": "distgnn.tensor",
     "DistEmbedding": "distgnn.embedding",
+    "SparseAdagrad": "distgnn.embedding",
+    "SparseAdam": "distgnn.embedding",
     "node_split": "distgnn.split",
     "RangePartitionBook": "distgnn.partition_book",
     "Block": "distgnn.sampling.block",

@@ -64,7 +64,7 @@ class DistContext:
         The owner of id ``i`` is ``searchsorted(ends, i, side="right")``.
         """
         if policy not in self.id_range_ends:
-            raise InputError(f"partition policy must be one of {shm.POLICIES}, got {policy!r}")
+            raise InputError(f"partition policy must be one of {sorted(self.id_range_ends)}, got {policy!r}")
         return self.id_range_ends[policy]
 
     def read_server(self, machine_id: int) -> int:
@@ -139,8 +139,13 @@ def connect(config: JobConfig, rank: int = 0, world_size: int = 1) -> DistContex
     except BaseException:
         client.close()
         raise
+    policies = set(shm.POLICIES).union(*(r.header.get("ranges", {}) for r in replies))
     ends = {
-        policy: np.array([r.header[f"{policy}_range"][1] for r in replies], dtype=np.int64) for policy in shm.POLICIES
+        policy: np.array(
+            [(r.header.get("ranges") or {}).get(policy, r.header.get(f"{policy}_range"))[1] for r in replies],
+            dtype=np.int64,
+        )
+        for policy in sorted(policies)
     }
     return DistContext(config, client, rank, world_size, ends)
 

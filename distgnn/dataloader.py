@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,7 +44,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from distgnn.errors import ConfigError, DistGNNError
-from distgnn.sampling.neighbor import NeighborSampler, as_node_ids, derive_seed
+from distgnn.sampling.neighbor import NeighborSampler, as_node_ids, derive_seed, split_by_type
 
 _POLL_S = 0.5
 _WORKER_START_TIMEOUT_S = 120.0
@@ -95,7 +95,9 @@ class MiniBatch(tuple):
 
     Unpacks like a 3-tuple. ``input_data[name]`` holds ``g.ndata[name][input_nodes]``
     for each name in the loader's ``input_feats``; ``output_data`` likewise for
-    ``output_feats`` (e.g. labels).
+    ``output_feats`` (e.g. labels). On a heterogeneous graph ``input_nodes`` and
+    ``output_nodes`` are ``{ntype: per-type ids}``, each type's nodes in the order
+    they have among the block's source (destination) nodes (see ``Block.src_ntypes``).
     """
 
     input_data: dict[str, torch.Tensor]
@@ -124,6 +126,8 @@ class MiniBatch(tuple):
 
     def to(self, device: torch.device, non_blocking: bool = False) -> MiniBatch:
         def move(t):
+            if isinstance(t, dict):
+                return {k: v.to(device, non_blocking=non_blocking) for k, v in t.items()}
             return t.to(device, non_blocking=non_blocking)
 
         input_nodes, output_nodes, blocks = self
@@ -148,6 +152,10 @@ class BatchMaker:
     def __call__(self, g, sampler: NeighborSampler, seeds: np.ndarray, rng_seed: int) -> MiniBatch:
         start = time.perf_counter()
         input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed)
+        book = g.get_partition_book()
+        if not book.is_homogeneous:
+            input_nodes = split_by_type(book, input_nodes)
+            output_nodes = split_by_type(book, output_nodes)
         sampled = time.perf_counter()
         input_data = {name: _rows(g.ndata[name], input_nodes) for name in self.input_feats}
         output_data = {name: _rows(g.ndata[name], output_nodes) for name in self.output_feats}
@@ -405,7 +413,8 @@ class DistNodeDataLoader:
 
     Args:
         g: a DistGraph (or InProcessGraph; then no worker processes).
-        nids: ``(N,)`` int64 global ids of this trainer's seed nodes (e.g. from node_split).
+        nids: ``(N,)`` int64 global ids of this trainer's seed nodes (e.g. from node_split), or on a
+            heterogeneous graph ``{ntype: per-type ids}`` (batches then mix the types).
         sampler: a NeighborSampler.
         batch_size: seeds per batch (at most; see :func:`agreed_num_batches`).
         shuffle: reshuffle the seeds every epoch.
@@ -448,7 +457,16 @@ class DistNodeDataLoader:
         output_feats: tuple[str, ...] | list[str] = (),
         timeout_s: float = 300.0,
     ):
-        seeds = as_node_ids(nids, "nids")
+        if isinstance(nids, Mapping):
+            book = g.get_partition_book()
+            seeds = np.concatenate(
+                [np.zeros(0, dtype=np.int64)]
+                + [np.asarray(book.map_to_homo_nid(as_node_ids(ids, f"nids[{t!r}]"), t)) for t, ids in nids.items()]
+            )
+        else:
+            seeds = as_node_ids(nids, "nids")
+        if (input_feats or output_feats) and not g.get_partition_book().is_homogeneous:
+            raise ConfigError("input_feats/output_feats fetch g.ndata, which a heterogeneous graph does not have")
         if prefetch is None:
             prefetch = 2 if num_workers > 0 else 0
         if num_workers < 0 or prefetch < 0:

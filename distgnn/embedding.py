@@ -141,3 +141,55 @@ class SparseAdagrad(_SparseOptimizer):
         state.push(ids, grad * grad, mode="add")
         std = state[ids].sqrt_().add_(self.eps)
         emb.weight.push(ids, -self.lr * grad / std, mode="add")
+
+
+class SparseAdam(_SparseOptimizer):
+    """Adam on touched rows, with a step count per row (rows are touched at different rates):
+    ``m[i] = b1 m[i] + (1 - b1) g[i]``, ``v[i] = b2 v[i] + (1 - b2) g[i]**2``, ``t[i] += 1``,
+    ``w[i] -= lr * m̂ / (sqrt(v̂) + eps)`` with ``m̂ = m[i] / (1 - b1**t[i])``, ``v̂ = v[i] / (1 - b2**t[i])``.
+
+    The moments and counts live in DistTensors ``<embedding name>.adam_m``, ``.adam_v`` and ``.adam_step``.
+    Updates are pushed as differences (``push(add)``), so concurrent trainers never lose one another's;
+    as in DistDGL, trainers read the moments without a lock.
+    """
+
+    def __init__(
+        self,
+        embeddings: list[DistEmbedding],
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
+        super().__init__(embeddings, lr)
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise InputError(f"Adam betas must be in [0, 1), got {betas}")
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps = eps
+        self.state: dict[str, dict[str, DistTensor]] = {}
+        for emb in self.embeddings:
+            weight = emb.weight
+            self.state[emb.name] = {
+                kind: DistTensor(
+                    shape,
+                    torch.float32,
+                    f"{emb.name}.adam_{kind}",
+                    init="zeros",
+                    part_policy=weight.part_policy,
+                    context=weight.context,
+                )
+                for kind, shape in (("m", weight.shape), ("v", weight.shape), ("step", (weight.shape[0], 1)))
+            }
+
+    def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
+        state = self.state[emb.name]
+        b1, b2 = self.betas
+        m, v, step = state["m"][ids], state["v"][ids], state["step"][ids]
+        m_delta = (1 - b1) * (grad - m)
+        v_delta = (1 - b2) * (grad * grad - v)
+        state["m"].push(ids, m_delta, mode="add")
+        state["v"].push(ids, v_delta, mode="add")
+        state["step"].push(ids, torch.ones_like(step), mode="add")
+        step = step + 1
+        m_hat = (m + m_delta) / (1 - b1**step)
+        v_hat = (v + v_delta) / (1 - b2**step)
+        emb.weight.push(ids, -self.lr * m_hat / (v_hat.sqrt() + self.eps), mode="add")

@@ -4,6 +4,10 @@ Counts, the partition book and feature names come from the partition JSON;
 ``ndata``/``edata`` are ``DistTensor`` views of the features the servers
 loaded; ``local_partition`` exposes this machine's CSC straight from shared
 memory (read-only numpy views, no copy) for local sampling.
+
+A heterogeneous graph answers DGL's typed questions: ``ntypes``,
+``canonical_etypes``, ``num_nodes(ntype)``, and ``g.nodes[ntype].data[name]`` /
+``g.edges[etype].data[name]``, DistTensors indexed by per-type ids.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import numpy as np
 import torch
 
 from distgnn.context import DistContext, get_context
+from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, CanonicalEtype
 from distgnn.errors import ConfigError
-from distgnn.partition.format import read_meta
-from distgnn.partition_book import RangePartitionBook
+from distgnn.partition.format import feature_policy, read_meta
+from distgnn.partition_book import RangePartitionBook, edge_policy, node_policy
 from distgnn.rpc.client import RpcClient
 from distgnn.tensor import DistTensor, as_ids, positions_by_owner
 
@@ -46,9 +51,18 @@ class LocalPartition:
     eids: np.ndarray
     local2global: np.ndarray
 
+    num_etypes: int = 1
+
     @property
     def num_owned_nodes(self) -> int:
         return self.node_range[1] - self.node_range[0]
+
+
+@dataclass(frozen=True)
+class TypedData:
+    """``g.nodes[ntype]`` / ``g.edges[etype]``: ``data`` maps feature names to DistTensors of per-type ids."""
+
+    data: dict[str, DistTensor]
 
 
 class DistGraph:
@@ -78,15 +92,23 @@ class DistGraph:
         self._meta = meta
         self._book = meta.partition_book()
         shared = self.context.local_partition()
-        self.local_partition = LocalPartition(shared.part_id, shared.node_range, shared.edge_range, **shared.graph)
-        self.ndata: dict[str, DistTensor] = {
-            name: DistTensor.attach(spec.shape, _torch_dtype(spec.dtype), name, "node", self.context)
-            for name, spec in meta.node_feats.items()
-        }
-        self.edata: dict[str, DistTensor] = {
-            name: DistTensor.attach(spec.shape, _torch_dtype(spec.dtype), name, "edge", self.context)
-            for name, spec in meta.edge_feats.items()
-        }
+        self.local_partition = LocalPartition(
+            shared.part_id, shared.node_range, shared.edge_range, **shared.graph, num_etypes=shared.num_etypes
+        )
+        self._node_data: dict[str, dict[str, DistTensor]] = {node_policy(t): {} for t in self._book.ntypes}
+        self._edge_data: dict[str, dict[str, DistTensor]] = {edge_policy(e): {} for e in self._book.canonical_etypes}
+        for kind, feats, tables in (
+            ("node", meta.node_feats, self._node_data),
+            ("edge", meta.edge_feats, self._edge_data),
+        ):
+            for key, spec in feats.items():
+                policy, name = feature_policy(key, kind)
+                tables[policy][name] = DistTensor.attach(
+                    spec.shape, _torch_dtype(spec.dtype), name, policy, self.context
+                )
+        # The homogeneous graph's features by name (DGL's g.ndata / g.edata); empty on a heterogeneous graph.
+        self.ndata: dict[str, DistTensor] = self._node_data.get("node", {})
+        self.edata: dict[str, DistTensor] = self._edge_data.get("edge", {})
 
     @property
     def machine_id(self) -> int:
@@ -101,11 +123,43 @@ class DistGraph:
         """Path of the partition JSON this graph was opened from."""
         return self._meta.json_path
 
-    def num_nodes(self) -> int:
-        return self._meta.num_nodes
+    @property
+    def ntypes(self) -> list[str]:
+        return self._book.ntypes
 
-    def num_edges(self) -> int:
-        return self._meta.num_edges
+    @property
+    def etypes(self) -> list[str]:
+        return self._book.etypes
+
+    @property
+    def canonical_etypes(self) -> list[CanonicalEtype]:
+        return self._book.canonical_etypes
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self._book.is_homogeneous
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        """All nodes, or the nodes of type ``ntype``."""
+        if ntype is None or (ntype == DEFAULT_NTYPE and self.is_homogeneous):
+            return self._meta.num_nodes
+        return int(self._book.nodes.type_counts[self._book.ntype_id(ntype)])
+
+    def num_edges(self, etype: str | CanonicalEtype | None = None) -> int:
+        """All edges, or the edges of type ``etype`` (canonical, ``"src:rel:dst"`` or a unique relation)."""
+        if etype is None or (etype in (DEFAULT_ETYPE, DEFAULT_ETYPE[1]) and self.is_homogeneous):
+            return self._meta.num_edges
+        return int(self._book.edges.type_counts[self._book.etype_id(etype)])
+
+    @property
+    def nodes(self) -> dict[str, TypedData]:
+        """``g.nodes[ntype].data[name]``: node features of one type, indexed by per-type ids."""
+        return {t: TypedData(self._node_data[node_policy(t)]) for t in self.ntypes}
+
+    @property
+    def edges(self) -> _EdgeTypes:
+        """``g.edges[etype].data[name]``: edge features of one type, indexed by per-type ids."""
+        return _EdgeTypes(self)
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book
@@ -119,7 +173,8 @@ class DistGraph:
         for m, positions in positions_by_owner(self.context.range_ends("node"), ids).items():
             if m == self.machine_id:
                 lids = ids[positions] - local.node_range[0]
-                out[positions] = local.indptr[lids + 1] - local.indptr[lids]
+                k = local.num_etypes  # all edge types' rows of a node are consecutive
+                out[positions] = local.indptr[(lids + 1) * k] - local.indptr[lids * k]
             else:
                 rid = client.send(m, "degrees", arrays=[ids[positions]], server_id=self.context.read_server(m))
                 pending.append((positions, rid))
@@ -133,6 +188,17 @@ class DistGraph:
             f"machine={self.machine_id}/{self.context.config.num_machines}, ndata={sorted(self.ndata)}, "
             f"edata={sorted(self.edata)})"
         )
+
+
+class _EdgeTypes:
+    """``g.edges[etype]`` for any spelling of an edge type."""
+
+    def __init__(self, g: DistGraph):
+        self._g = g
+
+    def __getitem__(self, etype: str | CanonicalEtype) -> TypedData:
+        canonical = self._g.get_partition_book().to_canonical_etype(etype)
+        return TypedData(self._g._edge_data[edge_policy(canonical)])
 
 
 def _torch_dtype(name: str) -> torch.dtype:

@@ -8,8 +8,9 @@ complete array. The ``.npy`` header carries dtype and shape, so mapping needs
 nothing else. (``multiprocessing.shared_memory`` is not used: its resource
 tracker unlinks segments when the creating process exits.)
 
-Names: ``graph.<array>`` (the partition's CSC and id map), ``node.<tensor>`` /
-``edge.<tensor>`` (node- or edge-partitioned tensors: owned rows only), and
+Names: ``graph.<array>`` (the partition's CSC and id map), ``<policy>.<tensor>``
+(tensors partitioned over an id space: ``node``/``edge``, or per type
+``node:<ntype>`` / ``edge:<src>:<rel>:<dst>``; owned rows only), and
 ``manifest`` (JSON, written last by the main server: the partition is loaded).
 """
 
@@ -133,6 +134,10 @@ class SharedPartition:
         num_nodes, num_edges: of the whole graph.
         node_range, edge_range: the global ``[start, end)`` ids this partition owns.
         graph: ``indptr``/``indices``/``eids``/``local2global`` (see the format module).
+        ranges: per id space (policy), the ``[start, end)`` ids owned here; ``totals``: its id count.
+        typed: for a heterogeneous graph, ``ntypes``, ``etypes`` ("src:rel:dst"), ``node_type_ends``
+            (end of each node type's owned range, relative to ``node_range[0]``), ``etype_dst``
+            (node type id of each edge type's destination); empty for a homogeneous one.
         tensors: mapped tensors by ``(policy, name)``; others are mapped on first ``tensor`` call.
     """
 
@@ -144,6 +149,9 @@ class SharedPartition:
     node_range: tuple[int, int]
     edge_range: tuple[int, int]
     graph: dict[str, np.ndarray]
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    typed: dict = field(default_factory=dict)
     tensors: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
 
     @classmethod
@@ -164,12 +172,34 @@ class SharedPartition:
             tuple(manifest["node_range"]),
             tuple(manifest["edge_range"]),
             graph,
+            {p: tuple(r) for p, r in manifest.get("ranges", {}).items()},
+            dict(manifest.get("totals", {})),
+            dict(manifest.get("typed", {})),
         )
 
+    @property
+    def num_etypes(self) -> int:
+        return len(self.typed.get("etypes", ())) or 1
+
     def owned_range(self, policy: str) -> tuple[int, int]:
-        if policy not in POLICIES:
-            raise InputError(f"partition policy must be one of {POLICIES}, got {policy!r}")
-        return self.node_range if policy == "node" else self.edge_range
+        """``[start, end)`` of the ids of id space ``policy`` that this partition owns."""
+        if policy == "node":
+            return self.node_range
+        if policy == "edge":
+            return self.edge_range
+        if policy not in self.ranges:
+            known = ["node", "edge", *(p for p in self.ranges if p not in POLICIES)]
+            raise InputError(f"partition policy must be one of {known}, got {policy!r}")
+        return self.ranges[policy]
+
+    def total(self, policy: str) -> int:
+        """Number of ids in id space ``policy`` (over all partitions)."""
+        if policy == "node":
+            return self.num_nodes
+        if policy == "edge":
+            return self.num_edges
+        self.owned_range(policy)
+        return int(self.totals[policy])
 
     def tensor(self, policy: str, name: str) -> np.ndarray | None:
         """The owned rows of tensor ``(policy, name)``, mapping it on first use; None if absent."""

@@ -34,11 +34,14 @@ def node_split(
     rank: int | None = None,
     world_size: int | None = None,
     context: DistContext | None = None,
+    ntype: str | None = None,
 ) -> torch.Tensor:
     """The global ids of ``mask``'s nodes that trainer ``rank`` of ``world_size`` trains on.
 
     Args:
-        mask: ``(num_nodes,)`` bool-like (a ``DistTensor``, torch tensor or numpy array).
+        mask: ``(num_nodes,)`` bool-like (a ``DistTensor``, torch tensor or numpy array); with ``ntype``
+            one entry per node of that type.
+        ntype: split nodes of this type (of a heterogeneous graph); the result is per-type ids.
         partition_book: the graph's partition book.
         force_even: every trainer gets exactly ``len(nodes) // world_size`` nodes: the sorted
             selected ids cut into equal consecutive chunks. Ids are grouped by partition, so with
@@ -48,7 +51,7 @@ def node_split(
             (counts then differ between machines).
         rank, world_size: default to the context's.
     Returns:
-        ``(n,)`` int64 sorted global node ids.
+        ``(n,)`` int64 sorted global node ids (per-type ids with ``ntype``).
     """
     if rank is None or world_size is None:
         ctx = context or get_context()
@@ -56,7 +59,11 @@ def node_split(
         world_size = ctx.world_size if world_size is None else world_size
     if not 0 <= rank < world_size:
         raise InputError(f"rank {rank} out of range for world size {world_size}")
-    nids = np.flatnonzero(_full_mask(mask, partition_book.num_nodes)).astype(np.int64)
+    if ntype is None:
+        count = partition_book.num_nodes
+    else:
+        count = int(partition_book.nodes.type_counts[partition_book.ntype_id(ntype)])
+    nids = np.flatnonzero(_full_mask(mask, count)).astype(np.int64)
     if force_even:
         share = len(nids) // world_size
         if len(nids) % world_size:
@@ -68,6 +75,7 @@ def node_split(
             f"force_even=False needs the same trainer count per machine; {world_size} trainers, {num_parts} machines"
         )
     per_machine = world_size // num_parts
-    start, end = partition_book.node_range(rank // per_machine)
+    owned = partition_book.partid2nids(rank // per_machine, ntype)
+    start, end = (int(owned[0]), int(owned[-1]) + 1) if len(owned) else (0, 0)
     mine = nids[(nids >= start) & (nids < end)]
     return torch.from_numpy(np.array_split(mine, per_machine)[rank % per_machine].copy())

@@ -136,7 +136,7 @@ class DistTensor:
         self.persistent = persistent
         self._np_dtype = numpy_dtype(dtype)
         part = ctx.local_partition()
-        total = part.num_nodes if policy == "node" else part.num_edges
+        total = part.total(policy)
         if not shape or shape[0] != total:
             raise InputError(f"a {policy} tensor needs {total} rows, got shape {shape}")
         local = part.tensor(policy, name)

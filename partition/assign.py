@@ -2,10 +2,11 @@
 
 METIS sees the symmetrised simple graph (both directions of every edge, no
 self loops, no duplicates), as DistDGL gives it. Balance constraints are
-multi-constraint vertex weights, again as DistDGL builds them: with
-``balance_train`` one 0/1 weight per class of ``train_mask`` (non-train,
-train), with ``balance_edges`` the in-degree (per train class when both are
-on). Arrays are int64 throughout because that is pymetis' zero-copy index type.
+multi-constraint vertex weights, again as DistDGL builds them: one 0/1 weight
+per node group (non-train and train nodes with ``balance_train``; on a
+heterogeneous graph every node type, the target type's train nodes a group of
+their own, like DistDGL's ``balance_ntypes``), with ``balance_edges`` the
+in-degree (per group when both are on). Arrays are int64 throughout because that is pymetis' zero-copy index type.
 
 Several constraints (and edge weights) go through ``distgnn.partition.metis``,
 since pymetis itself passes METIS only one.
@@ -62,17 +63,23 @@ def symmetric_csr(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.
 
 
 def _vertex_weights(
-    dst: np.ndarray, num_nodes: int, train_mask: np.ndarray | None, balance_edges: bool
+    dst: np.ndarray, num_nodes: int, groups: np.ndarray | None, balance_edges: bool
 ) -> np.ndarray | None:
-    """``(N, ncon)`` int64 weights, or None for plain node-count balance."""
+    """``(N, ncon)`` int64 weights, or None for plain node-count balance.
+
+    ``groups``: ``(N,)`` int group id per node (non-train/train, or node type and the target type's
+    train nodes): one 0/1 constraint per group, so METIS balances every group's count per part.
+    """
     columns: list[np.ndarray] = []
-    groups = [~train_mask, train_mask] if train_mask is not None else []
-    columns.extend(g.astype(np.int64) for g in groups)
+    masks = [groups == g for g in range(int(groups.max()) + 1)] if groups is not None and groups.size else []
+    columns.extend(m.astype(np.int64) for m in masks)
     if balance_edges:
         in_degree = np.bincount(dst, minlength=num_nodes).astype(np.int64)
-        columns.extend([np.where(g, in_degree, 0) for g in groups] if groups else [in_degree])
+        columns.extend([np.where(m, in_degree, 0) for m in masks] if masks else [in_degree])
     # METIS rejects a constraint whose total weight is zero (e.g. a graph with no train nodes).
     columns = [c for c in columns if c.any()]
+    if len(columns) == 1 and not balance_edges:
+        return None  # one group: plain node-count balance
     if not columns:
         return None
     return np.ascontiguousarray(np.stack(columns, axis=1))
@@ -88,13 +95,14 @@ def metis_assignment(
     src: np.ndarray,
     dst: np.ndarray,
     num_parts: int,
-    train_mask: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
     balance_edges: bool = False,
     seed: int = 0,
     coarsen: str = "auto",
 ) -> tuple[np.ndarray, int]:
     """``(part (N,) int64, edge cut of the symmetrised graph)``.
 
+    ``groups``: optional ``(N,)`` int group of each node; each group's node count is balanced.
     ``coarsen``: ``"off"`` hands the whole symmetrised graph to METIS; ``"on"``
     first clusters and contracts it in numpy (``distgnn.partition.coarsen``),
     runs METIS on the small graph and refines on the way back, which needs a
@@ -109,7 +117,7 @@ def metis_assignment(
         return np.zeros(num_nodes, dtype=np.int64), 0
     xadj, adjncy = symmetric_csr(num_nodes, src, dst)
     logger.info("METIS input: %d nodes, %d adjacency entries (symmetrised)", num_nodes, adjncy.shape[0])
-    vweights = _vertex_weights(dst, num_nodes, train_mask, balance_edges)
+    vweights = _vertex_weights(dst, num_nodes, groups, balance_edges)
     if coarsen == "on" or (coarsen == "auto" and adjncy.shape[0] >= COARSEN_MIN_ENTRIES):
         if num_nodes < np.iinfo(np.int32).max:
             adjncy = adjncy.astype(np.int32)

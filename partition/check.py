@@ -19,6 +19,7 @@ from distgnn.errors import InputError, PartitionFormatError
 from distgnn.partition.format import (
     PART_ARRAYS,
     PartitionMeta,
+    feature_policy,
     load_edge_feature,
     load_node_feature,
     load_orig_ids,
@@ -55,7 +56,29 @@ def _check_feature(meta: PartitionMeta, i: int, name: str, arr: np.ndarray, spec
         raise _fail(meta, i, f"{kind} feature {name!r} is {arr.dtype} {arr.shape}, expected {spec.dtype} {want}")
 
 
-def _check_part(meta: PartitionMeta, i: int) -> PartSummary:
+def _check_typed_csc(meta, i, book, indptr, indices, eids, l2g) -> None:
+    """Several edge types: ``eids`` is a permutation of the edge range, and the edges of CSC row
+    ``v*R + t`` have type ``t``, destination ``v`` of type ``t``'s destination type and sources of its
+    source type."""
+    e0, e1 = meta.edge_map[i]
+    n0 = meta.node_map[i][0]
+    num_etypes = len(meta.etypes)
+    if eids.size and (
+        eids.min() < e0 or eids.max() >= e1 or not np.all(np.bincount(eids - e0, minlength=e1 - e0) == 1)
+    ):
+        raise _fail(meta, i, f"eids must be a permutation of the partition's edge range [{e0}, {e1})")
+    rows = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
+    dst_local, etype = np.divmod(rows, num_etypes)
+    stored_etype, _ = book.map_to_per_etype(eids)
+    if not np.array_equal(stored_etype, etype):
+        raise _fail(meta, i, "an edge sits in the CSC row of another edge type than its id's")
+    dst_type, _ = book.map_to_per_ntype(dst_local + n0)
+    src_type, _ = book.map_to_per_ntype(l2g[indices])
+    if not np.array_equal(dst_type, book.etype_dst[etype]) or not np.array_equal(src_type, book.etype_src[etype]):
+        raise _fail(meta, i, "an edge's source or destination is not of its edge type's node types")
+
+
+def _check_part(meta: PartitionMeta, i: int, book) -> PartSummary:
     part = meta.parts[i]
     n0, n1 = meta.node_map[i]
     e0, e1 = meta.edge_map[i]
@@ -68,8 +91,9 @@ def _check_part(meta: PartitionMeta, i: int) -> PartSummary:
         )
     arrays = {name: load_part_array(meta, i, name) for name in PART_ARRAYS}
     owned, num_local = part.num_owned_nodes, part.num_local_nodes
+    num_etypes = len(meta.etypes)
     for name, shape in (
-        ("indptr", (owned + 1,)),
+        ("indptr", (owned * num_etypes + 1,)),
         ("indices", (part.num_edges,)),
         ("eids", (part.num_edges,)),
         ("local2global", (num_local,)),
@@ -82,8 +106,11 @@ def _check_part(meta: PartitionMeta, i: int) -> PartSummary:
         raise _fail(meta, i, f"indptr must rise from 0 to {part.num_edges} without decreasing")
     if indices.size and (indices.min() < 0 or indices.max() >= num_local):
         raise _fail(meta, i, f"indices must be local ids in [0, {num_local})")
-    if not np.array_equal(arrays["eids"], np.arange(e0, e1)):
+    eids = np.asarray(arrays["eids"])
+    if num_etypes == 1 and not np.array_equal(eids, np.arange(e0, e1)):
         raise _fail(meta, i, f"eids must be the partition's edge range [{e0}, {e1}) in order")
+    if num_etypes > 1:
+        _check_typed_csc(meta, i, book, np.asarray(indptr), np.asarray(indices), eids, arrays["local2global"])
     l2g = arrays["local2global"]
     if not np.array_equal(l2g[:owned], np.arange(n0, n1)):
         raise _fail(meta, i, f"local2global must start with the owned range [{n0}, {n1})")
@@ -92,13 +119,19 @@ def _check_part(meta: PartitionMeta, i: int) -> PartSummary:
         halo[0] < 0 or halo[-1] >= meta.num_nodes or np.any((halo >= n0) & (halo < n1)) or np.any(halo[1:] == halo[:-1])
     ):
         raise _fail(meta, i, "HALO nodes must be distinct, non-owned node ids")
-    for name, spec in meta.node_feats.items():
-        _check_feature(meta, i, name, load_node_feature(meta, i, name), spec, owned, "node")
-    for name, spec in meta.edge_feats.items():
-        _check_feature(meta, i, name, load_edge_feature(meta, i, name), spec, part.num_edges, "edge")
+    ranges = book.policy_ranges(i)
     train = None
-    if "train_mask" in meta.node_feats:
-        train = int(np.count_nonzero(load_node_feature(meta, i, "train_mask")))
+    for kind, feats, loader in (
+        ("node", meta.node_feats, load_node_feature),
+        ("edge", meta.edge_feats, load_edge_feature),
+    ):
+        for key, spec in feats.items():
+            policy, name = feature_policy(key, kind)
+            start, end = ranges[policy]
+            arr = loader(meta, i, key)
+            _check_feature(meta, i, key, arr, spec, end - start, kind)
+            if kind == "node" and name == "train_mask":
+                train = (train or 0) + int(np.count_nonzero(arr))
     cut = int(np.count_nonzero(np.asarray(indices) >= owned))
     return PartSummary(i, owned, part.num_halo_nodes, part.num_edges, cut, train)
 
@@ -117,17 +150,17 @@ def check_partition(json_path: str | os.PathLike) -> tuple[PartitionMeta, list[P
             f"ranges cover {book.num_nodes} nodes / {book.num_edges} edges, "
             f"expected {meta.num_nodes} / {meta.num_edges}",
         )
-    for name, spec in meta.node_feats.items():
-        if spec.shape[:1] != (meta.num_nodes,):
-            raise _fail(
-                meta, None, f"node feature {name!r} has global shape {spec.shape}, expected {meta.num_nodes} rows"
-            )
-    for name, spec in meta.edge_feats.items():
-        if spec.shape[:1] != (meta.num_edges,):
-            raise _fail(
-                meta, None, f"edge feature {name!r} has global shape {spec.shape}, expected {meta.num_edges} rows"
-            )
-    summaries = [_check_part(meta, i) for i in range(meta.num_parts)]
+    totals = book.policy_totals()
+    for kind, feats in (("node", meta.node_feats), ("edge", meta.edge_feats)):
+        for key, spec in feats.items():
+            try:
+                policy, _ = feature_policy(key, kind)
+                rows = totals[policy]
+            except (InputError, KeyError):
+                raise _fail(meta, None, f"{kind} feature {key!r} names no {kind} type of the graph") from None
+            if spec.shape[:1] != (rows,):
+                raise _fail(meta, None, f"{kind} feature {key!r} has global shape {spec.shape}, expected {rows} rows")
+    summaries = [_check_part(meta, i, book) for i in range(meta.num_parts)]
     orig_nid, orig_eid = load_orig_ids(meta)
     _check_permutation(meta, np.asarray(orig_nid), meta.num_nodes, "orig_nid")
     _check_permutation(meta, np.asarray(orig_eid), meta.num_edges, "orig_eid")

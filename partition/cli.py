@@ -1,10 +1,10 @@
 """``distgnn-partition``: partition a graph into the on-disk format, or check one.
 
-    distgnn-partition --input G.npz | --dataset cora|citeseer|pubmed|synthetic [--data-dir D]
-                      [--num-nodes N --avg-degree D --feat-dim F --num-classes C] [--undirected]
-                      --graph-name NAME --num-parts K --method metis|random --out DIR
-                      [--balance-train] [--balance-edges] [--halo-hops 1] [--seed S] [--overwrite]
-                      [--metis-coarsen auto|on|off]
+    distgnn-partition --input G.npz | DIR/metadata.json | --dataset cora|citeseer|pubmed|synthetic|synthetic-mag
+                      [--data-dir D] [--num-nodes N --avg-degree D] [--num-papers P] [--feat-dim F]
+                      [--num-classes C] [--undirected] [--graph-name NAME] --num-parts K --method metis|random
+                      --out DIR [--balance-train] [--balance-edges] [--target-ntype T] [--halo-hops 1]
+                      [--seed S] [--overwrite] [--metis-coarsen auto|on|off]
     distgnn-partition --check DIR/NAME.json
 
 Bad input ends with one line ``error: ...`` on stderr and exit status 2.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from distgnn.errors import ConfigError, DistGNNError
 
-DATASETS = ("cora", "citeseer", "pubmed", "synthetic")
+DATASETS = ("cora", "citeseer", "pubmed", "synthetic", "synthetic-mag")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,7 +33,12 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="distgnn-partition", description="Partition a graph for distgnn, or check a partition.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", type=Path, help=".npz with src, dst, num_nodes, ndata_<name>, edata_<name>")
+    src.add_argument(
+        "--input",
+        type=Path,
+        help=".npz with src, dst, num_nodes, ndata_<name>, edata_<name>; or the metadata.json of a graph in "
+        "DGL's chunked format (docs/chunked-format.md)",
+    )
     src.add_argument("--dataset", choices=DATASETS, help="built-in dataset")
     src.add_argument(
         "--check", type=Path, metavar="JSON", help="verify the partition at DIR/NAME.json and summarise it"
@@ -41,16 +46,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, help="directory with the Planetoid ind.<name>.* files")
     p.add_argument("--undirected", action="store_true", help="--input: add the reverse of every edge")
     syn = p.add_argument_group("synthetic graph size")
-    syn.add_argument("--num-nodes", type=int, default=100_000)
-    syn.add_argument("--avg-degree", type=float, default=20.0, help="directed edges per node")
-    syn.add_argument("--feat-dim", type=int, default=100)
+    syn.add_argument("--num-nodes", type=int, default=100_000, help="synthetic: node count")
+    syn.add_argument("--avg-degree", type=float, default=20.0, help="synthetic: directed edges per node")
+    syn.add_argument("--num-papers", type=int, default=100_000, help="synthetic-mag: paper count")
+    syn.add_argument("--feat-dim", type=int, help="feature width (default: synthetic 100, synthetic-mag 128)")
     syn.add_argument("--num-classes", type=int, default=16)
-    p.add_argument("--graph-name", help="partition name (default: the dataset name or input file stem)")
+    p.add_argument(
+        "--graph-name",
+        help="partition name (default: graph_name of a chunked input, the .npz file stem, or the dataset name)",
+    )
     p.add_argument("--num-parts", type=int, help="number of partitions K")
     p.add_argument("--method", choices=("metis", "random"), default="metis")
     p.add_argument("--out", type=Path, help="output directory")
     p.add_argument("--balance-train", action="store_true", help="METIS balances train nodes across partitions")
     p.add_argument("--balance-edges", action="store_true", help="METIS balances in-edges across partitions")
+    p.add_argument(
+        "--target-ntype", help="the labelled node type whose train_mask --balance-train balances (heterogeneous)"
+    )
     p.add_argument("--halo-hops", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an existing partition of the same graph")
@@ -64,13 +76,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load(args: argparse.Namespace):
-    from distgnn.data import load_npz, load_planetoid, synthetic
+def _is_chunked(args: argparse.Namespace) -> bool:
+    return args.input is not None and args.input.suffix == ".json"
 
+
+def _load(args: argparse.Namespace):
+    from distgnn.data import load_npz, load_planetoid, synthetic, synthetic_mag
+    from distgnn.partition.chunked import read_chunked
+
+    if _is_chunked(args):
+        return read_chunked(args.input)
     if args.input is not None:
         return load_npz(args.input, undirected=args.undirected)
     if args.dataset == "synthetic":
-        return synthetic(args.num_nodes, args.avg_degree, args.feat_dim, args.num_classes, seed=args.seed)
+        return synthetic(args.num_nodes, args.avg_degree, args.feat_dim or 100, args.num_classes, seed=args.seed)
+    if args.dataset == "synthetic-mag":
+        return synthetic_mag(
+            args.num_papers, seed=args.seed, feat_dim=args.feat_dim or 128, num_classes=args.num_classes
+        )
     if args.data_dir is None:
         raise ConfigError(f"--dataset {args.dataset} needs --data-dir (the directory with ind.{args.dataset}.* files)")
     return load_planetoid(args.dataset, args.data_dir)
@@ -84,6 +107,27 @@ def _print_check(json_path: Path) -> None:
     print(f"ok: {json_path} passes every check")
 
 
+def _graph_name(args: argparse.Namespace) -> str:
+    from distgnn.partition.chunked import read_chunked_graph_name
+
+    if args.graph_name:
+        return args.graph_name
+    if _is_chunked(args):
+        return read_chunked_graph_name(args.input)
+    return args.input.stem if args.input is not None else args.dataset
+
+
+def _describe(graph) -> str:
+    from distgnn.data.hetero import HeteroGraph
+
+    if isinstance(graph, HeteroGraph):
+        return (
+            f"{graph.total_nodes:,} nodes of {len(graph.ntypes)} types, {graph.num_edges():,} edges of "
+            f"{len(graph.canonical_etypes)} types"
+        )
+    return f"{graph.num_nodes:,} nodes, {graph.num_edges:,} edges"
+
+
 def _partition(args: argparse.Namespace) -> None:
     from distgnn.partition.format import check_output_dir
     from distgnn.partition.partitioner import partition_graph
@@ -95,16 +139,22 @@ def _partition(args: argparse.Namespace) -> None:
         raise ConfigError(f"--num-parts must be >= 1, got {args.num_parts}")
     if args.halo_hops < 1:
         raise ConfigError(f"--halo-hops must be >= 1, got {args.halo_hops}")
-    if args.dataset == "synthetic" and (args.num_nodes < 2 or args.avg_degree <= 0 or args.feat_dim < 1):
-        raise ConfigError("--num-nodes must be >= 2, --avg-degree > 0 and --feat-dim >= 1")
-    name = args.graph_name or (args.input.stem if args.input is not None else args.dataset)
+    if args.dataset == "synthetic" and (args.num_nodes < 2 or args.avg_degree <= 0):
+        raise ConfigError("--num-nodes must be >= 2 and --avg-degree > 0")
+    if args.dataset == "synthetic-mag" and args.num_papers < 100:
+        raise ConfigError(f"--num-papers must be >= 100, got {args.num_papers}")
+    if args.feat_dim is not None and args.feat_dim < 1:
+        raise ConfigError(f"--feat-dim must be >= 1, got {args.feat_dim}")
+    if args.undirected and (args.input is None or _is_chunked(args)):
+        raise ConfigError("--undirected applies to an .npz --input only")
+    name = _graph_name(args)
     # Refuse a bad output directory before spending minutes on loading and METIS.
     check_output_dir(args.out.resolve(), name, args.overwrite)
 
     start = time.perf_counter()
     print("load ...", flush=True)
     graph = _load(args)
-    print(f"load done in {time.perf_counter() - start:.1f} s: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges")
+    print(f"load done in {time.perf_counter() - start:.1f} s: {_describe(graph)}")
     json_path = partition_graph(
         graph,
         args.num_parts,
@@ -113,6 +163,7 @@ def _partition(args: argparse.Namespace) -> None:
         method=args.method,
         balance_train=args.balance_train,
         balance_edges=args.balance_edges,
+        target_ntype=args.target_ntype,
         halo_hops=args.halo_hops,
         seed=args.seed,
         overwrite=args.overwrite,

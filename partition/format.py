@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, etype_str, parse_etype
 from distgnn.errors import PartitionFormatError
-from distgnn.partition_book import RangePartitionBook
+from distgnn.partition_book import RangePartitionBook, edge_policy, node_policy
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 PART_ARRAYS = ("indptr", "indices", "eids", "local2global")
 _REQUIRED_KEYS = (
     "format_version",
@@ -37,10 +38,34 @@ _REQUIRED_KEYS = (
     "etypes",
     "node_feats",
     "edge_feats",
+    "node_type_ranges",
+    "edge_type_ranges",
     "orig_nid",
     "orig_eid",
     "parts",
 )
+
+
+def feature_key(type_name: str, name: str, default: str) -> str:
+    """The key of a typed feature in ``node_feats``/``edge_feats``: ``name`` for the default type of a
+    homogeneous graph, else ``"<type>/<name>"`` (``type_name`` is a node type or ``"src:rel:dst"``)."""
+    return name if type_name == default else f"{type_name}/{name}"
+
+
+def split_feature_key(key: str, default: str) -> tuple[str, str]:
+    """``(type name, feature name)`` of a ``node_feats``/``edge_feats`` key (see :func:`feature_key`)."""
+    type_name, sep, name = key.rpartition("/")
+    return (type_name, name) if sep else (default, key)
+
+
+def feature_policy(key: str, kind: str) -> tuple[str, str]:
+    """``(id space, feature name)`` of a ``node_feats`` (``kind="node"``) or ``edge_feats`` key: the
+    feature is a DistTensor of that policy (see ``distgnn.partition_book.node_policy``)."""
+    if kind == "node":
+        ntype, name = split_feature_key(key, DEFAULT_NTYPE)
+        return node_policy(ntype), name
+    etype, name = split_feature_key(key, etype_str(DEFAULT_ETYPE))
+    return edge_policy(parse_etype(etype)), name
 
 
 @dataclass(frozen=True)
@@ -83,6 +108,8 @@ class PartitionMeta:
     edge_map: list[list[int]]
     ntypes: list[str]
     etypes: list[str]
+    node_type_ranges: list
+    edge_type_ranges: list
     node_feats: dict[str, FeatureSpec]
     edge_feats: dict[str, FeatureSpec]
     orig_nid: str
@@ -95,8 +122,19 @@ class PartitionMeta:
     def json_path(self) -> Path:
         return self.root / f"{self.graph_name}.json"
 
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return [parse_etype(e) for e in self.etypes]
+
     def partition_book(self) -> RangePartitionBook:
-        return RangePartitionBook(self.node_map, self.edge_map)
+        return RangePartitionBook(
+            self.node_map,
+            self.edge_map,
+            self.ntypes,
+            self.canonical_etypes,
+            np.asarray(self.node_type_ranges, dtype=np.int64),
+            np.asarray(self.edge_type_ranges, dtype=np.int64),
+        )
 
     def to_json_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("root", "extra")}
@@ -160,6 +198,8 @@ def read_meta(path: str | os.PathLike) -> PartitionMeta:
         edge_map=[[int(a), int(b)] for a, b in raw["edge_map"]],
         ntypes=list(raw["ntypes"]),
         etypes=list(raw["etypes"]),
+        node_type_ranges=raw["node_type_ranges"],
+        edge_type_ranges=raw["edge_type_ranges"],
         node_feats=_feature_specs(raw["node_feats"], str(path)),
         edge_feats=_feature_specs(raw["edge_feats"], str(path)),
         orig_nid=str(raw["orig_nid"]),
@@ -243,6 +283,12 @@ class PartitionWriter:
     def __exit__(self, *exc) -> None:
         if not self._committed:
             shutil.rmtree(self.staging, ignore_errors=True)
+
+    def open(self, rel: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A writable memory map of a new ``.npy`` file at ``rel``, for arrays filled piece by piece."""
+        full = self.staging / rel
+        full.parent.mkdir(parents=True, exist_ok=True)
+        return np.lib.format.open_memmap(full, mode="w+", dtype=dtype, shape=tuple(shape))
 
     def save(self, rel: str, array: np.ndarray) -> str:
         """Write ``array`` to ``rel`` (relative to the partition root); returns ``rel``."""

@@ -1,10 +1,18 @@
 """Reshuffle node and edge ids so every partition owns contiguous ranges, and cut
 the per-partition CSC with its HALO nodes.
 
-New node ids order nodes by (partition, original id). An edge belongs to its
-destination's partition; new edge ids order edges by (new destination id,
-original edge id), which is per-partition CSC order, so partition ``i``'s edges
-are the contiguous range ``edge_map[i]`` and its ``eids`` equal that range.
+New node ids order nodes by (partition, original id); original ids of a
+heterogeneous graph number node types one after the other, so that order is
+(partition, node type, original per-type id). An edge belongs to its
+destination's partition. With one edge type, new edge ids order edges by (new
+destination id, original edge id), which is per-partition CSC order, so
+partition ``i``'s ``eids`` equal its range ``edge_map[i]``. With several, new
+edge ids order edges by (partition, edge type, new destination, original id), so
+every (partition, edge type) owns a contiguous range, and each partition's CSC
+orders its edges by (destination, edge type) with ``eids`` naming each
+position's edge: the in-edges of type ``t`` of owned node ``v`` are positions
+``indptr[v*R + t] .. indptr[v*R + t + 1]`` (``R`` edge types), and all of
+``v``'s in-edges are ``indptr[v*R] .. indptr[(v+1)*R]``.
 """
 
 from __future__ import annotations
@@ -24,26 +32,33 @@ class Reshuffled:
         orig_nid: ``(N,)`` int64, original id of each new node id.
         orig_eid: ``(E,)`` int64, original id of each new edge id.
         node_map, edge_map: ``(K, 2)`` int64 ``[start, end)`` ranges per partition.
-        indptr: ``(N+1,)`` int64 CSC offsets over new node ids (in-edges).
+        indptr: ``(N+1,)`` int64 CSC offsets over new node ids (in-edges); one edge type only.
         src: ``(E,)`` int64 new source id of each new edge id.
+        dst, etype: ``(E,)`` new destination and edge type id of each new edge id; several edge types only.
+        num_etypes: R.
     """
 
     orig_nid: np.ndarray
     orig_eid: np.ndarray
     node_map: np.ndarray
     edge_map: np.ndarray
-    indptr: np.ndarray
+    indptr: np.ndarray | None
     src: np.ndarray
+    dst: np.ndarray | None = None
+    etype: np.ndarray | None = None
+    num_etypes: int = 1
 
 
 @dataclass
 class LocalPartition:
-    """One partition's CSC in local ids. ``indices`` int32 when the local ids fit."""
+    """One partition's CSC in local ids. ``indices`` int32 when the local ids fit; ``eids`` the
+    global edge id of each position."""
 
     indptr: np.ndarray
     indices: np.ndarray
     local2global: np.ndarray
     num_owned: int
+    eids: np.ndarray
 
     @property
     def num_halo(self) -> int:
@@ -94,6 +109,43 @@ def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray
     return Reshuffled(orig_nid, orig_eid, node_map, edge_map, indptr, new_src)
 
 
+def reshuffle_typed(
+    num_nodes: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    etype: np.ndarray,
+    num_etypes: int,
+    part: np.ndarray,
+    num_parts: int,
+) -> Reshuffled:
+    """New ids for several edge types: ``etype`` ``(E,)`` int edge type id per original edge."""
+    orig_nid = _stable_order(part.astype(np.int64, copy=True), num_parts)
+    node_map = _ranges(np.bincount(part, minlength=num_parts))
+    old2new = np.empty(num_nodes, dtype=np.int64)
+    old2new[orig_nid] = np.arange(num_nodes, dtype=np.int64)
+    group = part[dst] * num_etypes + etype  # (partition, edge type) of each edge
+    counts = np.bincount(group, minlength=num_parts * num_etypes).reshape(num_parts, num_etypes)
+    key = group * num_nodes
+    key += old2new[dst]
+    del group
+    orig_eid = _stable_order(key, num_parts * num_etypes * num_nodes)
+    new_src = old2new[src[orig_eid]]
+    new_dst = old2new[dst[orig_eid]]
+    new_etype = etype[orig_eid]
+    edge_map = _ranges(counts.sum(axis=1))
+    return Reshuffled(orig_nid, orig_eid, node_map, edge_map, None, new_src, new_dst, new_etype, num_etypes)
+
+
+def edge_type_ranges(r: Reshuffled) -> np.ndarray:
+    """``(P, R, 2)`` homogeneous edge id ranges per (partition, edge type)."""
+    num_parts = r.node_map.shape[0]
+    if r.etype is None:
+        return r.edge_map[:, None, :].copy()
+    part = np.searchsorted(r.edge_map[:, 1], np.arange(r.src.shape[0]), side="right")
+    counts = np.bincount(part * r.num_etypes + r.etype, minlength=num_parts * r.num_etypes)
+    return _ranges(counts).reshape(num_parts, r.num_etypes, 2)
+
+
 def _in_neighbours(r: Reshuffled, nodes: np.ndarray) -> np.ndarray:
     """New source ids of every in-edge of ``nodes`` (concatenated)."""
     starts = r.indptr[nodes]
@@ -115,9 +167,20 @@ def local_partition(r: Reshuffled, part_id: int, halo_hops: int, scratch: np.nda
     e0, e1 = (int(x) for x in r.edge_map[part_id])
     num_owned = n1 - n0
     srcs = r.src[e0:e1]
+    eids = np.arange(e0, e1, dtype=np.int64)
+    if r.etype is None:
+        indptr = r.indptr[n0 : n1 + 1] - e0
+    else:
+        rows = (r.dst[e0:e1] - n0) * r.num_etypes + r.etype[e0:e1]  # (destination, edge type) of each edge
+        order = np.argsort(rows, kind="stable")
+        indptr = np.zeros(num_owned * r.num_etypes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=num_owned * r.num_etypes), out=indptr[1:])
+        srcs, eids = srcs[order], eids[order]
     remote = (srcs < n0) | (srcs >= n1)
     halo = [unique_sorted(srcs[remote])]
     if halo_hops > 1:
+        if r.indptr is None:
+            raise ValueError("halo_hops > 1 needs the one-edge-type CSC")
         seen = np.zeros(scratch.shape[0], dtype=bool)
         seen[n0:n1] = True
         seen[halo[0]] = True
@@ -134,5 +197,4 @@ def local_partition(r: Reshuffled, part_id: int, halo_hops: int, scratch: np.nda
     index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
     indices = (srcs - n0).astype(index_dtype)
     indices[remote] = scratch[srcs[remote]]
-    indptr = r.indptr[n0 : n1 + 1] - e0
-    return LocalPartition(indptr, indices, local2global, num_owned)
+    return LocalPartition(indptr, indices, local2global, num_owned, eids)

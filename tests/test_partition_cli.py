@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -197,3 +198,103 @@ def test_check_reports_a_broken_partition(tmp_path, capsys):
     (out / "part1" / "indices.npy").unlink()
     code, _, err = _run(["--check", out / "g.json"], capsys)
     _assert_one_line_error(code, err, "indices.npy is missing")
+
+
+CHUNKED = Path(__file__).resolve().parent / "data" / "dgl_chunked"
+
+
+def test_dgl_chunked_input_partition_then_check(tmp_path, capsys):
+    """A graph DGL's chunk_graph.py wrote goes through the CLI; features land by their original ids."""
+    from distgnn.partition.format import load_node_feature, load_orig_ids
+
+    out = tmp_path / "out"
+    code, stdout, err = _run(
+        ["--input", CHUNKED / "hetero" / "metadata-relative.json", "--num-parts", 2, "--out", out, "--balance-train"],
+        capsys,
+    )
+    assert code == 0, err
+    assert "3 types" in stdout and "4 types" in stdout and "passes every check" in stdout
+    meta = read_meta(out / "hetero.json")  # the name comes from graph_name in the metadata
+    assert meta.ntypes == ["author", "field", "paper"] and meta.num_parts == 2
+    expected = np.load(CHUNKED / "hetero-expected.npz")
+    assert meta.num_edges == sum(len(expected[k]) for k in expected.files if k.startswith("src/"))
+    book = meta.partition_book()
+    orig_nid, _ = load_orig_ids(meta)
+    homo = book.map_to_homo_nid(np.arange(11), "paper")
+    rows = np.concatenate([np.asarray(load_node_feature(meta, i, "paper/feat")) for i in range(2)])
+    first_paper = int(expected["num_nodes/author"] + expected["num_nodes/field"])
+    np.testing.assert_array_equal(rows, expected["ndata/paper/feat"][np.asarray(orig_nid)[homo] - first_paper])
+    val = np.concatenate([np.asarray(load_node_feature(meta, i, "paper/val_mask")) for i in range(2)])
+    assert val.dtype == bool
+
+    code, stdout, _ = _run(["--check", out / "hetero.json"], capsys)
+    assert code == 0 and "passes every check" in stdout
+
+
+def test_dgl_chunked_homogeneous_input(tmp_path, capsys):
+    code, _, err = _run(
+        ["--input", CHUNKED / "homo" / "metadata-relative.json", "--num-parts", 2, "--out", tmp_path / "o"], capsys
+    )
+    assert code == 0, err
+    meta = read_meta(tmp_path / "o" / "homo.json")
+    assert meta.ntypes == ["_N"] and meta.num_nodes == 9 and meta.num_edges == 21
+
+
+def test_synthetic_mag_dataset(tmp_path, capsys):
+    out = tmp_path / "mag"
+    args = ["--dataset", "synthetic-mag", "--num-papers", 400, "--feat-dim", 4, "--num-classes", 3]
+    code, _, err = _run([*args, "--num-parts", 2, "--balance-train", "--target-ntype", "paper", "--out", out], capsys)
+    assert code == 0, err
+    meta = read_meta(out / "synthetic-mag.json")
+    assert meta.ntypes == ["paper", "author", "institution", "field_of_study"] and len(meta.etypes) == 7
+    assert meta.node_feats["paper/feat"].shape == (400, 4)
+    assert meta.extra["num_classes"] == 3
+
+
+def test_chunked_input_written_by_write_chunked(tmp_path, capsys):
+    from distgnn.data import synthetic_mag
+    from distgnn.partition.chunked import write_chunked
+
+    graph = synthetic_mag(300, seed=1, feat_dim=4)
+    metadata = write_chunked(graph, tmp_path / "chunked", num_chunks=3)
+    code, _, err = _run(["--input", metadata, "--graph-name", "mag", "--num-parts", 3, "--out", tmp_path / "o"], capsys)
+    assert code == 0, err
+    meta = read_meta(tmp_path / "o" / "mag.json")
+    assert (meta.num_nodes, meta.num_edges) == (graph.total_nodes, graph.num_edges())
+
+
+def _broken_chunked(tmp_path: Path) -> Path:
+    target = tmp_path / "in"
+    shutil.copytree(CHUNKED / "hetero", target)
+    return target / "metadata-relative.json"
+
+
+def test_bad_chunked_input_is_one_error_line_and_leaves_nothing(tmp_path, capsys):
+    metadata = _broken_chunked(tmp_path)
+    label = metadata.parent / "node_data" / "paper" / "label-1.npy"
+    np.save(label, np.load(label)[:-1])
+    code, _, err = _run(["--input", metadata, "--num-parts", 2, "--out", tmp_path / "o"], capsys)
+    _assert_one_line_error(code, err, "label-1.npy")
+    assert not (tmp_path / "o").exists()
+
+
+def test_chunk_that_fails_while_partitioning_leaves_nothing(tmp_path, capsys):
+    """A mask chunk with a 2 passes the header checks and fails as it is streamed into the partition."""
+    metadata = _broken_chunked(tmp_path)
+    np.save(metadata.parent / "node_data" / "paper" / "val_mask-2.npy", np.array([0, 2, 1]))
+    code, _, err = _run(["--input", metadata, "--num-parts", 2, "--out", tmp_path / "o"], capsys)
+    _assert_one_line_error(code, err, "val_mask-2.npy: mask value 2")
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--undirected"], "--undirected applies to an .npz --input only"),
+        (["--balance-train", "--target-ntype", "venue"], "'venue'"),
+    ],
+)
+def test_chunked_usage_errors(tmp_path, capsys, argv, needle):
+    metadata = CHUNKED / "hetero" / "metadata-relative.json"
+    code, _, err = _run(["--input", metadata, "--num-parts", 2, "--out", tmp_path / "o", *argv], capsys)
+    _assert_one_line_error(code, err, needle)

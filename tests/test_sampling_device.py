@@ -18,7 +18,8 @@ from distgnn.dataloader import DistNodeDataLoader
 from distgnn.errors import ConfigError, InputError
 from distgnn.sampling import device as on_device
 from distgnn.sampling import kernels, reference
-from distgnn.sampling.neighbor import InProcessGraph, LocalCSC, NeighborSampler, _merge, _sample_local
+from distgnn.sampling.csc import LocalCSC
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, _merge, _sample_local
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")

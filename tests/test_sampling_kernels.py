@@ -63,6 +63,28 @@ def test_picks_are_in_neighbours_with_right_counts(impl, index_dtype, replace, f
             assert len(np.unique(picked)) == len(picked)
 
 
+@pytest.mark.parametrize("impl", IMPLS, ids=["cpp", "reference"])
+@pytest.mark.parametrize("replace", [False, True])
+def test_per_seed_fanouts_give_each_seed_its_own_count(impl, replace):
+    rng = np.random.default_rng([11, int(replace)])
+    indptr, indices = random_csc(rng, 200, 20, np.int64)
+    seeds = rng.integers(0, 200, 300)
+    fanouts = rng.choice([-1, 0, 2, 7], size=len(seeds))
+    counts, positions = impl.sample_neighbors(indptr, indices, seeds, fanouts, replace=replace, rng_seed=3)
+    for f in np.unique(fanouts):
+        mine = fanouts == f
+        np.testing.assert_array_equal(counts[mine], expected_counts(indptr, seeds[mine], int(f), replace))
+    if impl is kernels:
+        # Seed i draws from stream (rng_seed, i) whatever the others' fanouts: a call with one fanout for
+        # all seeds picks the same edges for the seeds that have that fanout.
+        picked = split_by_seed(counts, positions)
+        for f in np.unique(fanouts):
+            same_counts, same_positions = kernels.sample_neighbors(indptr, indices, seeds, int(f), replace, None, 3)
+            same = split_by_seed(same_counts, same_positions)
+            for i in np.flatnonzero(fanouts == f):
+                np.testing.assert_array_equal(picked[i], same[i])
+
+
 @pytest.mark.parametrize("replace", [False, True])
 def test_all_neighbours_match_reference_exactly(replace):
     rng = np.random.default_rng(11)

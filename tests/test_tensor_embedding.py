@@ -1,4 +1,4 @@
-"""DistEmbedding with SparseSGD/SparseAdagrad: updates equal a dense torch reference."""
+"""DistEmbedding with SparseSGD/SparseAdagrad/SparseAdam: updates equal a dense torch reference."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from serving_graphs import child_processes, job_files, small_graph
 
 from distgnn.cluster import LocalCluster
 from distgnn.context import connect
-from distgnn.embedding import DistEmbedding, SparseAdagrad, SparseSGD
+from distgnn.embedding import DistEmbedding, SparseAdagrad, SparseAdam, SparseSGD
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +25,17 @@ def _batch_loss(rows: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((rows - target) ** 2).sum()
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam"])
 def test_steps_equal_the_dense_reference(served, kind):
     graph, ctx = served
     n, dim, lr = graph.num_nodes, 4, 0.1
     emb = DistEmbedding(n, dim, f"emb_{kind}", context=ctx)
-    opt = SparseSGD([emb], lr) if kind == "sgd" else SparseAdagrad([emb], lr)
+    opt = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}[kind]([emb], lr)
     everything = torch.arange(n)
     weight = emb.weight[everything].clone()
     assert bool(((weight >= -1) & (weight < 1)).all())
     state = torch.zeros(n, dim)
+    m, v, steps = torch.zeros(n, dim), torch.zeros(n, dim), torch.zeros(n, 1)
     target = torch.from_numpy(np.random.default_rng(0).standard_normal((n, dim)).astype(np.float32))
     rng = np.random.default_rng(1)
     for _ in range(3):
@@ -48,9 +49,17 @@ def test_steps_equal_the_dense_reference(served, kind):
         touched = torch.unique(torch.cat(batches))
         if kind == "sgd":
             weight[touched] -= lr * grad[touched]
-        else:
+        elif kind == "adagrad":
             state[touched] += grad[touched] ** 2
             weight[touched] -= lr * grad[touched] / (state[touched].sqrt() + 1e-10)
+        else:  # per-row Adam, each row counting its own steps
+            g = grad[touched]
+            m[touched] = 0.9 * m[touched] + 0.1 * g
+            v[touched] = 0.999 * v[touched] + 0.001 * g * g
+            steps[touched] += 1
+            m_hat = m[touched] / (1 - 0.9 ** steps[touched])
+            v_hat = v[touched] / (1 - 0.999 ** steps[touched])
+            weight[touched] -= lr * m_hat / (v_hat.sqrt() + 1e-8)
         torch.testing.assert_close(emb.weight[everything], weight)
 
 

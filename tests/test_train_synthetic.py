@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from distgnn import job
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "examples" / "graphsage" / "train_dist.py"
 SMALL = ["--dataset=synthetic", "--num-nodes=3000", "--avg-degree=10", "--feat-dim=16", "--synthetic-classes=4"]
@@ -23,14 +25,18 @@ def load_example():
     return module
 
 
+def train_single(example, argv: list[str]) -> dict:
+    args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
+    with job.start_trainer(args) as trainer:
+        return example.run_trainer(trainer, args)
+
+
 def test_graphsage_clearly_beats_mlp_on_the_synthetic_graph() -> None:
     example = load_example()
     accuracy = {}
     for model in ("sage", "mlp"):
         runs = [
-            example.single_main(
-                example.parse_args([*SMALL, "--single", "--epochs=10", f"--model={model}", f"--seed={seed}"])
-            )
+            train_single(example, [*SMALL, "--epochs=10", f"--model={model}", f"--seed={seed}"])
             for seed in (0, 1)  # two graphs, two initialisations: the mean is steadier than one run
         ]
         accuracy[model] = sum(r["test_acc"] for r in runs) / len(runs)

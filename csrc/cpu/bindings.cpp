@@ -58,7 +58,7 @@ py::array_t<typename Vector::value_type> to_numpy(Vector&& values) {
 
 py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, const py::array& seeds, int64_t fanout,
                            bool replace, const py::object& prob, uint64_t rng_seed, int num_threads,
-                           bool return_neighbors) {
+                           bool return_neighbors, const py::object& fanouts) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
   check_vector(indices, "indices");
   if (!has_dtype<int32_t>(indices) && !has_dtype<int64_t>(indices))
@@ -84,6 +84,15 @@ py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, co
   }
 
   const int64_t num_seeds = seeds.shape(0);
+  const int64_t* fanouts_data = nullptr;
+  py::array fanouts_array;
+  if (!fanouts.is_none()) {
+    fanouts_array = py::cast<py::array>(fanouts);
+    fanouts_data = vector_data<int64_t>(fanouts_array, "fanouts", "int64");
+    if (fanouts_array.shape(0) != num_seeds)
+      throw std::invalid_argument("fanouts must have one entry per seed (" + std::to_string(num_seeds) + "), got " +
+                                  std::to_string(fanouts_array.shape(0)));
+  }
   py::array_t<int64_t> counts(num_seeds);
   int64_t* counts_data = counts.mutable_data();
   const bool int32_indices = has_dtype<int32_t>(indices);
@@ -93,8 +102,8 @@ py::tuple sample_neighbors(const py::array& indptr, const py::array& indices, co
   distgnn::SampleOutput output;
   {
     py::gil_scoped_release release;
-    output = distgnn::sample_neighbors(graph, seeds_data, num_seeds, fanout, replace, prob_data, rng_seed,
-                                       num_threads, return_neighbors, counts_data);
+    output = distgnn::sample_neighbors(graph, seeds_data, num_seeds, fanout, fanouts_data, replace, prob_data,
+                                       rng_seed, num_threads, return_neighbors, counts_data);
   }
   if (!return_neighbors) return py::make_tuple(counts, to_numpy(std::move(output.positions)));
   return py::make_tuple(counts, to_numpy(std::move(output.positions)), to_numpy(std::move(output.neighbors)));
@@ -216,7 +225,7 @@ PYBIND11_MODULE(_cpu_kernels, m) {
   m.doc() = "distgnn CPU kernels (multi-threaded): sampling, relabel, gathers, nn ops; reached through distgnn.native.cpu.";
   m.attr("build_key") = DISTGNN_BUILD_KEY;
   m.def("sample_neighbors", &sample_neighbors, py::arg("indptr"), py::arg("indices"), py::arg("seeds"),
-        py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"), py::arg("return_neighbors") = false,
+        py::arg("fanout"), py::arg("replace"), py::arg("prob"), py::arg("rng_seed"), py::arg("num_threads"), py::arg("return_neighbors") = false, py::arg("fanouts") = py::none(),
         "Returns (counts, positions[, neighbors]), all int64; see distgnn.sampling.kernels.sample_neighbors.");
   m.def("take", &take, py::arg("values"), py::arg("positions"), py::arg("num_threads"),
         "values[positions] as int64, gathered in parallel; ValueError on an out-of-range position.");

@@ -140,9 +140,14 @@ void pick_weighted(int64_t begin, int64_t degree, int64_t count, int64_t nonzero
 }  // namespace
 
 SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_t num_seeds, int64_t fanout,
-                              bool replace, const float* prob, uint64_t rng_seed, int num_threads,
-                              bool gather_neighbors, int64_t* counts) {
-  if (fanout < -1) throw std::invalid_argument("fanout must be -1 (all) or >= 0, got " + std::to_string(fanout));
+                              const int64_t* fanouts, bool replace, const float* prob, uint64_t rng_seed,
+                              int num_threads, bool gather_neighbors, int64_t* counts) {
+  if (fanouts == nullptr && fanout < -1)
+    throw std::invalid_argument("fanout must be -1 (all) or >= 0, got " + std::to_string(fanout));
+  for (int64_t i = 0; fanouts != nullptr && i < num_seeds; ++i)
+    if (fanouts[i] < -1)
+      throw std::invalid_argument("fanouts[" + std::to_string(i) + "] must be -1 (all) or >= 0, got " +
+                                  std::to_string(fanouts[i]));
   const int threads = num_threads;
   FaultLog faults;
 
@@ -189,7 +194,7 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
           }
           nonzeros[i] = available;
         }
-        counts[i] = pick_count(available, fanout, replace);
+        counts[i] = pick_count(available, fanouts != nullptr ? fanouts[i] : fanout, replace);
       }
     };
   });
@@ -210,12 +215,14 @@ SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_
         const int64_t count = counts[i];
         if (count == 0) continue;
         const int64_t begin = begins[i], degree = degrees[i];
+        const int64_t seed_fanout = fanouts != nullptr ? fanouts[i] : fanout;
         SeedStream rng(rng_seed, static_cast<uint64_t>(i));
         int64_t* out = output.positions.data() + offsets[i];
         if (prob == nullptr) {
-          pick_uniform(begin, degree, count, replace && fanout >= 0, rng, scratch, out);
+          pick_uniform(begin, degree, count, replace && seed_fanout >= 0, rng, scratch, out);
         } else {
-          pick_weighted(begin, degree, count, nonzeros[i], replace, fanout < 0, prob, rng, cumulative, keys, out);
+          pick_weighted(begin, degree, count, nonzeros[i], replace, seed_fanout < 0, prob, rng, cumulative, keys,
+                        out);
         }
       }
       // A tight loop of independent loads keeps many cache misses in flight;

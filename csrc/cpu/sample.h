@@ -30,12 +30,13 @@ struct SampleOutput {
 };
 
 // Fills counts[num_seeds] and returns the picks. fanout == -1 picks every
-// (non-zero-weight) neighbour. prob may be null (uniform) or point at
+// (non-zero-weight) neighbour; fanouts, when not null, gives seed i its own
+// fanout fanouts[i] instead (typed sampling: one row per (node, edge type)). prob may be null (uniform) or point at
 // num_edges non-negative weights. Throws std::invalid_argument on a bad seed,
 // indptr range or weight.
 SampleOutput sample_neighbors(const CscView& graph, const int64_t* seeds, int64_t num_seeds, int64_t fanout,
-                              bool replace, const float* prob, uint64_t rng_seed, int num_threads,
-                              bool gather_neighbors, int64_t* counts);
+                              const int64_t* fanouts, bool replace, const float* prob, uint64_t rng_seed,
+                              int num_threads, bool gather_neighbors, int64_t* counts);
 
 // out[k] = values[positions[k]] for k < n, in parallel. Throws
 // std::invalid_argument if a position is outside [0, num_values).

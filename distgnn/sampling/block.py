@@ -21,6 +21,10 @@ class Block:
             ``indptr[i]:indptr[i+1]``.
         indices: ``(num_edges,)`` int64 positions into ``src_nids``.
         eids: ``(num_edges,)`` int64 global (new) edge ids.
+        etypes: on a heterogeneous graph, ``(num_edges,)`` int64 edge type id of each edge (the graph's
+            ``canonical_etypes`` order), else None.
+        src_ntypes: on a heterogeneous graph, ``(num_src,)`` int64 node type id of each source node
+            (destinations first, so ``src_ntypes[:num_dst]`` types the destinations), else None.
     """
 
     src_nids: torch.Tensor
@@ -28,6 +32,8 @@ class Block:
     indptr: torch.Tensor
     indices: torch.Tensor
     eids: torch.Tensor
+    etypes: torch.Tensor | None = None
+    src_ntypes: torch.Tensor | None = None
 
     @property
     def dst_nids(self) -> torch.Tensor:
@@ -48,6 +54,8 @@ class Block:
             self.indptr.to(device, non_blocking=non_blocking),
             self.indices.to(device, non_blocking=non_blocking),
             self.eids.to(device, non_blocking=non_blocking),
+            None if self.etypes is None else self.etypes.to(device, non_blocking=non_blocking),
+            None if self.src_ntypes is None else self.src_ntypes.to(device, non_blocking=non_blocking),
         )
 
     def dst_index(self) -> torch.Tensor:

@@ -20,7 +20,7 @@ from distgnn.sampling import gpu
 from distgnn.sampling.block import Block
 
 if TYPE_CHECKING:
-    from distgnn.sampling.neighbor import LocalCSC
+    from distgnn.sampling.csc import LocalCSC
 
 GRAPH_MEMORY = ("gpu", "pinned")
 
@@ -33,7 +33,7 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
 
 
 class DeviceCSC:
-    """A :class:`~distgnn.sampling.neighbor.LocalCSC` placed for sampling on one CUDA device.
+    """A :class:`~distgnn.sampling.csc.LocalCSC` placed for sampling on one CUDA device.
 
     ``graph_memory="gpu"`` copies ``indptr`` and ``indices`` to the device; ``"pinned"`` copies them into
     page-locked host memory for zero-copy reads. They are not registered in place: registration covers whole
@@ -63,6 +63,7 @@ class DeviceCSC:
             self.indptr = _pinned_copy(local.indptr, device)
             self.indices = _pinned_copy(local.indices, device)
         self.local2global = as_tensor(local.local2global).to(device)
+        self.num_etypes = local.num_etypes
         self.eids = None if self.edge_start is not None else as_tensor(local.eids).to(device)
 
     def close(self) -> None:
@@ -70,16 +71,43 @@ class DeviceCSC:
         self.indptr = self.indices = self.local2global = self.eids = None
 
     def sample(
-        self, seeds: torch.Tensor, fanout: int, replace: bool, rng_seed: int
+        self,
+        seeds: torch.Tensor,
+        fanout: int | list[int],
+        replace: bool,
+        rng_seed: int,
+        etypes: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Uniform picks for owned global ``seeds`` (int64, on the device).
+
+        On a typed CSC, ``etypes`` names the edge type of each seed (one row of the typed CSC per
+        (node, edge type) item) and ``fanout`` lists one fanout per edge type: every edge type of one
+        fanout is sampled by one kernel launch (one launch in all when the fanouts agree).
 
         Returns:
             ``counts`` ``(len(seeds),)``, the neighbours' global ids and the picked edges' global ids, all
             int64 on the device, grouped by seed in seed order.
         """
+        rows = seeds - self.node_start
+        if etypes is None:
+            return self._sample_rows(rows, int(fanout), replace, rng_seed)
+        rows = rows * self.num_etypes + etypes
+        values = sorted(set(fanout))
+        if len(values) == 1:
+            return self._sample_rows(rows, values[0], replace, rng_seed)
+        table = torch.tensor(fanout, dtype=torch.int64, device=rows.device)[etypes]
+        wheres, results = [], []
+        for k, value in enumerate(values):
+            where = torch.nonzero(table == value).flatten()
+            wheres.append(where)
+            results.append(self._sample_rows(rows[where], value, replace, rng_seed + k))
+        return merge(len(rows), wheres, results, rows.device)
+
+    def _sample_rows(
+        self, rows: torch.Tensor, fanout: int, replace: bool, rng_seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         counts, positions, neighbors = gpu.sample_neighbors(
-            self.indptr, self.indices, seeds - self.node_start, fanout, replace, rng_seed, return_neighbors=True
+            self.indptr, self.indices, rows, fanout, replace, rng_seed, return_neighbors=True
         )
         src = self.local2global[neighbors]
         eids = positions + self.edge_start if self.eids is None else self.eids[positions]

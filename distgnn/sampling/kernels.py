@@ -21,7 +21,7 @@ def sample_neighbors(
     indptr: np.ndarray,
     indices: np.ndarray,
     seeds: np.ndarray,
-    fanout: int,
+    fanout: int | np.ndarray,
     replace: bool = False,
     prob: np.ndarray | None = None,
     rng_seed: int = 0,
@@ -41,7 +41,8 @@ def sample_neighbors(
         indptr: ``(num_nodes + 1,)`` int64 CSC row pointer, ``indptr[-1] == len(indices)``.
         indices: ``(num_edges,)`` int32 or int64 source node of each edge position.
         seeds: ``(num_seeds,)`` integer node ids (``0 <= seed < num_nodes``), repeats allowed.
-        fanout: picks per seed, ``-1`` for all.
+        fanout: picks per seed, ``-1`` for all; or a ``(num_seeds,)`` int64 array, one fanout per seed
+            (typed sampling, where a "seed" is a row ``v * R + t`` of the typed CSC).
         replace: draw with replacement.
         prob: optional ``(num_edges,)`` float32 finite non-negative weight per edge position.
         rng_seed: seed of the random streams. Seed ``i`` draws from a stream
@@ -64,8 +65,11 @@ def sample_neighbors(
             ``indptr`` range of a seed is corrupt, or a weight is negative or not finite.
     """
     seeds = _as_int64_ids(seeds, "seeds")
-    if not isinstance(fanout, (int, np.integer)) or fanout < -1:
-        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
+    fanouts = None
+    if isinstance(fanout, np.ndarray):
+        fanouts, fanout = np.ascontiguousarray(fanout, dtype=np.int64), 0
+    elif not isinstance(fanout, (int, np.integer)) or fanout < -1:
+        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours) or an array, got {fanout!r}")
     return extension().sample_neighbors(
         indptr,
         indices,
@@ -76,6 +80,7 @@ def sample_neighbors(
         int(rng_seed) % 2**64,
         _thread_count(num_threads),
         bool(return_neighbors),
+        fanouts,
     )
 
 

@@ -11,6 +11,13 @@ With a ``device``, the same steps run in torch on that device (:mod:`distgnn.sam
 CUDA device the local seeds are sampled by the GPU kernel from the partition's CSC placed there once, the
 remote replies are copied over, and the blocks are merged and relabelled there.
 
+On a heterogeneous graph a layer samples (node, edge type) *items*: every
+frontier node with every edge type that ends at its node type and has a
+non-zero fanout. An item is one row of the partition's typed CSC (see
+docs/partition-format.md), so the kernel samples all edge types of a layer in
+one call, and a remote machine gets one request for all its items. The Block
+records each edge's type and each source node's type.
+
 The sampler reads a graph through a small interface (:class:`GraphSource`):
 a :class:`distgnn.DistGraph` in a job, or :class:`InProcessGraph` for
 single-process training and tests, so both run the same code.
@@ -20,49 +27,40 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as _replace_fields
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from distgnn.data.graph import Graph
+from distgnn.data.hetero import DEFAULT_NTYPE, HeteroGraph, materialize
 from distgnn.errors import ConfigError, InputError
 from distgnn.partition_book import RangePartitionBook
 from distgnn.sampling import device as on_device
 from distgnn.sampling import kernels
 from distgnn.sampling.block import Block
-
-
-@dataclass(frozen=True)
-class LocalCSC:
-    """The partition this process can read directly.
-
-    Attributes:
-        part_id: its partition id (= machine id).
-        node_start: global id of local node 0 (owned nodes are a contiguous range).
-        indptr, indices: CSC of the in-edges of the owned nodes (local ids).
-        eids: global edge id of each CSC position.
-        local2global: global id of each local node.
-        edge_weights: optional edge arrays by name, one value per CSC position.
-    """
-
-    part_id: int
-    node_start: int
-    indptr: np.ndarray
-    indices: np.ndarray
-    eids: np.ndarray
-    local2global: np.ndarray
-    edge_weights: dict[str, np.ndarray]
+from distgnn.sampling.csc import LocalCSC
 
 
 class RemoteSampling(Protocol):
     """Sends ``sample`` requests to the servers of other machines and collects the replies."""
 
     def send_sample(
-        self, machine_id: int, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
-    ) -> object: ...
+        self,
+        machine_id: int,
+        seeds: np.ndarray,
+        fanout: int | list[int],
+        replace: bool,
+        prob: str | None,
+        rng_seed: int,
+        etypes: np.ndarray | None = None,
+    ) -> object:
+        """Sample ``seeds`` on ``machine_id``; with ``etypes`` (one edge type per seed: typed items),
+        ``fanout`` lists one fanout per edge type."""
+        ...
 
     def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(counts, neighbour global ids, global edge ids)`` per handle, in order."""
@@ -85,10 +83,24 @@ class _RpcSampling:
         self.context = g.context
 
     def send_sample(
-        self, machine_id: int, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
+        self,
+        machine_id: int,
+        seeds: np.ndarray,
+        fanout: int | list[int],
+        replace: bool,
+        prob: str | None,
+        rng_seed: int,
+        etypes: np.ndarray | None = None,
     ) -> int:
-        fields = {"fanout": int(fanout), "replace": bool(replace), "seed": int(rng_seed), "prob": prob}
-        return self.client.send(machine_id, "sample", fields, [seeds], server_id=self.context.read_server(machine_id))
+        fields = {"replace": bool(replace), "seed": int(rng_seed), "prob": prob}
+        arrays = [seeds]
+        if etypes is None:
+            fields["fanout"] = int(fanout)
+        else:
+            fields["fanouts"] = [int(f) for f in fanout]
+            arrays.append(np.ascontiguousarray(etypes, dtype=np.int64))
+        server = self.context.read_server(machine_id)
+        return self.client.send(machine_id, "sample", fields, arrays, server_id=server)
 
     def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         return [tuple(reply.arrays) for reply in self.client.wait(list(handles))]
@@ -115,6 +127,7 @@ def sampling_view(g) -> tuple[LocalCSC, RemoteSampling | None]:
         eids=part.eids,
         local2global=part.local2global,
         edge_weights=weights,
+        num_etypes=part.num_etypes,
     )
     return local, _RpcSampling(g)
 
@@ -131,7 +144,11 @@ class NeighborSampler:
     Args:
         fanouts: neighbours per node for each layer, input layer first (as in
             DGL: ``[15, 10, 5]`` samples 5 neighbours of the output nodes, then
-            10, then 15); ``-1`` takes all neighbours.
+            10, then 15); ``-1`` takes all neighbours. On a heterogeneous graph an
+            int samples that many neighbours per edge type, and a dict
+            ``{etype: k}`` (canonical triple, ``"src:rel:dst"`` or a unique relation
+            name) gives each edge type its own; edge types left out or at 0 are
+            not sampled.
         replace: sample with replacement.
         prob: name of an edge array holding non-negative sampling weights;
             zero-weight edges are never picked. Not with a CUDA ``device``.
@@ -155,9 +172,9 @@ class NeighborSampler:
         device: torch.device | str | None = None,
         graph_memory: str = "gpu",
     ):
-        fanouts = [int(f) for f in fanouts]
-        if not fanouts or any(f < -1 or f == 0 for f in fanouts):
-            raise ConfigError(f"fanouts must be a non-empty list of positive ints (or -1 for all), got {fanouts}")
+        fanouts = [_check_layer_fanout(f) for f in fanouts]
+        if not fanouts:
+            raise ConfigError("fanouts must be a non-empty list, one entry per layer")
         if graph_memory not in on_device.GRAPH_MEMORY:
             raise ConfigError(f"graph_memory must be one of {on_device.GRAPH_MEMORY}, got {graph_memory!r}")
         device = None if device is None else torch.device(device)
@@ -232,10 +249,20 @@ class NeighborSampler:
         blocks: list[Block] = []
         for layer in reversed(range(len(self.fanouts))):
             layer_seed = derive_seed(rng_seed, layer)
-            counts, src, eids = sample_layer(
-                book, local, remote, frontier, self.fanouts[layer], self.replace, self.prob, layer_seed
-            )
-            block = kernels.to_block(frontier, counts, src, eids)
+            fanout = layer_fanouts(book, self.fanouts[layer])
+            if book.is_homogeneous:
+                counts, src, eids = sample_layer(
+                    book, local, remote, frontier, fanout, self.replace, self.prob, layer_seed
+                )
+                block = kernels.to_block(frontier, counts, src, eids)
+            else:
+                item_pos, item_etype = typed_items(book, frontier, fanout)
+                counts, src, eids = sample_layer(
+                    book, local, remote, frontier[item_pos], fanout, self.replace, self.prob, layer_seed, item_etype
+                )
+                seed_counts = np.bincount(item_pos, weights=counts, minlength=len(frontier)).astype(np.int64)
+                block = kernels.to_block(frontier, seed_counts, src, eids)
+                block = _typed(block, book, torch.from_numpy(np.repeat(item_etype, counts)))
             blocks.insert(0, block)
             frontier = block.src_nids.numpy()
         return torch.from_numpy(frontier), torch.from_numpy(output_nodes), blocks
@@ -257,10 +284,33 @@ class NeighborSampler:
         blocks: list[Block] = []
         for layer in reversed(range(len(self.fanouts))):
             layer_seed = derive_seed(rng_seed, layer)
-            counts, src, eids = sample_layer_on_device(
-                range_ends, local, placed, remote, frontier, self.fanouts[layer], self.replace, self.prob, layer_seed
-            )
-            block = on_device.to_block(frontier, counts, src, eids, validate=False)
+            fanout = layer_fanouts(book, self.fanouts[layer])
+            if book.is_homogeneous:
+                counts, src, eids = sample_layer_on_device(
+                    range_ends, local, placed, remote, frontier, fanout, self.replace, self.prob, layer_seed
+                )
+                block = on_device.to_block(frontier, counts, src, eids, validate=False)
+            else:
+                # Items are listed on the host (one copy of the frontier per layer); sampling stays on the device.
+                item_pos, item_etype = typed_items(book, frontier.cpu().numpy(), fanout)
+                item_pos_d = torch.from_numpy(item_pos).to(self.device)
+                item_etype_d = torch.from_numpy(item_etype).to(self.device)
+                counts, src, eids = sample_layer_on_device(
+                    range_ends,
+                    local,
+                    placed,
+                    remote,
+                    frontier[item_pos_d],
+                    fanout,
+                    self.replace,
+                    self.prob,
+                    layer_seed,
+                    item_etype_d,
+                )
+                seed_counts = torch.zeros(len(frontier), dtype=torch.int64, device=self.device)
+                seed_counts.index_add_(0, item_pos_d, counts)
+                block = on_device.to_block(frontier, seed_counts, src, eids, validate=False)
+                block = _typed(block, book, torch.repeat_interleave(item_etype_d, counts))
             blocks.insert(0, block)
             frontier = block.src_nids
         return frontier, output_nodes, blocks
@@ -285,17 +335,81 @@ class NeighborSampler:
             return placed
 
 
+def _check_layer_fanout(fanout: int | Mapping) -> int | dict:
+    if isinstance(fanout, Mapping):
+        checked = {}
+        for etype, k in fanout.items():
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < -1:
+                raise ConfigError(
+                    f"fanouts: the fanout of edge type {etype!r} must be an int >= -1 (0 skips it), got {k!r}"
+                )
+            checked[etype] = int(k)
+        if not any(checked.values()):
+            raise ConfigError(f"fanouts: the layer {fanout} samples no edge type")
+        return checked
+    if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or fanout < -1 or fanout == 0:
+        raise ConfigError(
+            f"fanouts: a layer's fanout must be a positive int, -1 for all, or a dict per edge type; got {fanout!r}"
+        )
+    return int(fanout)
+
+
+def layer_fanouts(book: RangePartitionBook, fanout: int | dict) -> int | list[int]:
+    """One layer's fanout for ``book``'s graph: an int on a homogeneous graph, else one per edge type."""
+    if book.is_homogeneous:
+        if isinstance(fanout, dict):
+            (k,) = layer_fanouts_typed(book, fanout)
+            return k
+        return fanout
+    if isinstance(fanout, dict):
+        return layer_fanouts_typed(book, fanout)
+    return [fanout] * len(book.canonical_etypes)
+
+
+def layer_fanouts_typed(book: RangePartitionBook, fanout: dict) -> list[int]:
+    out = [0] * len(book.canonical_etypes)
+    for etype, k in fanout.items():
+        try:
+            out[book.etype_id(etype)] = k
+        except InputError as exc:
+            raise ConfigError(f"fanouts: {exc}") from None
+    return out
+
+
+def typed_items(book: RangePartitionBook, seeds: np.ndarray, fanouts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The (node, edge type) items of a typed layer, grouped by seed in seed order.
+
+    Returns ``(item_pos, item_etype)``: per item the position of its node in ``seeds`` and the edge type,
+    for every edge type that ends at the node's type and has a non-zero fanout.
+    """
+    ntypes, _ = book.map_to_per_ntype(seeds)
+    wanted = (ntypes[:, None] == book.etype_dst[None, :]) & (np.asarray(fanouts)[None, :] != 0)
+    item_pos, item_etype = np.nonzero(wanted)
+    return item_pos.astype(np.int64), item_etype.astype(np.int64)
+
+
+def _typed(block: Block, book: RangePartitionBook, etypes: torch.Tensor) -> Block:
+    """``block`` with the edge type of each edge and the node type of each source node."""
+    src_ntypes, _ = book.map_to_per_ntype(block.src_nids.cpu())
+    return _replace_fields(block, etypes=etypes, src_ntypes=src_ntypes.to(block.src_nids.device))
+
+
 def sample_layer(
     book: RangePartitionBook,
     local: LocalCSC,
     remote: RemoteSampling | None,
     seeds: np.ndarray,
-    fanout: int,
+    fanout: int | list[int],
     replace: bool,
     prob: str | None,
     rng_seed: int,
+    etypes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One layer over the whole cluster: ``(counts, src global ids, edge ids)`` in seed order."""
+    """One layer over the whole cluster: ``(counts, src global ids, edge ids)`` in seed order.
+
+    With ``etypes`` the seeds are typed items (a node may repeat, once per edge type) and ``fanout`` lists
+    one fanout per edge type.
+    """
     owners = book.nid2partid(seeds)
     local_where = None
     remote_wheres: list[np.ndarray] = []  # positions in `seeds` of each remote owner's seeds
@@ -308,13 +422,17 @@ def sample_layer(
         if remote is None:
             raise InputError(f"seed owned by partition {part} but this graph has no remote access")
         # Each machine's stream is seeded apart so that results do not depend on the batching.
-        handles.append(remote.send_sample(part, seeds[where], fanout, replace, prob, derive_seed(rng_seed, part)))
+        part_etypes = None if etypes is None else etypes[where]
+        handles.append(
+            remote.send_sample(part, seeds[where], fanout, replace, prob, derive_seed(rng_seed, part), part_etypes)
+        )
         remote_wheres.append(where)
     wheres, results = [], []
     if local_where is not None:
         wheres.append(local_where)
         local_seed = derive_seed(rng_seed, local.part_id)
-        results.append(_sample_local(local, seeds[local_where], fanout, replace, prob, local_seed))
+        local_etypes = None if etypes is None else etypes[local_where]
+        results.append(_sample_local(local, seeds[local_where], fanout, replace, prob, local_seed, local_etypes))
     if handles:
         wheres.extend(remote_wheres)
         results.extend(remote.wait_sample(handles))
@@ -327,10 +445,11 @@ def sample_layer_on_device(
     placed: on_device.DeviceCSC | None,
     remote: RemoteSampling | None,
     seeds: torch.Tensor,
-    fanout: int,
+    fanout: int | list[int],
     replace: bool,
     prob: str | None,
     rng_seed: int,
+    etypes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`sample_layer` on ``seeds``' device, with the same random streams.
 
@@ -348,17 +467,22 @@ def sample_layer_on_device(
         if remote is None:
             raise InputError(f"seed owned by partition {part} but this graph has no remote access")
         part_seeds = (seeds if where is None else seeds[where]).cpu().numpy()
-        handles.append(remote.send_sample(part, part_seeds, fanout, replace, prob, derive_seed(rng_seed, part)))
+        part_etypes = None if etypes is None else (etypes if where is None else etypes[where]).cpu().numpy()
+        handles.append(
+            remote.send_sample(part, part_seeds, fanout, replace, prob, derive_seed(rng_seed, part), part_etypes)
+        )
         remote_wheres.append(where)
     wheres, results = [], []
     if local.part_id in by_owner:
         where = by_owner[local.part_id]
         local_seeds = seeds if where is None else seeds[where]
+        local_etypes = None if etypes is None else (etypes if where is None else etypes[where])
         local_seed = derive_seed(rng_seed, local.part_id)
         if placed is not None:
-            results.append(placed.sample(local_seeds, fanout, replace, local_seed))
+            results.append(placed.sample(local_seeds, fanout, replace, local_seed, local_etypes))
         else:
-            picked = _sample_local(local, local_seeds.cpu().numpy(), fanout, replace, prob, local_seed)
+            host_etypes = None if local_etypes is None else local_etypes.cpu().numpy()
+            picked = _sample_local(local, local_seeds.cpu().numpy(), fanout, replace, prob, local_seed, host_etypes)
             results.append(tuple(torch.from_numpy(a).to(device) for a in picked))
         wheres.append(where)
     if handles:
@@ -385,7 +509,13 @@ def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[i
 
 
 def _sample_local(
-    local: LocalCSC, seeds: np.ndarray, fanout: int, replace: bool, prob: str | None, rng_seed: int
+    local: LocalCSC,
+    seeds: np.ndarray,
+    fanout: int | list[int],
+    replace: bool,
+    prob: str | None,
+    rng_seed: int,
+    etypes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     weights = None
     if prob is not None:
@@ -396,10 +526,12 @@ def _sample_local(
     # OpenMP dynamic teams for the calling thread, and torch's parallel CPU kernels that split work
     # by the requested team size (the CSR product among them) then silently skip chunks.
     threads = torch.get_num_threads()
+    if etypes is not None:
+        fanout = np.asarray(fanout, dtype=np.int64)[etypes]
     counts, positions, neighbors = kernels.sample_neighbors(
         local.indptr,
         local.indices,
-        seeds - local.node_start,
+        local.rows(seeds, etypes),
         fanout,
         replace,
         weights,
@@ -453,10 +585,18 @@ class InProcessGraph:
     Behaves like a DistGraph for the sampler, the loader and the training
     script (``ndata`` maps names to torch tensors indexed by global id), so a
     single-process run goes through exactly the distributed code path. Node
-    and edge ids are the Graph's own.
+    and edge ids are the Graph's own. A :class:`~distgnn.data.hetero.HeteroGraph`
+    gives the typed view (``ntypes``, ``g.nodes[T].data``...) with homogeneous ids
+    numbering the types one after the other.
     """
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph | HeteroGraph):
+        if isinstance(graph, HeteroGraph) and not graph.is_homogeneous:
+            self._init_typed(graph.validate())
+            return
+        if isinstance(graph, HeteroGraph):
+            graph = _as_graph(graph)
+        self.nodes = self.edges = None
         graph.validate()
         order = np.argsort(graph.dst, kind="stable")
         indptr = np.zeros(graph.num_nodes + 1, dtype=np.int64)
@@ -482,14 +622,97 @@ class InProcessGraph:
             },
         )
 
-    def num_nodes(self) -> int:
-        return self._num_nodes
+    def _init_typed(self, graph: HeteroGraph) -> None:
+        ntypes, etypes = graph.ntypes, graph.canonical_etypes
+        counts = np.array([graph.num_nodes[t] for t in ntypes], dtype=np.int64)
+        node_ends = np.cumsum(counts)
+        offsets = dict(zip(ntypes, (node_ends - counts).tolist(), strict=True))
+        edge_counts = np.array([graph.num_edges(e) for e in etypes], dtype=np.int64)
+        edge_ends = np.cumsum(edge_counts)
+        n, m, k = int(node_ends[-1]), int(edge_ends[-1]), len(etypes)
+        src = np.concatenate([graph.edges[e][0] + offsets[e[0]] for e in etypes]).astype(np.int64)
+        dst = np.concatenate([graph.edges[e][1] + offsets[e[2]] for e in etypes]).astype(np.int64)
+        rows = dst * k + np.repeat(np.arange(k, dtype=np.int64), edge_counts)
+        order = np.argsort(rows, kind="stable")
+        indptr = np.zeros(n * k + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n * k), out=indptr[1:])
+        self.graph_name = graph.name
+        self._num_nodes, self._num_edges = n, m
+        self.num_classes = graph.num_classes
+        self._book = RangePartitionBook(
+            [[0, n]],
+            [[0, m]],
+            ntypes,
+            etypes,
+            np.stack([node_ends - counts, node_ends], axis=1)[None],
+            np.stack([edge_ends - edge_counts, edge_ends], axis=1)[None],
+        )
+        self.ndata, self.edata = {}, {}
+        self.nodes = {
+            t: TypedTensors({k_: torch.from_numpy(np.ascontiguousarray(materialize(a))) for k_, a in arrays.items()})
+            for t, arrays in ((t, graph.ndata.get(t, {})) for t in ntypes)
+        }
+        self._edge_data = {
+            e: TypedTensors({k_: torch.from_numpy(np.ascontiguousarray(materialize(a))) for k_, a in arrays.items()})
+            for e, arrays in ((e, graph.edata.get(e, {})) for e in etypes)
+        }
+        self.edges = _InProcessEdgeTypes(self)
+        self._local = LocalCSC(0, 0, indptr, src[order], order.astype(np.int64), np.arange(n), {}, num_etypes=k)
 
-    def num_edges(self) -> int:
-        return self._num_edges
+    @property
+    def ntypes(self) -> list[str]:
+        return self._book.ntypes
+
+    @property
+    def canonical_etypes(self) -> list[tuple[str, str, str]]:
+        return self._book.canonical_etypes
+
+    @property
+    def is_homogeneous(self) -> bool:
+        return self._book.is_homogeneous
+
+    def num_nodes(self, ntype: str | None = None) -> int:
+        if ntype is None or self._book.is_homogeneous:
+            return self._num_nodes
+        return int(self._book.nodes.type_counts[self._book.ntype_id(ntype)])
+
+    def num_edges(self, etype=None) -> int:
+        if etype is None or self._book.is_homogeneous:
+            return self._num_edges
+        return int(self._book.edges.type_counts[self._book.etype_id(etype)])
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book
 
     def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]:
         return self._local, None
+
+
+@dataclass(frozen=True)
+class TypedTensors:
+    """``g.nodes[ntype]`` / ``g.edges[etype]`` of an in-process graph: ``data`` maps names to tensors."""
+
+    data: dict[str, torch.Tensor]
+
+
+class _InProcessEdgeTypes:
+    def __init__(self, g: InProcessGraph):
+        self._g = g
+
+    def __getitem__(self, etype) -> TypedTensors:
+        return self._g._edge_data[self._g.get_partition_book().to_canonical_etype(etype)]
+
+
+def _as_graph(graph: HeteroGraph) -> Graph:
+    """The one-type HeteroGraph as a Graph."""
+    ((src, dst),) = graph.edges.values()
+    ndata = {k: materialize(a) for k, a in graph.ndata.get(DEFAULT_NTYPE, {}).items()}
+    edata = {k: materialize(a) for k, a in next(iter(graph.edata.values()), {}).items()}
+    return Graph(graph.name, graph.total_nodes, src, dst, ndata, edata, graph.num_classes)
+
+
+def split_by_type(book: RangePartitionBook, nids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{ntype: per-type ids}`` of homogeneous ``nids``, each type's ids in their order in ``nids``
+    (types without nodes included, empty), on ``nids``' device."""
+    types, per_type = book.map_to_per_ntype(nids.cpu())
+    return {t: per_type[types == i].to(nids.device) for i, t in enumerate(book.ntypes)}

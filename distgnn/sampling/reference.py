@@ -18,7 +18,7 @@ def sample_neighbors(
     indptr: np.ndarray,
     indices: np.ndarray,
     seeds: np.ndarray,
-    fanout: int,
+    fanout: int | np.ndarray,
     replace: bool = False,
     prob: np.ndarray | None = None,
     rng_seed: int = 0,
@@ -29,7 +29,7 @@ def sample_neighbors(
         indptr: ``(num_nodes + 1,)`` int64 CSC row pointer.
         indices: ``(num_edges,)`` int32 or int64 source node of each edge position.
         seeds: ``(num_seeds,)`` int64 node ids, repeats allowed.
-        fanout: neighbours per seed; ``-1`` takes all of them.
+        fanout: neighbours per seed; ``-1`` takes all of them; or an array, one fanout per seed.
         replace: draw with replacement (``fanout`` picks whenever one is possible).
         prob: optional ``(num_edges,)`` float32 non-negative weight per edge
             position; zero-weight edges are never picked.
@@ -43,7 +43,9 @@ def sample_neighbors(
     rng = np.random.default_rng(rng_seed)
     counts = np.zeros(len(seeds), dtype=np.int64)
     picked: list[np.ndarray] = []
+    fanouts = np.broadcast_to(np.asarray(fanout, dtype=np.int64), (len(seeds),))
     for i, seed in enumerate(np.asarray(seeds, dtype=np.int64)):
+        fanout = int(fanouts[i])
         start, end = int(indptr[seed]), int(indptr[seed + 1])
         candidates = np.arange(start, end, dtype=np.int64)
         weights = None

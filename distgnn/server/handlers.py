@@ -13,7 +13,9 @@ Requests (header fields; arrays) -> reply arrays:
 * ``push`` (``policy, name, mode`` "assign"|"add"; ids int64, rows of the tensor's dtype) -> (); main server only
 * ``init_data`` (``policy, name, dtype, shape, init, low, high, seed``) -> (); main server only, idempotent
 * ``sample`` (``fanout, replace, seed, prob`` edge tensor name or None, ``edge_dir`` "in"; seeds int64)
-  -> counts int64, neighbour global ids int64, global edge ids int64
+  -> counts int64, neighbour global ids int64, global edge ids int64. On a typed partition the request
+  samples items instead: ``fanouts`` (one per edge type) and arrays seeds int64, edge type per seed int64;
+  each (seed, edge type) item is a row of the typed CSC, all sampled in one kernel call.
 * ``degrees`` (ids int64) -> in-degrees int64
 * ``barrier`` (``name, parties``) -> () once ``parties`` requests of that name arrived
 * ``shutdown`` () -> (); the server then exits
@@ -112,6 +114,7 @@ def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
         "num_edges": part.num_edges,
         "node_range": list(part.node_range),
         "edge_range": list(part.edge_range),
+        "ranges": {policy: list(r) for policy, r in part.ranges.items()},
     }, []
 
 
@@ -190,29 +193,51 @@ def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray])
     return {}, []
 
 
+def _typed_rows(state: ServerState, header: dict, arrays: list[np.ndarray], local: np.ndarray):
+    """``(CSC rows, per-row fanouts)`` of a typed ``sample`` request's items."""
+    num_etypes = state.partition.num_etypes
+    fanouts = _field(header, "fanouts", list)
+    if len(fanouts) != num_etypes or not all(type(f) is int and -1 <= f <= MAX_FANOUT for f in fanouts):
+        raise InputError(
+            f"fanouts must list {num_etypes} ints in [-1, {MAX_FANOUT}] (one per edge type), got {fanouts!r}"
+        )
+    etypes = arrays[1]
+    if etypes.dtype != np.int64 or etypes.shape != local.shape:
+        raise ProtocolError(f"sample edge types must be int64 [{len(local)}], got {etypes.dtype}{list(etypes.shape)}")
+    if etypes.size and (etypes.min() < 0 or etypes.max() >= num_etypes):
+        raise InputError(f"sample edge type ids must be in [0, {num_etypes})")
+    return local * num_etypes + etypes, np.asarray(fanouts, dtype=np.int64)[etypes]
+
+
 def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 1, "sample")
-    fanout = _field(header, "fanout", int)
+    typed = "fanouts" in header
+    _arrays(arrays, 2 if typed else 1, "sample")
+    fanout = -2 if typed else _field(header, "fanout", int)
     replace = _field(header, "replace", bool, False)
     seed = _field(header, "seed", int, 0)
     edge_dir = _field(header, "edge_dir", str, "in")
     prob_name = _field(header, "prob", (str, type(None)), None)
     if edge_dir != "in":
         raise InputError(f"only edge_dir='in' is supported (partitions store in-edges), got {edge_dir!r}")
-    if not -1 <= fanout <= MAX_FANOUT:
+    if not typed and not -1 <= fanout <= MAX_FANOUT:
         raise InputError(f"fanout must be -1 (all) or in [0, {MAX_FANOUT}], got {fanout}")
     if not 0 <= seed < 2**63:
         raise InputError(f"seed must be in [0, 2**63), got {seed}")
     part = state.partition
     seeds = _local_ids(arrays[0], part.node_range, "sample seeds")
+    if typed:
+        if prob_name is not None:
+            raise InputError("weighted sampling (prob) is not supported on heterogeneous graphs")
+        seeds, fanout = _typed_rows(state, header, arrays, seeds)
+    elif part.num_etypes != 1:
+        raise InputError(f"this partition has {part.num_etypes} edge types: send 'fanouts' and an edge type per seed")
     indptr = part.graph["indptr"]
     degrees = indptr[seeds + 1] - indptr[seeds]
-    if fanout < 0:
-        most = int(degrees.sum())
-    elif replace:
-        most = len(seeds) * fanout
+    fanouts = np.broadcast_to(np.asarray(fanout, dtype=np.int64), degrees.shape)
+    if replace:
+        most = int(np.where(fanouts < 0, degrees, fanouts).sum())
     else:
-        most = int(np.minimum(degrees, fanout).sum())
+        most = int(np.where(fanouts < 0, degrees, np.minimum(degrees, fanouts)).sum())
     if most > MAX_SAMPLED_EDGES:
         raise InputError(f"this request may sample {most} edges, more than {MAX_SAMPLED_EDGES}: split the seeds")
     prob = None
@@ -232,8 +257,8 @@ def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) ->
 def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     _arrays(arrays, 1, "degrees")
     local = _local_ids(arrays[0], state.partition.node_range, "degree ids")
-    indptr = state.partition.graph["indptr"]
-    return {}, [(indptr[local + 1] - indptr[local]).astype(np.int64, copy=False)]
+    indptr, k = state.partition.graph["indptr"], state.partition.num_etypes  # a node's edge types are adjacent rows
+    return {}, [(indptr[(local + 1) * k] - indptr[local * k]).astype(np.int64, copy=False)]
 
 
 def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:

@@ -41,12 +41,15 @@ def prepare() -> None:
 def sample_neighbors(
     graph: dict[str, np.ndarray],
     seeds: np.ndarray,
-    fanout: int,
+    fanout: int | np.ndarray,
     replace: bool,
     prob: np.ndarray | None,
     rng_seed: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sample in-neighbours of local ``seeds`` on a partition's ``graph`` arrays (see the format module).
+
+    ``seeds`` are CSC rows (local node ids, or ``v * R + t`` items of a typed CSC) and ``fanout`` an int or
+    one fanout per row.
 
     Returns ``counts`` int64 ``(len(seeds),)`` and, grouped by seed in seed order, the picked
     neighbours' global ids and the picked edges' global ids (int64); picks follow

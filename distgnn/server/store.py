@@ -16,7 +16,13 @@ import numpy as np
 
 from distgnn import shm
 from distgnn.errors import InputError, PartitionFormatError
-from distgnn.partition.format import PartitionMeta, load_edge_feature, load_node_feature, load_part_array
+from distgnn.partition.format import (
+    PartitionMeta,
+    feature_policy,
+    load_edge_feature,
+    load_node_feature,
+    load_part_array,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,19 +42,32 @@ def load_partition(job_id: str, part_id: int, meta: PartitionMeta) -> shm.Shared
     if stale:
         log.warning("removed %d stale shared-memory segments of job %s partition %d", stale, job_id, part_id)
     part = meta.parts[part_id]
+    book = meta.partition_book()
+    ranges = book.policy_ranges(part_id)
     for name in shm.GRAPH_ARRAYS:
         _copy_segment(job_id, part_id, f"graph.{name}", load_part_array(meta, part_id, name))
-    for policy, names, loader, rows in (
-        ("node", part.node_feats, load_node_feature, part.num_owned_nodes),
-        ("edge", part.edge_feats, load_edge_feature, part.num_edges),
+    for kind, keys, loader in (
+        ("node", part.node_feats, load_node_feature),
+        ("edge", part.edge_feats, load_edge_feature),
     ):
-        for name in names:
-            arr = loader(meta, part_id, name)
-            if arr.ndim == 0 or arr.shape[0] != rows:
+        for key in keys:
+            policy, name = feature_policy(key, kind)
+            start, end = ranges[policy]
+            arr = loader(meta, part_id, key)
+            if arr.ndim == 0 or arr.shape[0] != end - start:
                 raise PartitionFormatError(
-                    f"partition {part_id}: {policy} feature {name!r} has shape {arr.shape}, expected {rows} rows"
+                    f"partition {part_id}: {kind} feature {key!r} has shape {arr.shape}, expected {end - start} rows"
                 )
             _copy_segment(job_id, part_id, f"{policy}.{shm.check_name(name, 'feature name')}", arr)
+    typed = {}
+    if not book.is_homogeneous:
+        node_start = meta.node_map[part_id][0]
+        typed = {
+            "ntypes": book.ntypes,
+            "etypes": meta.etypes,
+            "node_type_ends": [int(e) - node_start for _, e in meta.node_type_ranges[part_id]],
+            "etype_dst": book.etype_dst.tolist(),
+        }
     shm.write_manifest(
         job_id,
         part_id,
@@ -58,6 +77,9 @@ def load_partition(job_id: str, part_id: int, meta: PartitionMeta) -> shm.Shared
             "num_edges": meta.num_edges,
             "node_range": meta.node_map[part_id],
             "edge_range": meta.edge_map[part_id],
+            "ranges": {p: list(r) for p, r in ranges.items()},
+            "totals": book.policy_totals(),
+            "typed": typed,
         },
     )
     log.info(
@@ -80,7 +102,7 @@ def create_tensor(
     """Create this partition's rows of tensor ``(policy, name)`` with global ``shape``, or map it
     if it exists with the same dtype and row shape (several trainers create the same tensor)."""
     start, end = partition.owned_range(policy)
-    total = partition.num_nodes if policy == "node" else partition.num_edges
+    total = partition.total(policy)
     if init not in INIT_KINDS:
         raise InputError(f"init must be one of {INIT_KINDS}, got {init!r}")
     if not shape or shape[0] != total:

@@ -23,67 +23,39 @@ DistTensor, then all meet at a barrier before the next layer.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import json
-import os
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
-from distgnn.allocator import keep_freed_memory
+from distgnn import job
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.dataloader import DistNodeDataLoader
+from distgnn.datasets import add_dataset_args
+from distgnn.inference import layerwise_inference
 from distgnn.nn import GAT, MLP, GraphSAGE
-from distgnn.partition.format import read_meta
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
-
-PLANETOID = ("cora", "citeseer", "pubmed")
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.training import EpochMeter, TrainingLog, all_reduce
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dataset", default="cora", help="cora|citeseer|pubmed|synthetic|npz:PATH")
-    p.add_argument("--data-dir", default="data", help="directory of the Planetoid files")
-    p.add_argument("--num-nodes", type=int, default=20000, help="synthetic: nodes")
-    p.add_argument("--avg-degree", type=float, default=10.0, help="synthetic: mean in-degree")
-    p.add_argument("--feat-dim", type=int, default=100, help="synthetic: feature width")
-    p.add_argument("--synthetic-classes", type=int, default=16, help="synthetic: classes")
-    p.add_argument("--num-parts", type=int, default=2, help="machines (= partitions)")
-    p.add_argument("--part-method", default="metis", choices=("metis", "random"))
-    p.add_argument("--trainers-per-machine", type=int, default=1)
-    p.add_argument("--servers-per-machine", type=int, default=1)
-    p.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: a thread)")
-    p.add_argument(
-        "--prefetch",
-        type=int,
-        default=None,
-        help="batches made ahead per worker (default 2; 0 with --sample-device cuda); with 0 workers, > 0 samples\n"
-        "in a background thread",
-    )
-    p.add_argument("--epochs", type=int, default=10)
+    add_dataset_args(p)
+    job.add_job_args(p)
     p.add_argument("--fanouts", default="10,10", help="per layer, input layer first; -1 = all neighbours")
     p.add_argument("--batch-size", type=int, default=1000)
     p.add_argument("--eval-batch-size", type=int, default=10000)
-    p.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: all)")
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--model", default="sage", choices=("sage", "gat", "mlp"), help="mlp: the graph-free baseline")
     p.add_argument("--heads", type=int, default=4, help="gat: attention heads")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument(
         "--cache-gb",
         type=float,
@@ -127,15 +99,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0). Pays only where a\n"
         "batch touches a small fraction of a large table; at products scale 0.3 slowed epochs (docs/BENCHMARKS.md)",
     )
-    p.add_argument(
-        "--sync-timing",
-        action="store_true",
-        help="with --device cuda: wait for the GPU after each stage so the sample/fetch/compute split adds up\n"
-        "(costs the overlap of the next batch's host work with this batch's GPU work); without it compute is\n"
-        "GPU time from CUDA events, and a stage that waits for the GPU absorbs the previous step's compute",
-    )
-    p.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
-    p.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     p.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
     p.add_argument(
         "--pipeline",
@@ -144,15 +107,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "trains (with --prefetch or --num-workers, sampling runs ahead too); off by default: on 2x H200 the epoch "
         "was bound by the sampling servers and the overlap gained nothing (docs/BENCHMARKS.md)",
     )
-    p.add_argument(
-        "--no-malloc-tuning",
-        action="store_true",
-        help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.allocator)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--local", action="store_true", help="run the whole job on this host")
-    mode.add_argument("--single", action="store_true", help="single-process reference run")
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
@@ -166,88 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# -- data ---------------------------------------------------------------------------------------
-
-
-def graph_name(args: argparse.Namespace) -> str:
-    if args.dataset == "synthetic":
-        return (
-            f"synthetic-n{args.num_nodes}-d{args.avg_degree:g}-f{args.feat_dim}-c{args.synthetic_classes}-s{args.seed}"
-        )
-    if args.dataset.startswith("npz:"):
-        return Path(args.dataset[4:]).stem
-    return args.dataset
-
-
-def load_dataset(args: argparse.Namespace) -> distgnn.data.Graph:
-    from distgnn import data
-
-    if args.dataset in PLANETOID:
-        g = data.load_planetoid(args.dataset, args.data_dir)
-        # Row-normalised bag-of-words features, as in the GCN/GraphSAGE Planetoid setups.
-        feat = g.ndata["feat"]
-        g.ndata["feat"] = (feat / np.maximum(feat.sum(1, keepdims=True), 1e-12)).astype(np.float32)
-    elif args.dataset == "synthetic":
-        g = data.synthetic(args.num_nodes, args.avg_degree, args.feat_dim, args.synthetic_classes, seed=args.seed)
-    elif args.dataset.startswith("npz:"):
-        g = data.load_npz(args.dataset[4:])
-    else:
-        raise SystemExit(f"error: unknown dataset {args.dataset!r} (cora|citeseer|pubmed|synthetic|npz:PATH)")
-    g.name = graph_name(args)
-    return g
-
-
-def ensure_partition(args: argparse.Namespace) -> Path:
-    """The partition JSON in the workdir, partitioning only when no matching one is there."""
-    from distgnn.partition import partition_graph
-
-    name = graph_name(args)
-    out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
-    json_path = out_dir / f"{name}.json"
-    if json_path.exists():
-        try:
-            meta = read_meta(json_path)
-            if (meta.graph_name, meta.part_method, meta.num_parts) == (name, args.part_method, args.num_parts):
-                print(f"reusing partition {json_path}", file=sys.stderr)
-                return json_path
-        except distgnn.errors.PartitionFormatError as exc:
-            print(f"re-partitioning: {exc}", file=sys.stderr)
-    t = time.perf_counter()
-    g = load_dataset(args)
-    path = partition_graph(g, args.num_parts, out_dir, graph_name=name, method=args.part_method, overwrite=True)
-    print(f"partitioned {name} into {args.num_parts} parts in {time.perf_counter() - t:.1f}s: {path}", file=sys.stderr)
-    return Path(path)
-
-
 # -- training -------------------------------------------------------------------------------------
-
-
-class Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total: int, label: str, enabled: bool):
-        self.total, self.label, self.enabled = total, label, enabled and total > 0
-        self.start = time.perf_counter()
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // self.total
-        elapsed = time.perf_counter() - self.start
-        bar = "#" * filled + "." * (width - filled)
-        sys.stderr.write(f"\r{self.label} [{bar}] {done}/{self.total} {elapsed:.1f}s")
-        if done == self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
-def all_reduce(values: list[float], op=None) -> list[float]:
-    """Sum (or ``op``) across trainers; identity in a single process."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if dist.is_initialized():
-        dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
-    return t.tolist()
 
 
 def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> torch.nn.Module:
@@ -259,50 +132,16 @@ def build_model(args: argparse.Namespace, in_feats: int, num_classes: int) -> to
     return GraphSAGE(in_feats, args.hidden, num_classes, num_layers, args.dropout)
 
 
-def layerwise_inference(model, g, nodes: torch.Tensor, args, device, new_buffer) -> torch.Tensor:
-    """Logits of ``nodes`` (this trainer's share of all nodes), one layer at a time over the whole graph.
-
-    ``new_buffer(layer, dim)`` returns a node tensor indexable by global id
-    (a DistTensor, or a plain tensor in a single process) for a hidden layer's output.
-    """
-    sampler = NeighborSampler([-1])
-    x = g.ndata["feat"]
-    model.eval()
-    with torch.no_grad():
-        for layer in range(model.num_layers):
-            last = layer == model.num_layers - 1
-            out = None if last else new_buffer(layer, model.layer_dims[layer])
-            outputs = []
-            for batch in torch.split(nodes, args.eval_batch_size):
-                _, _, (block,) = sampler.sample_blocks(g, batch)
-                h = model.forward_layer(layer, block.to(device), x[block.src_nids].to(device))
-                if last:
-                    outputs.append(h.cpu())
-                else:
-                    out[batch] = h.cpu()
-            if dist.is_initialized():
-                dist.barrier()
-            if last:
-                return torch.cat(outputs) if outputs else torch.zeros(0, model.layer_dims[-1])
-            x = out
-    raise AssertionError("unreachable")
-
-
-def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.device, machine_group=None) -> dict:
-    """Train and evaluate on ``g``; the same code for a DistGraph and an InProcessGraph.
-
-    ``split(mask_name)`` gives this trainer's seed ids for a mask; ``split(None)``
-    its share of all nodes (for inference). ``machine_group``: the gloo group of this machine's trainers
-    (the clique cache's group).
-    """
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    world = dist.get_world_size() if dist.is_initialized() else 1
+def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
+    """Train and evaluate on ``trainer.g``; the same code for a DistGraph and an InProcessGraph."""
+    g, device, machine_group, new_buffer = trainer.g, trainer.device, trainer.machine_group, trainer.new_buffer
+    rank, world = trainer.rank, trainer.world_size
     verbose = rank == 0
-    train_nids = split("train_mask")
+    train_nids = trainer.seeds("train_mask")
     in_feats = int(g.ndata["feat"].shape[1])
-    own = split(None)
+    own = trainer.inference_nodes()
     local_max = int(g.ndata["label"][own].max()) if len(own) else 0
-    num_classes = int(all_reduce([local_max], dist.ReduceOp.MAX if dist.is_initialized() else None)[0]) + 1
+    num_classes = int(all_reduce([local_max], "max")[0]) + 1
 
     torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = build_model(args, in_feats, num_classes).to(device)
@@ -362,89 +201,38 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     )
     epoch_batches = GatherAhead(loader, cached, device) if pipeline else loader
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
-    epoch_times, seps_list, stage_times = [], [], []
-    cache_counts = [0.0, 0.0, 0.0]  # hits, lookups, peer hits over all trainers and epochs
+
+    def inputs(item):
+        batch, x = item if pipeline else (item, None)
+        input_nodes, seeds, _ = batch
+        if x is not None:
+            pass  # gathered ahead with the batch
+        elif "feat" in batch.input_data:
+            x = batch.input_data["feat"]
+        elif cached is not None:
+            x = feat[input_nodes]  # through the cache
+        else:
+            x = feat[input_nodes.cpu()].to(device)
+        y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
+        return batch, x, y
+
+    log = TrainingLog()
     try:
         for epoch in range(args.epochs):
             model.train()
-            progress = Progress(num_batches, f"epoch {epoch:3d}", verbose and not args.quiet)
-            t_wait = t_sample = t_fetch = t_compute = 0.0
-            # On a GPU the compute is asynchronous: host clocks would time its launches, so CUDA events
-            # bracket each step's compute and are read once, at the end of the epoch.
-            compute_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-            # Loss and accuracy add up on the device: no host sync per batch.
-            loss_total = torch.zeros((), dtype=torch.float64, device=device)
-            correct_total = torch.zeros((), dtype=torch.int64, device=device)
-            seen = edges = 0.0
-            start = time.perf_counter()
-            batches = iter(epoch_batches)
-            for step in range(num_batches):
-                t0 = time.perf_counter()
-                batch, x = next(batches) if pipeline else (next(batches), None)
-                input_nodes, seeds, blocks = batch
-                t1 = time.perf_counter()
-                if x is not None:
-                    pass  # gathered ahead with the batch
-                elif "feat" in batch.input_data:
-                    x = batch.input_data["feat"]
-                elif cached is not None:
-                    x = feat[input_nodes]  # through the cache
-                else:
-                    x = feat[input_nodes.cpu()].to(device)
-                y = batch.output_data["label"] if "label" in batch.output_data else label[seeds.cpu()].to(device)
-                if args.sync_timing and device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t2 = time.perf_counter()
-                if device.type == "cuda":
-                    compute_events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-                    compute_events[-1][0].record()
+            meter = EpochMeter(
+                epoch, num_batches, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
+            )
+            for (_, seeds, blocks), x, y in meter.steps(epoch_batches, inputs):
                 logits = model(blocks, x)
                 loss = F.cross_entropy(logits, y)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                if compute_events:
-                    compute_events[-1][1].record()
-                    if args.sync_timing:
-                        torch.cuda.synchronize(device)
-                t3 = time.perf_counter()
-                # Sampling and fetching happen in the background when prefetching; "wait" is what they
-                # cost the trainer (time blocked on the loader plus any fetch left in this loop).
-                t_wait += t2 - t0
-                t_sample += batch.timing["sample"]
-                t_fetch += batch.timing["fetch"] + (t2 - t1)
-                t_compute += t3 - t2
-                loss_total += loss.detach() * len(seeds)
-                correct_total += (logits.argmax(1) == y).sum()
-                seen += len(seeds)
-                edges += sum(b.num_edges for b in blocks)
-                progress.update(step + 1)
-            del batches  # an epoch cut short by --max-batches: the loader cancels the rest
-            if compute_events:
-                torch.cuda.synchronize(device)
-                t_compute = sum(begin.elapsed_time(end) for begin, end in compute_events) / 1e3
-            elapsed = time.perf_counter() - start
-            loss_sum, correct, seen, edges = all_reduce([float(loss_total), float(correct_total), seen, edges])
-            slowest = all_reduce(
-                [elapsed, t_sample, t_fetch, t_compute, t_wait], dist.ReduceOp.MAX if world > 1 else None
-            )
-            epoch_times.append(slowest[0])
-            stage_times.append(slowest[1:])
-            cache_note = ""
-            if cached is not None:
-                hits, lookups, peer = all_reduce([cached.cache_hits, cached.lookups, cached.peer_hits])
-                cached.reset_stats()
-                cache_counts = [cache_counts[0] + hits, cache_counts[1] + lookups, cache_counts[2] + peer]
-                cache_note = f" | cache hit {hits / max(lookups, 1):.1%}"
-            seps_list.append(edges / slowest[0] if slowest[0] > 0 else 0.0)
+                meter.step_done(loss, len(seeds), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
+            summary = log.add(meter.finish(cached))
             if verbose:
-                print(
-                    f"epoch {epoch:3d} | loss {loss_sum / max(seen, 1):.4f} | train acc {correct / max(seen, 1):.4f} | "
-                    f"time {slowest[0]:.2f}s (sample {slowest[1]:.2f}s, fetch {slowest[2]:.2f}s, "
-                    f"compute {slowest[3]:.2f}s, waited for batches {slowest[4]:.2f}s) | "
-                    f"{seps_list[-1]:,.0f} sampled edges/s{cache_note}",
-                    flush=True,
-                )
+                print(summary.line(), flush=True)
     finally:
         loader.close()
         sampler.close()
@@ -459,22 +247,15 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
         "num_parts": g.get_partition_book().num_partitions,
         "epochs": args.epochs,
         "batches_per_epoch": num_batches,
-        "epoch_time_s": statistics.median(epoch_times) if epoch_times else None,
-        "epoch_times_s": [round(t, 4) for t in epoch_times],
-        # Per epoch, the slowest trainer's [sample, fetch, compute, waited for batches] seconds.
-        "stage_times_s": [[round(t, 4) for t in stages] for stages in stage_times],
-        "seps": statistics.median(seps_list) if seps_list else None,
-        "train_loss": loss_sum / max(seen, 1) if epoch_times else None,
+        **log.result(),
         "cache_gb": args.cache_gb if cached is not None else 0.0,
-        "cache_hit_rate": cache_counts[0] / cache_counts[1] if cached is not None and cache_counts[1] else None,
         "cache_policy": args.cache_policy if cached is not None else None,
         "hot_set": args.hot_set if cached is not None else None,
         "sample_device": args.sample_device,
-        "cache_peer_hit_rate": cache_counts[2] / cache_counts[1] if cached is not None and cache_counts[1] else None,
     }
     if not args.no_eval:
         t = time.perf_counter()
-        logits = layerwise_inference(raw_model, g, own, args, device, new_buffer)
+        logits = layerwise_inference(raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, new_buffer)
         pred = logits.argmax(1)
         truth = label[own]
         counts = []
@@ -488,166 +269,15 @@ def run_trainer(g, args: argparse.Namespace, split, new_buffer, device: torch.de
     return result
 
 
-def set_threads(args: argparse.Namespace, trainers_on_host: int) -> None:
-    threads = args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
-    torch.set_num_threads(threads)
-
-
-def single_main(args: argparse.Namespace) -> dict:
-    set_threads(args, 1)
-    g = InProcessGraph(load_dataset(args))
-
-    def split(mask_name):
-        if mask_name is None:
-            return torch.arange(g.num_nodes())
-        return torch.nonzero(g.ndata[mask_name]).flatten()
-
-    def new_buffer(layer, dim):
-        return torch.zeros(g.num_nodes(), dim)
-
-    return run_trainer(g, args, split, new_buffer, torch.device(args.device))
-
-
-def trainer_main(args: argparse.Namespace) -> dict:
-    """One trainer of a running job: RANK/WORLD_SIZE/LOCAL_RANK/MASTER_* and the distgnn env are set."""
-    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
-    faulthandler.enable()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    # torchrun (under distgnn-launch) says how many trainers share this host.
-    set_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine)))
-    if args.device == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise SystemExit(
-                f"error: trainer with LOCAL_RANK {local_rank} needs GPU {local_rank}, this host has {torch.cuda.device_count()}"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        # NCCL for the model's CUDA tensors (DDP); gloo for the small CPU collectives
-        # (batch counts, class count, timings) that NCCL cannot carry.
-        backend = "cpu:gloo,cuda:nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
-    ctx = distgnn.initialize()
-    try:
-        if ctx.config.part_config is None:
-            raise SystemExit("error: no partition config: start trainers through distgnn-launch or --local")
-        g = distgnn.DistGraph(read_meta(ctx.config.part_config).graph_name)
-        book = g.get_partition_book()
-        machine = ctx.config.machine_id
-        trainers = ctx.config.num_trainers
-        local_trainer = dist.get_rank() % trainers
-
-        def split(mask_name):
-            if mask_name is None:
-                # Inference: the nodes of this machine, shared by its trainers.
-                start, end = book.node_range(machine)
-                return torch.tensor_split(torch.arange(start, end), trainers)[local_trainer]
-            return distgnn.node_split(g.ndata[mask_name], book, force_even=True)
-
-        def new_buffer(layer, dim):
-            return distgnn.DistTensor((g.num_nodes(), dim), torch.float32, name=f"infer-h{layer}")
-
-        result = run_trainer(g, args, split, new_buffer, device, machine_group(machine))
-        dist.barrier()
-        return result
-    finally:
-        distgnn.shutdown()
-        dist.destroy_process_group()
-
-
-def machine_group(machine: int):
-    """A gloo group of the trainers on ``machine`` (collective: every trainer creates every machine's group)."""
-    ids = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
-    dist.all_gather(ids, torch.tensor([machine], dtype=torch.int64))
-    machines = [int(t) for t in ids]
-    mine = None
-    for m in sorted(set(machines)):
-        group = dist.new_group([r for r, owner in enumerate(machines) if owner == m], backend="gloo")
-        if m == machine:
-            mine = group
-    return mine
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def local_main(args: argparse.Namespace, argv: list[str]) -> int:
-    """Partition, start a LocalCluster, run every trainer as a subprocess, stop everything."""
-    # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    part_config = ensure_partition(args)
-    world = args.num_parts * args.trainers_per_machine
-    threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
-    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
-    port = _free_port()
-    procs: list[subprocess.Popen] = []
-    with distgnn.LocalCluster(
-        part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
-    ) as cluster:
-        try:
-            for machine in range(args.num_parts):
-                for trainer in range(args.trainers_per_machine):
-                    rank = machine * args.trainers_per_machine + trainer
-                    env = dict(os.environ)
-                    env.update(cluster.trainer_env(machine))
-                    env.update(
-                        RANK=str(rank),
-                        WORLD_SIZE=str(world),
-                        # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the
-                        # host (as torchrun would on one machine), so each one gets its own GPU.
-                        LOCAL_RANK=str(rank),
-                        LOCAL_WORLD_SIZE=str(world),
-                        MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(port),
-                        OMP_NUM_THREADS=str(threads),
-                    )
-                    procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *trainer_argv], env=env))
-            return _wait_all(procs)
-        finally:
-            _stop_all(procs)
-
-
-def _wait_all(procs: list[subprocess.Popen]) -> int:
-    """Wait for every trainer; when one fails, stop the others and return its exit code."""
-    while True:
-        codes = [p.poll() for p in procs]
-        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
-            rank, code = failed[0]
-            print(f"error: trainer {rank} exited with code {code}; stopping the job", file=sys.stderr)
-            return code if code > 0 else 1
-        if all(c == 0 for c in codes):
-            return 0
-        time.sleep(0.2)
-
-
-def _stop_all(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    job.log_to_stderr()
     if args.local:
-        return local_main(args, argv)
-    if not args.no_malloc_tuning:
-        # Reuse freed memory across batches instead of page-faulting fresh mmaps (see distgnn.allocator).
-        keep_freed_memory()
-    result = single_main(args) if args.single else trainer_main(args)
-    if args.single or int(os.environ.get("RANK", "0")) == 0:
+        return job.run_local(__file__, argv, args)
+    with job.start_trainer(args) as trainer:
+        result = run_trainer(trainer, args)
+    if trainer.rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
     return 0
 

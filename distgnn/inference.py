@@ -1,0 +1,69 @@
+"""Layer-wise inference: every node's output, one layer at a time over the whole graph.
+
+Sampled mini-batches would recompute the lower layers of every neighbour many times over; here each
+trainer computes its share of a layer's output for all its nodes (every in-neighbour, no sampling) into a
+node tensor every trainer can read (a DistTensor, or a plain tensor in one process), and all meet at a
+barrier before the next layer reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from distgnn.errors import InputError
+from distgnn.sampling.neighbor import NeighborSampler
+
+
+def layerwise_inference(
+    model: torch.nn.Module,
+    g: Any,
+    nodes: torch.Tensor,
+    features: Any,
+    batch_size: int,
+    device: torch.device,
+    new_buffer: Callable[[int, int], Any],
+) -> torch.Tensor:
+    """The last layer's output for ``nodes``: ``(len(nodes), model.layer_dims[-1])`` float32 on the CPU.
+
+    Args:
+        model: has ``num_layers``, ``layer_dims`` (output width per layer) and
+            ``forward_layer(layer, block, h)`` (as the models of ``distgnn.nn``).
+        g: a DistGraph or an InProcessGraph.
+        nodes: ``(n,)`` int64 global ids this trainer computes; the trainers' ``nodes`` together cover
+            every node the next layer reads (all nodes, for a model over the whole graph).
+        features: ``(num_nodes, F)`` input rows indexed by CPU id tensors (``g.ndata["feat"]``).
+        batch_size: destination nodes per block.
+        device: where each layer runs.
+        new_buffer: ``new_buffer(layer, dim)`` returns a ``(num_nodes, dim)`` node tensor indexable by global
+            id for a hidden layer's output (:meth:`distgnn.job.Trainer.new_buffer`).
+    """
+    if model.num_layers < 1:
+        raise InputError(f"layer-wise inference needs a model with at least one layer, got {model.num_layers}")
+    sampler = NeighborSampler([-1])
+
+    def run_layer(layer: int, x: Any, batch: torch.Tensor) -> torch.Tensor:
+        _, _, (block,) = sampler.sample_blocks(g, batch)
+        return model.forward_layer(layer, block.to(device), x[block.src_nids].to(device)).cpu()
+
+    x = features
+    last = model.num_layers - 1
+    model.eval()
+    with torch.no_grad():
+        for layer in range(last):
+            out = new_buffer(layer, model.layer_dims[layer])
+            for batch in torch.split(nodes, batch_size):
+                out[batch] = run_layer(layer, x, batch)
+            _barrier()  # the next layer reads rows other trainers wrote
+            x = out
+        outputs = [run_layer(last, x, batch) for batch in torch.split(nodes, batch_size)]
+        _barrier()
+    return torch.cat(outputs) if outputs else torch.zeros(0, model.layer_dims[-1])
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

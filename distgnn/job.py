@@ -1,0 +1,397 @@
+"""Running a training script as a job: the flags every example shares, the local runner, the trainer side.
+
+* :func:`add_job_args` adds the job flags (cluster shape, loader, mode, seed, device, threads).
+* :func:`run_local` runs the calling script as a whole job on this host: it partitions the dataset into the
+  work directory when needed, starts a :class:`~distgnn.cluster.LocalCluster`, spawns the trainers (the
+  script again, with torchrun's environment), waits, and stops everything on a failure, Ctrl-C or SIGTERM.
+  Trainer stderr streams to the console and into ``<workdir>/runs/<run>/trainer-<rank>.log``; when a process
+  dies, one line says which one died first and how.
+* :func:`start_trainer` is the trainer side: torch.distributed, ``distgnn.initialize``, the DistGraph and the
+  per-machine gloo group, or with ``--single`` the whole graph in this process; it shuts all of it down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import distgnn
+from distgnn.allocator import keep_freed_memory
+from distgnn.cluster import LocalCluster, _die_with_parent
+from distgnn.datasets import DatasetSpec, ensure_partition, load_dataset
+from distgnn.errors import ConfigError
+from distgnn.partition.format import read_meta
+from distgnn.sampling.neighbor import InProcessGraph
+
+log = logging.getLogger(__name__)
+
+# Set by run_local for its trainers when its own stderr is a terminal: theirs is a pipe, the console is not.
+STDERR_TTY_ENV = "DISTGNN_STDERR_TTY"
+
+
+def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse._ArgumentGroup:
+    """The job flags every example takes; ``--local`` and ``--single`` exclude each other."""
+    group = parser.add_argument_group("job")
+    group.add_argument("--num-parts", type=int, default=2, help="machines (= partitions)")
+    group.add_argument("--part-method", default="metis", choices=("metis", "random"))
+    group.add_argument("--trainers-per-machine", type=int, default=1)
+    group.add_argument("--servers-per-machine", type=int, default=1)
+    group.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: a thread)")
+    group.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="batches made ahead per worker (default 2; 0 with --sample-device cuda); with 0 workers, > 0 samples\n"
+        "in a background thread",
+    )
+    group.add_argument("--epochs", type=int, default=epochs)
+    group.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: all)")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    group.add_argument(
+        "--sync-timing",
+        action="store_true",
+        help="with --device cuda: wait for the GPU after each stage so the sample/fetch/compute split adds up\n"
+        "(costs the overlap of the next batch's host work with this batch's GPU work); without it compute is\n"
+        "GPU time from CUDA events, and a stage that waits for the GPU absorbs the previous step's compute",
+    )
+    group.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
+    group.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
+    group.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.allocator)",
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+    mode = group.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="run the whole job on this host")
+    mode.add_argument("--single", action="store_true", help="single-process reference run")
+    return group
+
+
+def log_to_stderr() -> None:
+    """Show what the job and dataset modules report (partitioning, a failed process) on stderr, for CLIs."""
+    logging.basicConfig(format="%(message)s")
+    for name in (__name__, "distgnn.datasets"):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
+    """``--num-threads``, or this host's cores shared out among its trainers."""
+    return args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
+
+
+# -- the local runner --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Trainer:
+    """One spawned trainer: its place in the job, its process and its stderr log."""
+
+    machine: int
+    local: int
+    rank: int
+    proc: subprocess.Popen
+    log_path: Path
+
+    def describe(self) -> str:
+        return f"trainer {self.local} of machine {self.machine} (rank {self.rank}, pid {self.proc.pid})"
+
+    def last_line(self) -> str:
+        return _last_line(_tail(self.log_path))
+
+
+def _tail(path: Path, size: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1] if lines else "(none)"
+
+
+def describe_exit(code: int) -> str:
+    """How a process ended, from its Popen return code: ``exited with code 1``, ``was killed by SIGKILL``."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stream(source: Any, log_path: Path) -> None:
+    """Copy a trainer's stderr to ours and to its log, as it comes (progress bars end lines with \\r)."""
+    console = getattr(sys.stderr, "buffer", None)
+    with open(log_path, "ab") as log_file:
+        fd = source.fileno()
+        while chunk := os.read(fd, 65536):
+            log_file.write(chunk)
+            log_file.flush()
+            with contextlib.suppress(OSError, ValueError):
+                if console is not None:
+                    console.write(chunk)
+                    console.flush()
+                else:
+                    sys.stderr.write(chunk.decode(errors="replace"))
+    source.close()
+
+
+def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
+    """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host.
+
+    ``args`` carries the job flags of :func:`add_job_args` and the dataset flags of
+    :func:`distgnn.datasets.add_dataset_args`. Returns 0 when every trainer succeeded, else the exit code of
+    the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return _run_local(Path(script), argv, args)
+    except KeyboardInterrupt:
+        log.error("interrupted: stopped the job")
+        return 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_local(script: Path, argv: list[str], args: argparse.Namespace) -> int:
+    part_config = ensure_partition(DatasetSpec.from_args(args), args.num_parts, args.part_method, args.workdir)
+    world = args.num_parts * args.trainers_per_machine
+    threads = torch_threads(args, world)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    trainers: list[_Trainer] = []
+    streams: list[threading.Thread] = []
+    with LocalCluster(
+        part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
+    ) as cluster:
+        try:
+            for machine in range(args.num_parts):
+                for local in range(args.trainers_per_machine):
+                    rank = machine * args.trainers_per_machine + local
+                    env = dict(os.environ)
+                    env.update(cluster.trainer_env(machine))
+                    env.update(
+                        RANK=str(rank),
+                        WORLD_SIZE=str(world),
+                        # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the
+                        # host (as torchrun would on one machine), so each one gets its own GPU.
+                        LOCAL_RANK=str(rank),
+                        LOCAL_WORLD_SIZE=str(world),
+                        MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port),
+                        OMP_NUM_THREADS=str(threads),
+                    )
+                    if sys.stderr.isatty():
+                        env[STDERR_TTY_ENV] = "1"
+                    proc = subprocess.Popen(
+                        [sys.executable, str(script.resolve()), *trainer_argv],
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        preexec_fn=_die_with_parent,
+                    )
+                    trainer = _Trainer(machine, local, rank, proc, run_dir / f"trainer-{rank}.log")
+                    trainers.append(trainer)
+                    streams.append(threading.Thread(target=_stream, args=(proc.stderr, trainer.log_path), daemon=True))
+                    streams[-1].start()
+            return _wait_all(trainers, cluster)
+        finally:
+            _stop_all(trainers)
+            for thread in streams:
+                thread.join(timeout=5)
+
+
+def _wait_all(trainers: list[_Trainer], cluster: LocalCluster) -> int:
+    """Wait for every trainer; at the first failure (a trainer's, or a server's), say which and return."""
+    while True:
+        for (machine, server), proc in cluster.processes.items():
+            if proc.poll() is not None:
+                log.error(
+                    "server %d of machine %d (partition %d, pid %d) %s; last log line: %s; stopping the job",
+                    server,
+                    machine,
+                    machine,
+                    proc.pid,
+                    describe_exit(proc.returncode),
+                    _last_line(cluster.server_log(machine, server)),
+                )
+                return proc.returncode if proc.returncode > 0 else 1
+        codes = [t.proc.poll() for t in trainers]
+        for trainer, code in zip(trainers, codes, strict=True):
+            if code not in (None, 0):
+                time.sleep(0.2)  # let its last stderr lines reach the log
+                log.error(
+                    "%s %s; last stderr line: %s; log: %s; stopping the job",
+                    trainer.describe(),
+                    describe_exit(code),
+                    trainer.last_line(),
+                    trainer.log_path,
+                )
+                return code if code > 0 else 1
+        if all(code == 0 for code in codes):
+            return 0
+        time.sleep(0.2)
+
+
+def _stop_all(trainers: list[_Trainer]) -> None:
+    for trainer in trainers:
+        if trainer.proc.poll() is None:
+            trainer.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for trainer in trainers:
+        try:
+            trainer.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            trainer.proc.kill()
+            trainer.proc.wait()
+
+
+# -- the trainer side --------------------------------------------------------------------------------
+
+
+@dataclass
+class Trainer:
+    """What a training loop needs from its job, the same for a DistGraph and the single-process reference.
+
+    Attributes:
+        g: the DistGraph, or the InProcessGraph with ``--single``.
+        device: this trainer's device (``cuda:LOCAL_RANK`` with ``--device cuda``).
+        rank, world_size: this trainer's place among the job's trainers (0 and 1 in a single process).
+        machine_group: the gloo group of this machine's trainers (None in a single process).
+        show_progress: rank 0, not ``--quiet``, and the console is a terminal.
+    """
+
+    g: Any
+    device: torch.device
+    rank: int
+    world_size: int
+    machine_group: Any
+    show_progress: bool
+    _machine: int = 0
+    _trainers_per_machine: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return isinstance(self.g, distgnn.DistGraph)
+
+    def seeds(self, mask_name: str) -> torch.Tensor:
+        """``(n,)`` int64: this trainer's share of the nodes where ``g.ndata[mask_name]`` is set."""
+        if not self.distributed:
+            return torch.nonzero(self.g.ndata[mask_name]).flatten()
+        return distgnn.node_split(self.g.ndata[mask_name], self.g.get_partition_book(), force_even=True)
+
+    def inference_nodes(self) -> torch.Tensor:
+        """``(n,)`` int64: the nodes this trainer infers: its machine's, shared among the machine's trainers."""
+        if not self.distributed:
+            return torch.arange(self.g.num_nodes())
+        start, end = self.g.get_partition_book().node_range(self._machine)
+        return torch.tensor_split(torch.arange(start, end), self._trainers_per_machine)[
+            self.rank % self._trainers_per_machine
+        ]
+
+    def new_buffer(self, layer: int, dim: int) -> Any:
+        """A float32 ``(num_nodes, dim)`` node tensor for layer ``layer``'s output of layer-wise inference:
+        a DistTensor every trainer writes its rows into, or a plain tensor in a single process."""
+        if not self.distributed:
+            return torch.zeros(self.g.num_nodes(), dim)
+        return distgnn.DistTensor((self.g.num_nodes(), dim), torch.float32, name=f"infer-h{layer}")
+
+
+@contextlib.contextmanager
+def start_trainer(args: argparse.Namespace) -> Iterator[Trainer]:
+    """This process's trainer of a job started by ``distgnn-launch`` or :func:`run_local` (torchrun's and
+    distgnn's environment set), or with ``args.single`` the whole dataset in this process. On leaving, the
+    trainers meet at a barrier (after success), then distgnn and torch.distributed shut down."""
+    if not args.no_malloc_tuning:
+        # Reuse freed memory across batches instead of page-faulting fresh mmaps (see distgnn.allocator).
+        keep_freed_memory()
+    quiet = args.quiet or not (sys.stderr.isatty() or os.environ.get(STDERR_TTY_ENV) == "1")
+    if args.single:
+        torch.set_num_threads(torch_threads(args, 1))
+        g = InProcessGraph(load_dataset(DatasetSpec.from_args(args)))
+        yield Trainer(g, torch.device(args.device), 0, 1, None, not quiet)
+        return
+    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
+    faulthandler.enable()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # torchrun (under distgnn-launch) says how many trainers share this host.
+    torch.set_num_threads(torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine))))
+    if args.device == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"trainer with LOCAL_RANK {local_rank} needs GPU {local_rank}, this host has "
+                f"{torch.cuda.device_count()}; start at most one trainer per GPU"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        # NCCL for the model's CUDA tensors (DDP); gloo for the small CPU collectives
+        # (batch counts, class count, timings) that NCCL cannot carry.
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    ctx = distgnn.initialize()
+    try:
+        if ctx.config.part_config is None:
+            raise ConfigError("no partition config: start trainers through distgnn-launch or with --local")
+        g = distgnn.DistGraph(read_meta(ctx.config.part_config).graph_name)
+        machine = ctx.config.machine_id
+        rank = dist.get_rank()
+        yield Trainer(
+            g,
+            device,
+            rank,
+            dist.get_world_size(),
+            machine_group(machine),
+            rank == 0 and not quiet,
+            machine,
+            ctx.config.num_trainers,
+        )
+        dist.barrier()
+    finally:
+        distgnn.shutdown()
+        dist.destroy_process_group()
+
+
+def machine_group(machine: int) -> Any:
+    """A gloo group of the trainers on ``machine`` (collective: every trainer creates every machine's group)."""
+    ids = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(ids, torch.tensor([machine], dtype=torch.int64))
+    machines = [int(t) for t in ids]
+    mine = None
+    for m in sorted(set(machines)):
+        group = dist.new_group([r for r, owner in enumerate(machines) if owner == m], backend="gloo")
+        if m == machine:
+            mine = group
+    return mine

@@ -1,0 +1,210 @@
+"""Relational layers for heterogeneous graphs: RelGraphConv (R-GCN with basis decomposition), the RGCN
+stack, and TypedInput, which builds a block's input features from per-type features and learnable
+embeddings for the types that have none.
+
+A typed Block (see ``distgnn.sampling.block``) carries each edge's type (``etypes``) and each source node's
+type (``src_ntypes``), so one layer handles every relation of a layer in a few dense ops, as DGL's
+RelGraphConv does on a homogeneous view of the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distgnn.nn.models import _LayerStack
+from distgnn.partition_book import node_policy
+from distgnn.sampling.block import Block
+
+
+class RelGraphConv(nn.Module):
+    """R-GCN (Schlichtkrull et al.): ``h_d = W_0 x_d + sum_r mean_{s in N_r(d)} W_r x_s + b``.
+
+    ``W_r = sum_b a_{rb} V_b`` over ``num_bases`` shared bases (basis decomposition; ``None`` gives
+    ``num_rels`` bases). Messages are projected by the bases before the aggregation, so the work per edge
+    is ``num_bases * out_feats`` multiply-adds.
+
+    Args:
+        in_feats, out_feats: widths.
+        num_rels: number of edge types (``block.etypes`` values are in ``[0, num_rels)``).
+        num_bases: bases of the decomposition (``1 <= num_bases <= num_rels``), or None for ``num_rels``.
+        self_loop: add ``W_0 x_d``.
+        bias: add ``b``.
+    """
+
+    def __init__(
+        self,
+        in_feats: int,
+        out_feats: int,
+        num_rels: int,
+        num_bases: int | None = None,
+        self_loop: bool = True,
+        bias: bool = True,
+    ):
+        super().__init__()
+        num_bases = num_rels if num_bases is None else num_bases
+        if not 1 <= num_bases <= num_rels:
+            raise ValueError(f"num_bases must be in [1, num_rels={num_rels}], got {num_bases}")
+        self.in_feats, self.out_feats, self.num_rels, self.num_bases = in_feats, out_feats, num_rels, num_bases
+        self.bases = nn.Parameter(torch.empty(in_feats, num_bases * out_feats))
+        self.coefficients = nn.Parameter(torch.empty(num_rels, num_bases))
+        self.loop_weight = nn.Parameter(torch.empty(in_feats, out_feats)) if self_loop else None
+        self.bias = nn.Parameter(torch.zeros(out_feats)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        gain = nn.init.calculate_gain("relu")
+        nn.init.xavier_uniform_(self.bases.view(self.in_feats, self.num_bases, self.out_feats), gain=gain)
+        nn.init.xavier_uniform_(self.coefficients, gain=gain)
+        if self.loop_weight is not None:
+            nn.init.xavier_uniform_(self.loop_weight, gain=gain)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def relation_weights(self) -> torch.Tensor:
+        """``(num_rels, in_feats, out_feats)``: every ``W_r`` (for tests and inspection)."""
+        bases = self.bases.view(self.in_feats, self.num_bases, self.out_feats)
+        return torch.einsum("rb,ibo->rio", self.coefficients, bases)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        """``x``: ``(block.num_src, in_feats)``; returns ``(block.num_dst, out_feats)``."""
+        if block.etypes is None:
+            raise ValueError("RelGraphConv needs a typed block (sampled from a heterogeneous graph)")
+        num_dst = block.num_dst
+        dst = block.dst_index()
+        etypes = block.etypes
+        projected = (x @ self.bases).view(-1, self.num_bases, self.out_feats)  # (num_src, B, out)
+        messages = torch.einsum("eb,ebo->eo", self.coefficients[etypes], projected[block.indices])
+        # Mean per (destination, relation): each edge weighs 1 / (in-edges of its relation at its destination).
+        key = dst * self.num_rels + etypes
+        counts = torch.bincount(key, minlength=num_dst * self.num_rels).to(x.dtype)
+        messages = messages * (1.0 / counts[key]).unsqueeze(1)
+        out = torch.zeros(num_dst, self.out_feats, dtype=x.dtype, device=x.device).index_add_(0, dst, messages)
+        if self.loop_weight is not None:
+            out = torch.addmm(out, x[:num_dst], self.loop_weight)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+
+class RGCN(_LayerStack):
+    """``num_layers`` RelGraphConv layers with ReLU and dropout between them."""
+
+    def __init__(
+        self,
+        in_feats: int,
+        hidden: int,
+        num_classes: int,
+        num_rels: int,
+        num_layers: int = 2,
+        num_bases: int | None = None,
+        dropout: float = 0.5,
+    ):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.layers = nn.ModuleList(
+            RelGraphConv(a, b, num_rels, num_bases) for a, b in zip(dims[:-1], dims[1:], strict=True)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.layer_dims = dims[1:]
+
+    def forward_layer(self, i: int, block: Block, x: torch.Tensor) -> torch.Tensor:
+        h = self.layers[i](block, x)
+        if i != self.num_layers - 1:
+            h = self.dropout(F.relu(h))
+        return h
+
+
+class TypedInput(nn.Module):
+    """The input features of a typed block: a linear projection of each featured type's features, and a
+    learnable embedding for every type without features, all ``embed_dim`` wide.
+
+    Args:
+        g: a DistGraph (embeddings become ``DistEmbedding``s held by the servers) or an InProcessGraph
+            (``torch.nn.Embedding(sparse=True)``).
+        embed_dim: width of every type's input.
+        feat_name: the node feature read for the types that have it.
+        name: prefix of the DistEmbedding names (all trainers must agree).
+
+    ``forward(input_nodes, src_ntypes, device)`` takes the loader's ``{ntype: per-type ids}`` and the first
+    block's ``src_ntypes``; returns ``(num_src, embed_dim)``.
+    """
+
+    def __init__(self, g, embed_dim: int, feat_name: str = "feat", name: str = "node_emb"):
+        super().__init__()
+        from distgnn.embedding import DistEmbedding
+
+        self.g = g
+        self.ntypes = list(g.ntypes)
+        self.embed_dim = embed_dim
+        self.feat_name = feat_name
+        self.features = {t: g.nodes[t].data[feat_name] for t in self.ntypes if feat_name in g.nodes[t].data}
+        self.projections = nn.ModuleDict({t: nn.Linear(int(f.shape[1]), embed_dim) for t, f in self.features.items()})
+        self.distributed = not hasattr(g, "sampling_view")
+        self.embeddings: dict[str, object] = {}
+        local = {}
+        for t in self.ntypes:
+            if t in self.features:
+                continue
+            if self.distributed:
+                self.embeddings[t] = DistEmbedding(
+                    g.num_nodes(t),
+                    embed_dim,
+                    f"{name}.{t}",
+                    init="uniform",
+                    low=-0.1,
+                    high=0.1,
+                    part_policy=node_policy(t),
+                    context=g.context,
+                )
+            else:
+                emb = nn.Embedding(g.num_nodes(t), embed_dim, sparse=True)
+                nn.init.uniform_(emb.weight, -0.1, 0.1)
+                local[t] = emb
+                self.embeddings[t] = emb
+        self.local_embeddings = nn.ModuleDict(local)  # trained by sparse_optimizer, not the dense one
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Parameters for the dense optimizer (the projections)."""
+        return list(self.projections.parameters())
+
+    def sparse_optimizer(self, kind: str, lr: float):
+        """The optimizer of the embeddings: ``"adam"`` or ``"adagrad"`` (None when every type has features)."""
+        if not self.embeddings:
+            return None
+        if kind not in ("adam", "adagrad"):
+            raise ValueError(f"sparse optimizer must be 'adam' or 'adagrad', got {kind!r}")
+        if self.distributed:
+            from distgnn.embedding import SparseAdagrad, SparseAdam
+
+            return (SparseAdam if kind == "adam" else SparseAdagrad)(list(self.embeddings.values()), lr)
+        params = list(self.local_embeddings.parameters())
+        return torch.optim.SparseAdam(params, lr) if kind == "adam" else torch.optim.Adagrad(params, lr)
+
+    def forward(
+        self, input_nodes: Mapping[str, torch.Tensor], src_ntypes: torch.Tensor, device: torch.device | str
+    ) -> torch.Tensor:
+        x = torch.empty(len(src_ntypes), self.embed_dim, device=device)
+        src_ntypes = src_ntypes.to(device)
+        pieces: Sequence = []
+        for t, ntype in enumerate(self.ntypes):
+            ids = input_nodes.get(ntype)
+            if ids is None or len(ids) == 0:
+                continue
+            where = torch.nonzero(src_ntypes == t).flatten()
+            if ntype in self.features:
+                rows = self.features[ntype][ids.cpu()].to(device, torch.float32)
+                pieces.append((where, self.projections[ntype](rows)))
+            elif self.distributed:
+                pieces.append((where, self.embeddings[ntype](ids.cpu(), device)))
+            else:
+                pieces.append((where, self.embeddings[ntype](ids.to(device))))
+        # index_put keeps autograd to every piece (embedding rows and projections alike).
+        for where, rows in pieces:
+            x = x.index_put((where,), rows)
+        return x

@@ -1,0 +1,46 @@
+"""A training script in the shape of the examples, for tests of distgnn.job.
+
+Each trainer prints ``TRAINER rank world seeds inference_nodes`` on stdout; ``--fail-rank R`` makes
+trainer R write a line on stderr and exit with code 3 before joining the job (``--kill-rank R``: SIGKILL
+itself), ``--sleep S`` keeps every trainer busy for S seconds after joining.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+from distgnn import job
+from distgnn.datasets import add_dataset_args
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    add_dataset_args(p)
+    job.add_job_args(p)
+    p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--kill-rank", type=int, default=-1)
+    p.add_argument("--sleep", type=float, default=0.0)
+    args = p.parse_args(argv)
+    job.log_to_stderr()
+    if args.local:
+        return job.run_local(__file__, argv, args)
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == args.fail_rank:
+        print(f"trainer {rank} gives up on purpose", file=sys.stderr, flush=True)
+        return 3
+    if rank == args.kill_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    with job.start_trainer(args) as trainer:
+        seeds = trainer.seeds("train_mask")
+        nodes = trainer.inference_nodes()
+        print(f"TRAINER {trainer.rank} {trainer.world_size} {len(seeds)} {len(nodes)}", flush=True)
+        time.sleep(args.sleep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
