@@ -15,7 +15,8 @@
 # e2etests  the tests of issue 18's one-GPU work: gather and cache, timeline, the loader's sampling stream
 # resident benchmarks/gather.py --resident (the all-hit gather: all-hit path vs planned path vs index_select)
 # train1ab benchmarks/scaling.py --gpus 1, inline sampling and the sampling thread, each run against the checkout
-#          in $BASE first when BASE is set (its own extension build; same partition in /tmp/distgnn-train1)
+#          in $BASE first when BASE is set (its own extension build; same partition in /tmp/distgnn-train1);
+#          TIMELINE=1: this tree's runs also write their timelines (a few events per batch)
 # timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
 #          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
@@ -93,7 +94,8 @@ if has scaling; then
 fi
 if has e2etests; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_feature_cache.py \
-    tests/test_cache_pipeline.py tests/test_timeline.py tests/test_cache_dist_feature.py \
+    tests/test_cache_pipeline.py tests/test_timeline.py tests/test_training.py \
+    tests/test_cache_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
     "tests/test_loader_dist.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
     >"$OUT/pytest_e2e.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
@@ -116,7 +118,7 @@ if has train1ab; then
     # shellcheck disable=SC2086
     if [[ -n "${BASE:-}" ]]; then train1 "base_$name" "$BASE" /tmp/xdg-base -- ${variant#*:}; fi
     # shellcheck disable=SC2086
-    train1 "this_$name" "$PWD" "$here_cache" -- ${variant#*:}
+    train1 "this_$name" "$PWD" "$here_cache" ${TIMELINE:+--timeline "$OUT/$name.json"} -- ${variant#*:}
   done
 fi
 if has timeline; then

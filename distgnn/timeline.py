@@ -39,6 +39,7 @@ class _Span:
     host_begin: float
     host_end: float = float("nan")
     events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None
+    range: Any = None  # the profiler's record_function while open
 
 
 @dataclass
@@ -83,21 +84,35 @@ class Timeline:
     @contextlib.contextmanager
     def span(self, stage: str) -> Iterator[None]:
         """Times the block as stage ``stage`` of the current batch (host clock; CUDA events on a GPU)."""
+        record = self.open_span(stage)
+        try:
+            yield
+        finally:
+            self.close_span(record)
+
+    def open_span(self, stage: str) -> _Span:
+        """Starts stage ``stage`` of the current batch; pass the result to :meth:`close_span` (for loops where a
+        ``with`` block does not fit, such as a span that ends in another method)."""
         if not self._batches:
             raise InputError(f"span {stage!r} opened before any begin_batch(); call begin_batch(epoch, batch) first")
         record = _Span(stage, time.perf_counter() - self._origin_host)
         if self._cuda:
-            stream = torch.cuda.current_stream(self.device)
             record.events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            record.events[0].record(stream)
+            record.events[0].record(torch.cuda.current_stream(self.device))
+        if self._profiler is not None:
+            record.range = torch.profiler.record_function(f"distgnn.{stage}")
+            record.range.__enter__()
         self._batches[-1].spans.append(record)
-        with torch.profiler.record_function(f"distgnn.{stage}") if self._profiler is not None else _nothing():
-            try:
-                yield
-            finally:
-                if record.events is not None:
-                    record.events[1].record(torch.cuda.current_stream(self.device))
-                record.host_end = time.perf_counter() - self._origin_host
+        return record
+
+    def close_span(self, record: _Span) -> None:
+        """Ends a span :meth:`open_span` started."""
+        if record.range is not None:
+            record.range.__exit__(None, None, None)
+            record.range = None
+        if record.events is not None:
+            record.events[1].record(torch.cuda.current_stream(self.device))
+        record.host_end = time.perf_counter() - self._origin_host
 
     def add_span(self, stage: str, host_begin: float, host_end: float) -> None:
         """Adds a span measured elsewhere (``time.perf_counter`` values, e.g. a loader thread's) to the current
@@ -146,11 +161,6 @@ class Timeline:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def summarize(batches: list[dict], epochs: set[int] | None = None) -> dict[str, dict[str, float]]:
