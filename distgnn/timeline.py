@@ -250,13 +250,16 @@ def plot_timeline(document: dict, path: str | Path, *, clock: str = "auto") -> N
     lanes.set_yticks(range(len(stages)), stages)
     lanes.set_xlabel(f"ms since start ({'GPU events' if use_gpu else 'host clock'})")
     lanes.set_title("stage spans (gaps in a lane are time that stage was not running)")
+    every = []
     for stage in stages:
-        xs, ys = [], []
-        for k, record in enumerate(batches):
-            total = sum(interval(s)[1] - interval(s)[0] for s in record["spans"] if s["stage"] == stage)
-            xs.append(k)
-            ys.append(total)
-        per_batch.plot(xs, ys, label=stage, color=colors[stage], linewidth=1)
+        ys = [
+            sum(interval(s)[1] - interval(s)[0] for s in record["spans"] if s["stage"] == stage) for record in batches
+        ]
+        every += ys
+        per_batch.plot(range(len(ys)), ys, label=stage, color=colors[stage], linewidth=1)
+    if every:  # warm-up batches (extension builds, first allocations) would flatten the rest: clip at 3x the 99th %
+        every.sort()
+        per_batch.set_ylim(0, 3 * every[min(len(every) - 1, int(0.99 * len(every)))] or None)
     per_batch.set_xlabel("batch (in recorded order)")
     per_batch.set_ylabel("ms")
     per_batch.legend(loc="upper right", ncol=len(stages))
