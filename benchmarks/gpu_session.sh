@@ -20,6 +20,8 @@
 # timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
 #          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
+# inference  tests/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
+#          host-buffer path) and, for scale, one training run with the sampling thread
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
 # ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
@@ -127,5 +129,13 @@ if has timeline; then
 fi
 if has trace; then  # a short run: the trace of a whole products-scale run is too large to bring back
   train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12
+fi
+if has inference; then
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_inference_gpu.py >"$OUT/pytest_inference.log" 2>&1 \
+    || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_inference.log" | tail -5
+  timeout 300 python3 benchmarks/inference_gpu.py --json "$OUT/inference.json" >"$OUT/inference.log" 2>&1 || status=1
+  tail -8 "$OUT/inference.log"
+  train1 epoch_thread "$PWD" "$here_cache" -- --prefetch 1
 fi
 exit $status
