@@ -245,7 +245,7 @@ def _sample_loop(
 ) -> None:
     """Make batches ``worker_id, worker_id + num_workers, ...`` of every epoch asked for on ``commands``.
 
-    Commands: an epoch number, ``"cancel"`` (stop the current epoch), ``None`` (exit).
+    Commands: ``(epoch, first batch index)``, ``"cancel"`` (stop the current epoch), ``None`` (exit).
     Puts ``("batch", epoch, index, MiniBatch)``, then ``("end", epoch)``, or ``("error", ...)``.
     """
     try:
@@ -260,9 +260,10 @@ def _sample_loop(
                 return
             if command == "cancel":
                 continue
-            epoch = int(command)
+            epoch, start = command
             batches = plan.batches(epoch)
-            for index in range(worker_id, len(batches), num_workers):
+            # This worker's batches are those with index % num_workers == worker_id, from ``start`` on.
+            for index in range(start + (worker_id - start) % num_workers, len(batches), num_workers):
                 if _cancelled(commands) or not parent_alive():
                     break
                 batch = maker(g, sampler, batches[index], plan.batch_rng_seed(epoch, index))
@@ -492,6 +493,8 @@ class DistNodeDataLoader:
         self.plan = BatchPlan(seeds, num_batches, batch_size, shuffle, drop_last, derive_seed(seed, rank))
         self._maker = BatchMaker(sampler.spec(), tuple(input_feats), tuple(output_feats))
         self.epoch = 0
+        self._start = 0  # first batch of the next epoch (non-zero after load_state_dict mid-epoch)
+        self._position = (0, 0)  # (epoch, batches handed out of it)
         self._workers: _Workers | None = None
         # GPU sampling in this process (inline or the prefetch thread) gets a stream of its own (module docstring).
         self._stream = torch.cuda.Stream(sampler_device) if sampler_device.type == "cuda" else None
@@ -509,33 +512,59 @@ class DistNodeDataLoader:
         return self.plan.num_batches
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        epoch = self.epoch
+        epoch, start = self.epoch, self._start
         self.epoch += 1
+        self._start = 0
+        self._position = (epoch, start)
         if self._workers is None:
-            return self._inline(epoch)
-        return self._from_workers(epoch)
+            return self._inline(epoch, start)
+        return self._from_workers(epoch, start)
 
-    def _inline(self, epoch: int) -> Iterator[MiniBatch]:
-        for index, seeds in enumerate(self.plan.batches(epoch)):
-            rng_seed = self.plan.batch_rng_seed(epoch, index)
-            if self._stream is None:
-                yield self._to_device(self._maker(self.g, self.sampler, seeds, rng_seed))
-                continue
-            batch = _OnStream(self._maker, self._stream)(self.g, self.sampler, seeds, rng_seed)
-            yield self._to_device(_hand_over(batch, batch.ready))
+    def state_dict(self) -> dict[str, int]:
+        """Where the batches stand: ``{"epoch", "batch"}``, the epoch being iterated (or next, between epochs)
+        and how many of its batches were handed out. JSON-able; see :meth:`load_state_dict`."""
+        epoch, batch = self._position
+        if epoch < self.epoch - 1 or batch >= self.plan.num_batches:
+            epoch, batch = self.epoch, self._start  # between epochs: the next one starts afresh
+        return {"epoch": epoch, "batch": batch, "num_batches": self.plan.num_batches, "seed": self.plan.seed}
 
-    def _from_workers(self, epoch: int) -> Iterator[MiniBatch]:
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Make the next ``iter(loader)`` yield epoch ``state["epoch"]`` from batch ``state["batch"]`` on: the
+        same batches an uninterrupted loader would have yielded next (same seed, rank and seeds)."""
+        if (state.get("num_batches"), state.get("seed")) != (self.plan.num_batches, self.plan.seed):
+            raise ConfigError(
+                f"loader state is for {state.get('num_batches')} batches per epoch with seed {state.get('seed')}, "
+                f"this loader makes {self.plan.num_batches} with seed {self.plan.seed}: the seeds, batch size, seed "
+                "or rank differ"
+            )
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or not 0 <= batch <= self.plan.num_batches:
+            raise ConfigError(f"loader position epoch {epoch} batch {batch} is out of range")
+        if batch == self.plan.num_batches:
+            epoch, batch = epoch + 1, 0
+        self.epoch, self._start, self._position = epoch, batch, (epoch, batch)
+
+    def _inline(self, epoch: int, start: int) -> Iterator[MiniBatch]:
+        batches = self.plan.batches(epoch)
+        maker = self._maker if self._stream is None else _OnStream(self._maker, self._stream)
+        for index in range(start, len(batches)):
+            batch = maker(self.g, self.sampler, batches[index], self.plan.batch_rng_seed(epoch, index))
+            self._position = (epoch, index + 1)
+            yield self._to_device(batch if batch.ready is None else _hand_over(batch, batch.ready))
+
+    def _from_workers(self, epoch: int, start: int) -> Iterator[MiniBatch]:
         workers = self._workers
         if self._active_epoch is not None:
             # The previous epoch was left early: its workers must stop first.
             workers.drain_epoch(self._active_epoch, self.timeout_s)
         self._active_epoch = epoch
         for commands in workers.commands:
-            commands.put(epoch)
-        for index in range(self.plan.num_batches):
+            commands.put((epoch, start))
+        for index in range(start, self.plan.num_batches):
             item = workers.get(index % workers.count, self.timeout_s)
             if item[0] != "batch" or item[1] != epoch or item[2] != index:
                 raise DistGNNError(f"sampler worker sent {item[:3]} where batch {index} of epoch {epoch} was due")
+            self._position = (epoch, index + 1)
             batch = item[3]
             yield self._to_device(batch if batch.ready is None else _hand_over(batch, batch.ready))
         for worker in range(workers.count):

@@ -32,6 +32,7 @@ class DatasetSpec:
         name: ``KIND`` or ``KIND:ARGUMENT`` (``cora``, ``synthetic``, ``npz:PATH``).
         data_dir: directory of the Planetoid ``ind.<name>.*`` files.
         num_nodes, avg_degree, feat_dim, num_classes, seed: the synthetic generator's size and seed.
+        num_papers: the synthetic-mag generator's paper count (it shares feat_dim, num_classes, seed).
     """
 
     name: str
@@ -41,6 +42,7 @@ class DatasetSpec:
     feat_dim: int = 100
     num_classes: int = 16
     seed: int = 0
+    num_papers: int = 20000
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DatasetSpec:
@@ -53,6 +55,7 @@ class DatasetSpec:
             args.feat_dim,
             args.synthetic_classes,
             args.seed,
+            getattr(args, "num_papers", cls.num_papers),
         )
 
     @property
@@ -122,7 +125,8 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     group.add_argument("--num-nodes", type=int, default=20000, help="synthetic: nodes")
     group.add_argument("--avg-degree", type=float, default=10.0, help="synthetic: mean in-degree")
     group.add_argument("--feat-dim", type=int, default=100, help="synthetic: feature width")
-    group.add_argument("--synthetic-classes", type=int, default=16, help="synthetic: classes")
+    group.add_argument("--synthetic-classes", type=int, default=16, help="synthetic, synthetic-mag: classes")
+    group.add_argument("--num-papers", type=int, default=20000, help="synthetic-mag: papers")
     return group
 
 
@@ -176,7 +180,31 @@ def _npz(spec: DatasetSpec) -> Any:
     return load_npz(spec.argument)
 
 
+def _synthetic_mag(spec: DatasetSpec) -> Any:
+    from distgnn.data.synthetic_mag import synthetic_mag
+
+    return synthetic_mag(spec.num_papers, seed=spec.seed, feat_dim=spec.feat_dim, num_classes=spec.num_classes)
+
+
+def _synthetic_mag_name(spec: DatasetSpec) -> str:
+    return f"synthetic-mag-p{spec.num_papers}-f{spec.feat_dim}-c{spec.num_classes}-s{spec.seed}"
+
+
+def _chunked(spec: DatasetSpec) -> Any:
+    from distgnn.partition.chunked import read_chunked
+
+    return read_chunked(spec.argument)
+
+
+def _chunked_name(spec: DatasetSpec) -> str:
+    from distgnn.partition.chunked import read_chunked_graph_name
+
+    return read_chunked_graph_name(spec.argument)
+
+
 for _name in ("cora", "citeseer", "pubmed"):
     register(_name, _planetoid)
 register("synthetic", _synthetic, _synthetic_name)
 register("npz", _npz, lambda spec: Path(spec.argument).stem, takes_argument=True)
+register("synthetic-mag", _synthetic_mag, _synthetic_mag_name)
+register("chunked", _chunked, _chunked_name, takes_argument=True)

@@ -92,9 +92,12 @@ class _SparseOptimizer(abc.ABC):
         self.lr = lr
 
     def zero_grad(self) -> None:
-        """Forget lookups recorded since the last step (their gradients are not applied)."""
+        """Drop the gradients accumulated so far, as torch's ``zero_grad`` does: a lookup made before this
+        call still gets the gradient of a later ``backward`` (so ``forward; zero_grad; backward; step``, the
+        order DGL's examples use, applies that step)."""
         for emb in self.embeddings:
-            emb._trace.clear()
+            for _, rows in emb._trace:
+                rows.grad = None
 
     def step(self) -> None:
         """Apply the gradients of every recorded lookup since the last step."""

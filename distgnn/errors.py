@@ -30,6 +30,10 @@ class RpcTimeoutError(RpcError):
     """A server did not answer within the call's deadline."""
 
 
+class ServerLostError(RpcError):
+    """The connection to a server closed, or its heartbeat stopped, while requests to it were pending."""
+
+
 class ProtocolError(RpcError):
     """A message on the wire is malformed (bad header, frame count, dtype or size)."""
 
@@ -40,3 +44,7 @@ class AuthenticationError(RpcError):
 
 class ExtensionBuildError(DistGNNError):
     """A C++ or CUDA extension could not be built or loaded."""
+
+
+class CheckpointError(DistGNNError):
+    """A checkpoint is missing, incomplete, tampered with, or made for another job (graph, partitions, model)."""

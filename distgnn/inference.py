@@ -4,6 +4,11 @@ Sampled mini-batches would recompute the lower layers of every neighbour many ti
 trainer computes its share of a layer's output for all its nodes (every in-neighbour, no sampling) into a
 node tensor every trainer can read (a DistTensor, or a plain tensor in one process), and all meet at a
 barrier before the next layer reads it.
+
+On a heterogeneous graph the same loop runs on typed blocks (every in-edge of every type, the R-GCN
+layers of ``distgnn.nn`` read ``block.etypes``), with homogeneous node ids throughout; the input rows come
+from a function of the block (per-type features and embeddings, e.g. ``distgnn.nn.TypedInput``), since no
+single feature tensor covers every type.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ def layerwise_inference(
         g: a DistGraph or an InProcessGraph.
         nodes: ``(n,)`` int64 global ids this trainer computes; the trainers' ``nodes`` together cover
             every node the next layer reads (all nodes, for a model over the whole graph).
-        features: ``(num_nodes, F)`` input rows indexed by CPU id tensors (``g.ndata["feat"]``).
+        features: ``(num_nodes, F)`` input rows indexed by CPU id tensors (``g.ndata["feat"]``), or a function
+            ``features(block)`` returning the first layer's input rows for ``block.src_nids`` on ``device``
+            (a heterogeneous graph: see :func:`typed_input_rows`).
         batch_size: destination nodes per block.
         device: where each layer runs.
         new_buffer: ``new_buffer(layer, dim)`` returns a ``(num_nodes, dim)`` node tensor indexable by global
@@ -47,7 +54,9 @@ def layerwise_inference(
 
     def run_layer(layer: int, x: Any, batch: torch.Tensor) -> torch.Tensor:
         _, _, (block,) = sampler.sample_blocks(g, batch)
-        return model.forward_layer(layer, block.to(device), x[block.src_nids].to(device)).cpu()
+        block = block.to(device)
+        rows = x(block) if callable(x) and not hasattr(x, "__getitem__") else x[block.src_nids.cpu()].to(device)
+        return model.forward_layer(layer, block, rows).cpu()
 
     x = features
     last = model.num_layers - 1
@@ -62,6 +71,19 @@ def layerwise_inference(
         outputs = [run_layer(last, x, batch) for batch in torch.split(nodes, batch_size)]
         _barrier()
     return torch.cat(outputs) if outputs else torch.zeros(0, model.layer_dims[-1])
+
+
+def typed_input_rows(g: Any, inputs: torch.nn.Module, device: torch.device) -> Callable[[Any], torch.Tensor]:
+    """``features`` for :func:`layerwise_inference` on a heterogeneous graph: ``inputs`` (a
+    :class:`distgnn.nn.TypedInput`) applied to each block's source nodes, split by type."""
+    from distgnn.sampling.neighbor import split_by_type
+
+    book = g.get_partition_book()
+
+    def rows(block: Any) -> torch.Tensor:
+        return inputs(split_by_type(book, block.src_nids), block.src_ntypes, device)
+
+    return rows
 
 
 def _barrier() -> None:

@@ -5,8 +5,11 @@
 
 Everything is checked before anything starts; then each machine runs its
 servers and a torchrun agent with its trainers; output streams back prefixed
-with ``[machine/role/rank]``; any failure or Ctrl-C stops the whole job on
-every machine. See docs/cluster.md.
+with ``[machine/role/rank]`` and is kept in full in the run directory; any
+failure or Ctrl-C stops the whole job on every machine, and a failure is
+reported as one line naming the process that died first. With
+``--max-restarts R`` a failed job is started again, up to R times. See
+docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import os
 import secrets
 import shlex
 import sys
+import time
+from pathlib import Path
 
+from distgnn.launch import slurm
 from distgnn.launch.plan import (
     LaunchError,
     LaunchOptions,
@@ -37,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         usage="distgnn-launch --ip-config FILE --part-config JSON --num-trainers T [options] -- COMMAND...",
         description="Start a distgnn job on every machine of an ip_config, over ssh or locally (see docs/cluster.md).",
     )
-    parser.add_argument("--ip-config", required=True, help="one machine per line: IP [PORT]; line i holds partition i")
+    parser.add_argument(
+        "--ip-config",
+        help="one machine per line: IP [PORT]; line i holds partition i (with --slurm: default one line per node)",
+    )
     parser.add_argument("--part-config", required=True, help="the partition JSON written by distgnn-partition")
     parser.add_argument("--num-trainers", type=int, required=True, help="trainer processes per machine")
     parser.add_argument("--num-servers", type=int, default=1, help="server processes per machine (default 1)")
@@ -74,6 +83,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL when stopping (default 5)"
     )
     parser.add_argument("--local", action="store_true", help="run every machine on this host, without ssh")
+    parser.add_argument(
+        "--slurm",
+        action="store_true",
+        help="inside salloc/sbatch: machine i is node i of $SLURM_JOB_NODELIST, every process an srun step (no ssh)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=30050, help="with --slurm and no --ip-config: first server port (default 30050)"
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="R",
+        help="when a process fails, stop the job and start it again, up to R times; every process gets "
+        "DISTGNN_RESTART_COUNT=k (0 at first), so a training script can resume from its last checkpoint (default 0)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        help="directory that keeps every process's full output, one file per process and attempt "
+        "(default: ./distgnn-runs/JOB_ID)",
+    )
     return parser
 
 
@@ -89,10 +119,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOptions:
     check_command(tuple(command))
-    if args.num_trainers < 1 or args.num_servers < 1 or args.num_samplers < 0:
+    if args.local and args.slurm:
+        raise LaunchError("--local and --slurm exclude each other: pick where the machines are")
+    if not args.ip_config:
+        raise LaunchError("--ip-config is required (except with --slurm, which can write one from the node list)")
+    if args.num_trainers < 1 or args.num_servers < 1 or args.num_samplers < 0 or args.max_restarts < 0:
         raise LaunchError(
-            f"need --num-trainers >= 1, --num-servers >= 1, --num-samplers >= 0; got "
-            f"{args.num_trainers}, {args.num_servers}, {args.num_samplers}"
+            f"need --num-trainers >= 1, --num-servers >= 1, --num-samplers >= 0, --max-restarts >= 0; got "
+            f"{args.num_trainers}, {args.num_servers}, {args.num_samplers}, {args.max_restarts}"
         )
     workspace = os.path.abspath(os.path.expanduser(args.workspace))
     return LaunchOptions(
@@ -111,12 +145,22 @@ def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOpt
 
 def main(argv: list[str] | None = None) -> int:
     args, command = parse_args(sys.argv[1:] if argv is None else argv)
+    job_id = f"j{secrets.token_hex(4)}"
+    run_dir = Path(args.run_dir or Path("distgnn-runs") / job_id).absolute()
     try:
+        nodes = None
+        if args.slurm:
+            nodes = slurm.job_nodes()
+            if not args.ip_config:
+                args.ip_config = str(run_dir / "ip_config.txt")
+                slurm.write_ip_config(nodes, args.port, args.num_servers, Path(args.ip_config))
         opts = options_from_args(args, command)
         check_workspace(opts.workspace, opts.local)
         machines = read_machines(opts)
         if opts.local:
             transport = LocalTransport(opts.workspace)
+        elif nodes is not None:
+            transport = slurm.SlurmTransport(opts.workspace, machines, nodes)
         else:
             transport = SshTransport(opts.workspace, args.ssh_port, args.ssh_user, args.ssh_key, tuple(args.ssh_option))
         python = python_of(opts.command)
@@ -127,16 +171,40 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("distgnn-launch: interrupted during the preflight; nothing was started", file=sys.stderr)
         return 130
-    job_id = f"j{secrets.token_hex(4)}"
-    plan = build_plan(machines, opts, job_id, facts.master_port, facts.interfaces)
-    print(
-        f"distgnn-launch: job {job_id}: {len(machines)} machines x ({opts.num_servers} servers + "
-        f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{facts.master_port}",
-        file=sys.stderr,
-        flush=True,
-    )
-    job = Job(plan, transport, python, secrets.token_hex(16), opts.num_trainers, grace_s=args.grace)
-    return job.run()
+    token = secrets.token_hex(16)
+    restart = 0
+    while True:
+        plan = build_plan(machines, opts, job_id, facts.master_port, facts.interfaces, restart_count=restart)
+        print(
+            f"distgnn-launch: job {job_id}: {len(machines)} machines x ({opts.num_servers} servers + "
+            f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{facts.master_port}"
+            + (f", restart {restart} of {args.max_restarts}" if restart else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        job = Job(plan, transport, python, token, opts.num_trainers, args.grace, log_dir=run_dir / f"attempt-{restart}")
+        code = job.run()
+        if code == 0 or job.cause is None or restart >= args.max_restarts:
+            if job.cause is not None and args.max_restarts:
+                print(f"distgnn-launch: giving up after {restart} restarts", file=sys.stderr)
+            return code
+        restart += 1
+        failed_at = time.monotonic()
+        try:
+            # The stopped job's ports must be free again and the rendezvous needs a fresh port.
+            facts = check_machines(machines, transport, python, opts.num_servers)
+        except LaunchError as exc:
+            print(f"distgnn-launch: error: cannot restart: {exc}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("distgnn-launch: interrupted before the restart; nothing is running", file=sys.stderr)
+            return 130
+        print(
+            f"distgnn-launch: restarting job {job_id} ({restart} of {args.max_restarts}) "
+            f"{time.monotonic() - failed_at:.1f} s after stopping it; cause: {job.cause.who()}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -15,3 +15,4 @@ JOB_ID = "DISTGNN_JOB_ID"  # names shared memory and sockets of this job
 TOKEN = "DISTGNN_TOKEN"  # per-job RPC secret; never on a command line
 CURVE = "DISTGNN_CURVE"  # "1": encrypt RPC with CURVE keys derived from the token
 RPC_TIMEOUT = "DISTGNN_RPC_TIMEOUT"  # seconds a remote call may take
+RESTART_COUNT = "DISTGNN_RESTART_COUNT"  # 0 on the first start, k after the k-th restart (--max-restarts)

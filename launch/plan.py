@@ -33,6 +33,7 @@ _SET_BY_LAUNCHER = frozenset(
         E.SERVER_ID,
         E.JOB_ID,
         E.TOKEN,
+        E.RESTART_COUNT,
     }
 )
 
@@ -121,7 +122,9 @@ def torchrun_log_dir(job_id: str, machine_id: int) -> str:
     return f"/tmp/distgnn-{job_id}-m{machine_id}-torchrun"
 
 
-def job_env(opts: LaunchOptions, job_id: str, machine_id: int, role: str, server_id: int = 0) -> dict[str, str]:
+def job_env(
+    opts: LaunchOptions, job_id: str, machine_id: int, role: str, server_id: int = 0, restart_count: int = 0
+) -> dict[str, str]:
     """The environment ``distgnn.initialize`` reads (``JobConfig.from_env``), minus the token."""
     env = dict(opts.extra_env)
     env.setdefault("PYTHONUNBUFFERED", "1")  # output streams back line by line, not at exit
@@ -136,6 +139,7 @@ def job_env(opts: LaunchOptions, job_id: str, machine_id: int, role: str, server
             E.MACHINE_ID: str(machine_id),
             E.SERVER_ID: str(server_id),
             E.JOB_ID: job_id,
+            E.RESTART_COUNT: str(restart_count),
         }
     )
     return env
@@ -147,8 +151,12 @@ def build_plan(
     job_id: str,
     master_port: int,
     interfaces: tuple[str | None, ...] | None = None,
+    restart_count: int = 0,
 ) -> list[ProcessSpec]:
     """Every process of the job, all servers first (in machine order), then one trainer agent per machine.
+
+    ``restart_count`` (``DISTGNN_RESTART_COUNT`` in every process) is k when the job is started for
+    the k-th time after a failure (``--max-restarts``); 0 at first.
 
     ``interfaces[i]`` is machine i's interface holding its ip_config address: gloo binds there
     (GLOO_SOCKET_IFNAME) unless --extra-env says otherwise, instead of wherever the
@@ -159,7 +167,7 @@ def build_plan(
     specs = []
     for machine_id, machine in enumerate(machines):
         for server_id in range(opts.num_servers):
-            env = job_env(opts, job_id, machine_id, "server", server_id)
+            env = job_env(opts, job_id, machine_id, "server", server_id, restart_count)
             specs.append(ProcessSpec(machine_id, machine.ip, "server", server_id, tuple(server_argv), env))
     master_addr = machines[0].ip
     for machine_id, machine in enumerate(machines):
@@ -182,7 +190,7 @@ def build_plan(
             torchrun.extend(opts.command[1:])  # torchrun runs the script (or -m module) with its own python
         else:
             torchrun.extend(["--no-python", *opts.command])
-        env = job_env(opts, job_id, machine_id, "trainer")
+        env = job_env(opts, job_id, machine_id, "trainer", restart_count=restart_count)
         if interfaces and interfaces[machine_id]:
             env.setdefault("GLOO_SOCKET_IFNAME", interfaces[machine_id])
         specs.append(ProcessSpec(machine_id, machine.ip, "trainer", machine_id, tuple(torchrun), env, (log_dir,)))

@@ -8,8 +8,9 @@ it: it is a child subreaper, so even processes that start their own session
 reaches end of file: the launcher closed it, or the ssh connection dropped) or
 sends SIGTERM/SIGINT/SIGHUP, it stops the tree (SIGTERM, then SIGKILL after a
 grace period) and removes the job's shared memory on this machine. When ARGV
-exits, it stops whatever ARGV left behind and exits with ARGV's status
-(128 + N for a death by signal N).
+exits, it stops whatever ARGV left behind, writes one ``EXIT_REPORT`` line
+on stderr (ARGV's pid and status, for the launcher's failure report) and exits
+with ARGV's status (128 + N for a death by signal N).
 
 ``check`` answers the launcher's preflight (is distgnn importable here, are the
 ports free, a free port for torchrun's rendezvous); ``sweep`` is the launcher's
@@ -43,6 +44,9 @@ from distgnn.launch import env as E
 PR_SET_CHILD_SUBREAPER = 36
 SIOCGIFADDR = 0x8915
 SHM_DIR = Path("/dev/shm")
+#: The wrapper's last stderr line starts with this, followed by JSON: ``{"pid", "returncode", "stopped"}``
+#: (``returncode`` in subprocess convention, ``stopped``: the wrapper stopped it). The launcher reads it.
+EXIT_REPORT = "distgnn-launch-exit "
 
 
 def shm_prefix(job_id: str) -> str:
@@ -197,6 +201,8 @@ def run(job_id: str, argv: list[str], grace_s: float, remove_dirs: list[str]) ->
     for path in remove_dirs:
         shutil.rmtree(path, ignore_errors=True)
     code = child.returncode
+    report = {"pid": child.pid, "returncode": code, "stopped": stopped}
+    print(EXIT_REPORT + json.dumps(report), file=sys.stderr, flush=True)
     return 128 - code if code < 0 else code
 
 

@@ -2,12 +2,14 @@
 
 Each process runs under the wrapper of ``remote.py`` on its machine, reached
 through a transport (ssh or local). Output lines come back prefixed with
-``[machine/role/rank]``. The job succeeds when every trainer exits 0 (servers
+``[machine/role/rank]``, and every line is also kept in ``log_dir``, one file per
+label. The job succeeds when every trainer exits 0 (servers
 then get a grace period to exit on their own). Any other exit with a non-zero
 status, a lost ssh connection, SIGINT or SIGTERM stops the job: stdin of every
 wrapper is closed (each stops its process tree), stragglers are killed, and a
 sweep on every machine kills whatever still carries the job id and removes the
-job's shared memory.
+job's shared memory. A failure is reported by ``failure.py``: first one line
+naming the process that died first, then one line for all the others.
 """
 
 from __future__ import annotations
@@ -24,10 +26,20 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TextIO
+from pathlib import Path
+from typing import IO, TextIO
 
 from distgnn.launch import env as E
+from distgnn.launch.failure import (
+    SIGNAL_PRECEDENCE_S,
+    ProcessExit,
+    returncode_of_status,
+    root_cause,
+    root_cause_line,
+    summary_line,
+)
 from distgnn.launch.plan import ProcessSpec, wrapper_argv
+from distgnn.launch.remote import EXIT_REPORT
 from distgnn.launch.transport import SSH_FAILED, run_short
 
 TAIL_LINES = 200
@@ -35,6 +47,7 @@ REPORT_LINES = 25
 SERVER_EXIT_GRACE_S = 2.0
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
 
 
 @dataclass
@@ -45,20 +58,15 @@ class Running:
     popen: subprocess.Popen
     readers: list[threading.Thread] = field(default_factory=list)
     returncode: int | None = None
-
-
-def describe_status(returncode: int, transport_name: str) -> str:
-    if transport_name == "ssh" and returncode == SSH_FAILED:
-        return "lost its ssh connection (ssh exit status 255)"
-    if returncode < 0:
-        return f"was killed by signal {signal.Signals(-returncode).name} (the launcher's wrapper itself)"
-    if returncode > 128 and returncode - 128 in signal.valid_signals():
-        return f"was killed by signal {signal.Signals(returncode - 128).name} (exit status {returncode})"
-    return f"exited with status {returncode}"
+    observed_at: float | None = None  # time.monotonic() when its exit was seen
+    exit_report: dict | None = None  # the wrapper's EXIT_REPORT
 
 
 class Job:
-    """One run of a plan. ``run()`` returns the launcher's exit status."""
+    """One run of a plan. ``run()`` returns the launcher's exit status.
+
+    ``log_dir``: where every label's output is kept in full (``<machine>-<role>-<rank>.log``); None keeps none.
+    """
 
     def __init__(
         self,
@@ -70,6 +78,7 @@ class Job:
         grace_s: float = 5.0,
         out: TextIO = sys.stdout,
         err: TextIO = sys.stderr,
+        log_dir: str | Path | None = None,
     ) -> None:
         self.plan = plan
         self.transport = transport
@@ -78,16 +87,22 @@ class Job:
         self.num_trainers = num_trainers
         self.grace_s = grace_s
         self.out, self.err = out, err
+        self.log_dir = Path(log_dir) if log_dir is not None else None
         self.job_id = plan[0].env[E.JOB_ID]
         self.running: list[Running] = []
         self.events: queue.Queue[Running] = queue.Queue()
         self.tails: dict[str, collections.deque[str]] = collections.defaultdict(
             lambda: collections.deque(maxlen=TAIL_LINES)
         )
+        self.last_stderr: dict[str, str] = {}
+        self.logs: dict[str, IO[str]] = {}
         self.print_lock = threading.Lock()
         self.signal_received: int | None = None
+        self.teardown_started: float | None = None
+        #: The process that failed first (set when the job failed), as the report named it.
+        self.cause: ProcessExit | None = None
         # While a failed or interrupted job is torn down, the others' dying words (torchrun's
-        # SignalException tracebacks) are kept in the tails but not echoed.
+        # SignalException tracebacks) are kept in the tails and logs but not echoed.
         self.echo = True
 
     # -- output ---------------------------------------------------------------------------------
@@ -97,21 +112,39 @@ class Job:
             self.err.write(f"distgnn-launch: {message}\n")
             self.err.flush()
 
+    def _log(self, label: str, line: str) -> None:
+        """Append to the label's log file (caller holds ``print_lock``)."""
+        if self.log_dir is None:
+            return
+        log = self.logs.get(label)
+        if log is None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log = self.logs[label] = open(self.log_dir / f"{label.replace('/', '-')}.log", "a")  # noqa: SIM115
+        log.write(line + "\n")
+        log.flush()
+
     def _pump(self, proc: Running, stream, sink: TextIO) -> None:
         spec = proc.spec
+        is_stderr = sink is self.err
         for raw in iter(stream.readline, b""):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if is_stderr and line.startswith(EXIT_REPORT):
+                with contextlib.suppress(json.JSONDecodeError):
+                    proc.exit_report = json.loads(line[len(EXIT_REPORT) :])
+                continue
             label = spec.label
             tee = _TEE_PREFIX.match(line) if spec.role == "trainer" else None
             if tee:
                 rank = spec.machine_id * self.num_trainers + int(tee.group(1))
                 label, line = f"{spec.machine_id}/trainer/{rank}", tee.group(2)
             self.tails[label].append(line)
-            if not self.echo:
-                continue
             with self.print_lock:
-                sink.write(f"[{label}] {line}\n")
-                sink.flush()
+                if is_stderr and line.strip():
+                    self.last_stderr[label] = line
+                self._log(label, line)
+                if self.echo:
+                    sink.write(f"[{label}] {line}\n")
+                    sink.flush()
         stream.close()
 
     # -- processes ------------------------------------------------------------------------------
@@ -138,7 +171,9 @@ class Job:
             proc.readers.append(reader)
 
         def wait():
-            proc.returncode = popen.wait()
+            returncode = popen.wait()
+            proc.observed_at = time.monotonic()
+            proc.returncode = returncode
             self.events.put(proc)
 
         threading.Thread(target=wait, daemon=True).start()
@@ -154,6 +189,8 @@ class Job:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            for log in self.logs.values():
+                log.close()
 
     def _run(self) -> int:
         failed: Running | None = None
@@ -181,15 +218,19 @@ class Job:
         if self.signal_received is not None:
             self.say(f"received {signal.Signals(self.signal_received).name}; stopping job {self.job_id}")
         elif failed is not None:
-            self.say(f"FAILED: {self._describe_failure(failed)}; stopping job {self.job_id}")
+            self.cause = self._find_root_cause(failed)
+            self.say(root_cause_line(self.cause))
+            self.say(f"stopping job {self.job_id} on every machine")
         if self.signal_received is not None or failed is not None:
             self.echo = False
         self._teardown()
         if self.signal_received is not None:
             self.say(f"job {self.job_id} stopped on every machine")
             return 128 + self.signal_received
-        if failed is not None:
-            self._report(failed)
+        if self.cause is not None:
+            others = [e for e in self._exits() if _key(e) != _key(self.cause) and (e.failed or e.stopped)]
+            self.say(summary_line(others, self.log_dir))
+            self._report(self.cause)
             return 1
         self.say(f"job {self.job_id} finished")
         return 0
@@ -210,9 +251,90 @@ class Job:
             self.say("trainers finished; stopping the servers")
         return None
 
+    # -- failure report -------------------------------------------------------------------------
+
+    def _find_root_cause(self, failed: Running) -> ProcessExit:
+        """The first failure; a death by signal seen within ``SIGNAL_PRECEDENCE_S`` of it wins."""
+        deadline = (failed.observed_at or time.monotonic()) + SIGNAL_PRECEDENCE_S
+        while True:
+            exits = self._exits()
+            cause = root_cause(exits)
+            if cause is None or cause.signalled or time.monotonic() >= deadline or self.signal_received is not None:
+                break
+            time.sleep(0.05)
+        return cause or self._exit_of(failed)
+
+    def _exits(self) -> list[ProcessExit]:
+        """What is known of every process that has ended, trainer agents resolved to their failed rank."""
+        return [self._exit_of(proc) for proc in self.running if proc.returncode is not None]
+
+    def _exit_of(self, proc: Running) -> ProcessExit:
+        for reader in proc.readers:
+            reader.join(timeout=2)  # the exit report and torchrun's failure summary are its last lines
+        spec = proc.spec
+        report = proc.exit_report or {}
+        after_teardown = self.teardown_started is not None and proc.observed_at >= self.teardown_started
+        stopped = bool(report.get("stopped", after_teardown))
+        how = ""
+        if "returncode" in report:
+            returncode = int(report["returncode"])
+        elif self.transport.name == "ssh" and proc.returncode == SSH_FAILED:
+            returncode, how = proc.returncode, "lost its ssh connection (ssh exit status 255)"
+        else:
+            returncode = returncode_of_status(proc.returncode)
+        role, index, pid = ("torchrun" if spec.role == "trainer" else spec.role), spec.index, report.get("pid")
+        if spec.role == "trainer" and not stopped:
+            failed_rank = self._root_cause_rank(spec.label)
+            if failed_rank is not None:
+                role, index = "trainer", spec.machine_id * self.num_trainers + failed_rank[0]
+                returncode, pid = failed_rank[1], failed_rank[2]
+        label = f"{spec.machine_id}/trainer/{index}" if role == "trainer" else spec.label
+        with self.print_lock:
+            last = self.last_stderr.get(label, "")
+        return ProcessExit(
+            role=role,
+            machine_id=spec.machine_id,
+            index=index,
+            returncode=returncode,
+            observed_at=proc.observed_at,
+            pid=pid,
+            host=spec.host,
+            stopped=stopped,
+            last_stderr=last,
+            how=how,
+        )
+
+    def _report(self, cause: ProcessExit) -> None:
+        label = f"{cause.machine_id}/{cause.role}/{cause.index}"
+        if cause.role == "torchrun":
+            label = f"{cause.machine_id}/torchrun/{cause.machine_id}"
+        lines = list(self.tails.get(label, ()))[-REPORT_LINES:]
+        with self.print_lock:
+            self.err.write(f"distgnn-launch: last {len(lines)} lines of [{label}]:\n")
+            for line in lines:
+                self.err.write(f"    {line}\n")
+            self.err.flush()
+
+    def _root_cause_rank(self, agent_label: str) -> tuple[int, int, int | None] | None:
+        """torchrun's failure summary names the first failed local rank under 'Root Cause': (rank, exitcode, pid)."""
+        lines = list(self.tails.get(agent_label, ()))
+        for i, line in enumerate(lines):
+            if "Root Cause" not in line:
+                continue
+            rank = code = pid = None
+            for after in lines[i + 1 : i + 8]:
+                if match := _ROOT_CAUSE_RANK.match(after):
+                    rank = int(match.group(1))
+                elif match := _ROOT_CAUSE_EXIT.match(after):
+                    code, pid = int(match.group(1)), int(match.group(2))
+            if rank is not None:
+                return rank % self.num_trainers, code if code is not None else 1, pid
+        return None
+
     # -- teardown -------------------------------------------------------------------------------
 
     def _teardown(self) -> None:
+        self.teardown_started = time.monotonic()
         for proc in self.running:
             if proc.popen.poll() is None:
                 with contextlib.suppress(OSError):
@@ -229,6 +351,9 @@ class Job:
         for proc in self.running:
             for reader in proc.readers:
                 reader.join(timeout=2)
+        seen_by = time.monotonic() + 2  # the waiter threads record each exit just after the wait above returns
+        while any(p.returncode is None for p in self.running) and time.monotonic() < seen_by:
+            time.sleep(0.01)
 
     def _sweep(self) -> None:
         """Last step on every machine: kill what still carries the job id, remove the job's shared memory."""
@@ -255,42 +380,6 @@ class Job:
                         f"removed shared memory {report['shm_removed']}"
                     )
 
-    def _failure_label(self, failed: Running) -> str:
-        """The label whose output explains the failure: the failed trainer rank when torchrun names one."""
-        spec = failed.spec
-        if spec.role == "trainer":
-            rank = self._root_cause_rank(spec.label)
-            if rank is not None:
-                return f"{spec.machine_id}/trainer/{rank}"
-        return spec.label
 
-    def _describe_failure(self, failed: Running) -> str:
-        for reader in failed.readers:
-            reader.join(timeout=2)  # its last lines (torchrun's failure summary) name the root cause
-        spec = failed.spec
-        status = describe_status(failed.returncode, self.transport.name)
-        label = self._failure_label(failed)
-        if label != spec.label:
-            rank = label.rsplit("/", 1)[1]
-            return f"trainer rank {rank} on machine {spec.machine_id} ({spec.host}) failed; its torchrun agent {status}"
-        return f"{spec.describe()} [{spec.label}] {status}"
-
-    def _report(self, failed: Running) -> None:
-        label = self._failure_label(failed)
-        lines = list(self.tails.get(label, ()))[-REPORT_LINES:]
-        with self.print_lock:
-            self.err.write(f"distgnn-launch: last {len(lines)} lines of [{label}]:\n")
-            for line in lines:
-                self.err.write(f"    {line}\n")
-            self.err.flush()
-
-    def _root_cause_rank(self, agent_label: str) -> int | None:
-        """torchrun's failure summary names the first failed rank under 'Root Cause'."""
-        lines = list(self.tails.get(agent_label, ()))
-        for i, line in enumerate(lines):
-            if "Root Cause" in line:
-                for after in lines[i + 1 : i + 8]:
-                    match = _ROOT_CAUSE_RANK.match(after)
-                    if match:
-                        return int(match.group(1))
-        return None
+def _key(e: ProcessExit) -> tuple[str, int, int]:
+    return e.role, e.machine_id, e.index

@@ -103,16 +103,16 @@ def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
     edge_chunks = _chunk_counts(meta, path, "num_edges_per_chunk", etype_names)
     edge_specs = _spec_table(meta, path, "edges", etype_names, base)
 
-    edges: dict[CanonicalEtype, tuple[np.ndarray, np.ndarray]] = {}
-    for name, etype in zip(etype_names, etypes, strict=True):
-        spec = edge_specs[name]
+    for name, spec in edge_specs.items():
         if len(spec.paths) != len(edge_chunks[name]):
             raise InputError(
                 f"{path}: {spec.where} lists {len(spec.paths)} files but num_edges_per_chunk has "
                 f"{len(edge_chunks[name])} chunks for {name!r}; give one file per chunk"
             )
-        edges[etype] = _read_edges(spec, edge_chunks[name], etype, num_nodes)
+        for file in spec.paths:
+            _require_file(file, spec.where)
 
+    # The data headers are cheap, the edges are not: check everything else before parsing edges.
     ndata = {
         ntype: {
             key: _data_array(spec, node_chunks[ntype], key, f"node type {ntype!r}")
@@ -133,6 +133,10 @@ def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
     num_classes = meta.get("num_classes")
     if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool)):
         raise InputError(f"{path}: 'num_classes' must be an integer, got {num_classes!r}")
+    edges = {
+        etype: _read_edges(edge_specs[name], edge_chunks[name], etype, num_nodes)
+        for name, etype in zip(etype_names, etypes, strict=True)
+    }
     graph = HeteroGraph(
         name=meta["graph_name"], num_nodes=num_nodes, edges=edges, ndata=ndata, edata=edata, num_classes=num_classes
     )
@@ -277,8 +281,6 @@ def _read_edges(
     spec: _FileSpec, chunk_rows: list[int], etype: CanonicalEtype, num_nodes: dict[str, int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Both ends of one edge type, read chunk by chunk into two preallocated ``(E_t,)`` int64 arrays."""
-    for file in spec.paths:
-        _require_file(file, spec.where)
     total = sum(chunk_rows)
     src = np.empty(total, dtype=np.int64)
     dst = np.empty(total, dtype=np.int64)
@@ -365,7 +367,8 @@ def _pyarrow_parquet(file: Path):
 
 
 def _parquet_header(file: Path) -> tuple[int, np.dtype, tuple[int, ...] | None]:
-    """Row count, dtype and (from DGL's ``shape`` metadata, when present) shape, from the file's footer."""
+    """Row count, dtype and shape from the file's footer: DGL's ``shape`` metadata when present, else
+    ``(rows, columns)`` for plain columns and None for one list column (its width is in the data only)."""
     pq = _pyarrow_parquet(file)
     try:
         info = pq.read_metadata(file)
@@ -378,6 +381,8 @@ def _parquet_header(file: Path) -> tuple[int, np.dtype, tuple[int, ...] | None]:
     except (NotImplementedError, TypeError) as exc:
         raise InputError(f"{file}: parquet columns of type {types} are not numeric ({exc})") from None
     shape = _parquet_shape(file, schema.metadata)
+    if shape is None and not (len(schema.types) == 1 and hasattr(schema.types[0], "value_type")):
+        shape = (info.num_rows, len(schema.types))
     return info.num_rows, dtype, shape
 
 

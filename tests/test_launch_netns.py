@@ -91,21 +91,30 @@ def test_ssh_problems_fail_before_anything_starts(tmp_path, cluster, case, messa
     assert_hosts_idle(cluster)
 
 
-def test_server_killed_mid_run(tmp_path, cluster):
+@pytest.mark.parametrize("victim", ["server-m1-s0", "trainer-r2"])
+def test_kill_9_mid_run_is_named_first_and_the_job_ends_within_10_s(tmp_path, cluster, victim):
     import os
 
     job = ssh_job(tmp_path, cluster)
     proc = start(job, cluster, mode="sleep")
     job.wait_running(num_servers=2, num_trainers=4, proc=proc)
-    os.kill(job.pids()["server-m1-s0"], signal.SIGKILL)
+    pid = job.pids()[victim]
+    os.kill(pid, signal.SIGKILL)  # the namespaces share this pid space
     started = time.monotonic()
     assert proc.wait(timeout=60) == 1
-    assert time.monotonic() - started < 60
+    took = time.monotonic() - started
     err = job.stderr()
-    assert f"FAILED: server 0 on machine 1 ({cluster.addresses[1]}) [1/server/0] was killed by signal SIGKILL" in err
-    assert "lines of [1/server/0]" in err and "fake server ready machine=1" in err.split("lines of [1/server/0]")[1]
-    assert_nothing_left(job, job.job_id())
-    assert_hosts_idle(cluster)
+    who = "server 0" if victim.startswith("server") else "trainer 2"
+    errors = [line for line in err.splitlines() if line.startswith("distgnn-launch: error:")]
+    host = cluster.addresses[1]
+    assert errors == [
+        f"distgnn-launch: error: {who} of machine 1 (partition 1, host {host}, pid {pid}) was killed by SIGKILL"
+    ]
+    if victim.startswith("server"):
+        assert "fake server ready machine=1" in err.split("lines of [1/server/0]")[1]
+    assert took < 10, f"{took:.1f} s from kill -9 to the launcher's exit"
+    assert_nothing_left(job, job.job_id(), timeout=0.5)
+    assert_hosts_idle(cluster, timeout=0.5)
 
 
 def test_trainer_raising(tmp_path, cluster):
@@ -115,8 +124,28 @@ def test_trainer_raising(tmp_path, cluster):
     assert proc.wait(timeout=60) == 1
     assert time.monotonic() - started < 60
     err = job.stderr()
-    assert f"FAILED: trainer rank 2 on machine 1 ({cluster.addresses[1]}) failed" in err
+    host = cluster.addresses[1]
+    assert (
+        f"error: trainer 2 of machine 1 (partition 1, host {host}, pid {job.pids()['trainer-r2']}) exited with code 1"
+        in err
+    )
+    assert "last stderr line: RuntimeError: fake trainer 2 fails on cue" in err
     assert "RuntimeError: fake trainer 2 fails on cue" in err.split("lines of [1/trainer/2]")[1]
+    assert_nothing_left(job, job.job_id())
+    assert_hosts_idle(cluster)
+
+
+def test_max_restarts_across_two_hosts(tmp_path, cluster):
+    job = ssh_job(tmp_path, cluster)
+    proc = start(job, cluster, "--max-restarts", "1", mode="crash_once", env=("FAKE_RAISE_RANK=3",))
+    assert proc.wait(timeout=120) == 0, job.stderr()
+    err = job.stderr()
+    host = cluster.addresses[1]
+    assert f"distgnn-launch: error: trainer 3 of machine 1 (partition 1, host {host}, pid " in err
+    assert f"restarting job {job.job_id()} (1 of 1)" in err
+    reports = job.trainer_reports()
+    assert sorted(reports) == [0, 1, 2, 3] and {r["restart_count"] for r in reports.values()} == {1}
+    assert all(cluster.addresses[rank // 2] in r["host_addresses"] for rank, r in reports.items())
     assert_nothing_left(job, job.job_id())
     assert_hosts_idle(cluster)
 

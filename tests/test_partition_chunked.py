@@ -309,8 +309,8 @@ def test_error_missing_chunk_file(tmp_path):
 
 def test_error_edge_chunk_row_count(tmp_path):
     meta_path = _good(tmp_path)
-    _edit_meta(meta_path, lambda m: m["num_edges_per_chunk"][1].__setitem__(0, 14))
-    _assert_error(meta_path, "paper:cites:paper0.txt", "15 edges", "num_edges_per_chunk", "14")
+    _edit_meta(meta_path, lambda m: m["num_edges_per_chunk"][0].__setitem__(0, 7))
+    _assert_error(meta_path, "author:writes:paper0.txt", "8 edges", "num_edges_per_chunk", "has 7")
 
 
 def test_error_node_data_chunk_row_count(tmp_path):
@@ -393,3 +393,36 @@ def test_error_parquet_without_pyarrow(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     _assert_error(meta_path, "label-0.parquet", "needs pyarrow")
+
+
+@pytest.mark.skipif(not HAVE_PYARROW, reason="pyarrow is not installed")
+def test_parquet_without_shape_metadata(tmp_path):
+    """Parquet from other tools: plain columns side by side, or one list column as rows of vectors."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta_path = _good(tmp_path)
+    folder = tmp_path / "g"
+    pq.write_table(pa.table({"a": [1, 2, 3, 4, 5], "b": [5, 6, 7, 8, 9]}), folder / "plain-0.parquet")
+    pq.write_table(pa.table({"a": [6, 7, 8, 9, 10], "b": [0, 0, 0, 0, 1]}), folder / "plain-1.parquet")
+    pq.write_table(pa.table({"v": [[float(i), -float(i)] for i in range(10)]}), folder / "vec.parquet")
+
+    def edit(meta):
+        meta["node_data"]["paper"]["plain"] = {
+            "format": {"name": "parquet"},
+            "data": ["plain-0.parquet", "plain-1.parquet"],
+        }
+        meta["node_data"]["paper"]["vec"] = {"format": {"name": "parquet"}, "data": ["vec.parquet"]}
+
+    graph = read_chunked(_edit_meta(meta_path, edit))
+    plain, vec = graph.ndata["paper"]["plain"], graph.ndata["paper"]["vec"]
+    assert plain.shape == (10, 2) and plain.dtype == np.int64 and vec.shape == (10, 2)
+    np.testing.assert_array_equal(materialize(plain)[:, 0], np.arange(1, 11))
+    np.testing.assert_array_equal(materialize(vec), np.stack([np.arange(10.0), -np.arange(10.0)], axis=1))
+
+
+def test_data_files_are_checked_before_edges_are_parsed(tmp_path):
+    meta_path = _good(tmp_path)
+    (tmp_path / "g" / "edge_index" / "paper:cites:paper1.txt").write_text("not, numbers\n")
+    (tmp_path / "g" / "node_data" / "paper" / "label-1.npy").unlink()
+    _assert_error(meta_path, "label-1.npy", "no such file")

@@ -173,3 +173,41 @@ def test_typed_loader_yields_per_type_nodes_of_its_blocks(served):
         assert torch.equal(torch.sort(torch.cat(seen["b"])).values, seeds["b"])
     finally:
         g.context.close()
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fanouts", [[2, 3], [{"r1": 1, "r2": 3, "r3": -1}, {"r4": 2, "r1": 2}]])
+def test_typed_sampling_on_a_device_holds_real_edges_within_fanouts(device, fanouts):
+    """The torch path (``device="cpu"``) and the GPU sampler (``"cuda"``, one launch per distinct fanout)."""
+    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+
+    graph = toy_hetero(7)
+    g = InProcessGraph(graph)
+    book = g.get_partition_book()
+    sampler = NeighborSampler(fanouts, device=device)
+    seeds = np.concatenate([book.map_to_homo_nid(np.arange(0, 60, 5), "a"), book.map_to_homo_nid([3, 8], "b")])
+    input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed=2)
+    assert blocks[0].etypes.device.type == device
+    blocks = [b.to("cpu") for b in blocks]
+    check_typed_blocks(graph, book, np.arange(g.num_nodes()), np.arange(g.num_edges()), sampler, blocks)
+    sampler.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_typed_gpu_sampling_on_a_cluster(served):
+    from distgnn.sampling.neighbor import NeighborSampler
+
+    graph, json_path, cluster, orig_nid, orig_eid = served
+    g = dist_graph(cluster, json_path, 1)
+    try:
+        book = g.get_partition_book()
+        sampler = NeighborSampler([2, {"r1": 2, "r2": -1, "r3": 1}], device="cuda")
+        seeds = book.map_to_homo_nid(np.arange(0, 60, 4), "a")
+        _, _, blocks = sampler.sample_blocks(g, seeds, rng_seed=9)
+        check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, [b.to("cpu") for b in blocks])
+        sampler.close()
+    finally:
+        g.context.close()

@@ -74,3 +74,17 @@ def test_lookups_without_grad_or_after_zero_grad_change_nothing(served):
     opt.zero_grad()
     opt.step()
     torch.testing.assert_close(emb.weight[torch.arange(graph.num_nodes)], torch.ones(graph.num_nodes, 2))
+
+
+def test_zero_grad_between_forward_and_backward_keeps_the_step(served):
+    """DGL's examples call zero_grad after the forward: that step's gradient must still be applied."""
+    graph, ctx = served
+    emb = DistEmbedding(graph.num_nodes, 2, "emb_dgl_order", init="ones", context=ctx)
+    opt = SparseSGD([emb], 0.5)
+    rows = emb(torch.arange(3))
+    opt.zero_grad()
+    rows.sum().backward()
+    opt.step()
+    expect = torch.ones(graph.num_nodes, 2)
+    expect[:3] -= 0.5
+    torch.testing.assert_close(emb.weight[torch.arange(graph.num_nodes)], expect)

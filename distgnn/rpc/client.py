@@ -8,6 +8,14 @@ them, so the machines work in parallel.
 Sockets are not thread-safe, so every thread gets its own DEALERs (and request
 ids) on first use, and a forked child (a sampler worker) gets a fresh ZeroMQ
 context instead of the parent's.
+
+A dead server is noticed within seconds, not at the deadline: every DEALER
+sends ZeroMQ heartbeats (a peer that stops answering them for
+``HEARTBEAT_TIMEOUT_MS`` is disconnected; libzmq answers them on the server's
+I/O thread, so a busy server keeps its connections) and has a socket monitor.
+A ``wait`` that finds a connection closed after it was established fails the
+requests pending on it with ``ServerLostError``: a request already sent on a
+closed connection gets no reply, and servers do not come back within a job.
 """
 
 from __future__ import annotations
@@ -23,13 +31,20 @@ from typing import Any
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 import distgnn.rpc.wire as wire
 from distgnn.config import JobConfig
-from distgnn.errors import ProtocolError, RpcError, RpcTimeoutError
+from distgnn.errors import ProtocolError, RpcError, RpcTimeoutError, ServerLostError
 from distgnn.rpc.auth import secure_client
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_IVL_MS = 1000
+HEARTBEAT_TIMEOUT_MS = 3000
+# A wait polls its sockets in slices this long and looks at the connection monitors between slices.
+_LIVENESS_SLICE_MS = 200
+_MONITORED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 
 @dataclass
@@ -49,9 +64,19 @@ class _Pending:
 class _ThreadState:
     def __init__(self) -> None:
         self.sockets: dict[tuple[int, int], zmq.Socket] = {}
+        self.monitors: dict[tuple[int, int], zmq.Socket] = {}
+        # Per server: None before the first handshake, True while connected, False once the connection closed.
+        self.connected: dict[tuple[int, int], bool | None] = {}
         self.pending: dict[int, _Pending] = {}
         self.done: dict[int, Reply | RpcError] = {}
         self.rids = itertools.count(1)
+        self.bytes_sent = 0  # message bytes, this thread's requests and their replies
+        self.bytes_received = 0
+
+
+def _size(frame: Any) -> int:
+    """Bytes in a frame: a zmq.Frame or bytes (len), or an array's memoryview (len would count rows)."""
+    return frame.nbytes if isinstance(frame, memoryview) else len(frame)
 
 
 class RpcClient:
@@ -72,6 +97,7 @@ class RpcClient:
         self._ctx = zmq.Context()
         self._local = threading.local()
         self._all_sockets: list[zmq.Socket] = []
+        self._states: list[_ThreadState] = []
         self._lock = threading.Lock()
 
     def _state(self) -> _ThreadState:
@@ -81,7 +107,15 @@ class RpcClient:
         state = getattr(self._local, "state", None)
         if state is None:
             state = self._local.state = _ThreadState()
+            with self._lock:
+                self._states.append(state)
         return state
+
+    def traffic(self) -> tuple[int, int]:
+        """``(bytes sent, bytes received)`` in messages by this process's threads since the client was made
+        (a forked sampler worker counts its own)."""
+        with self._lock:
+            return sum(s.bytes_sent for s in self._states), sum(s.bytes_received for s in self._states)
 
     def _socket(self, state: _ThreadState, key: tuple[int, int]) -> zmq.Socket:
         sock = state.sockets.get(key)
@@ -97,12 +131,17 @@ class RpcClient:
             sock.sndhwm = 0
             sock.rcvhwm = 0
             sock.sndtimeo = int(self.timeout_s * 1000)
+            sock.heartbeat_ivl = HEARTBEAT_IVL_MS
+            sock.heartbeat_timeout = HEARTBEAT_TIMEOUT_MS
             secure_client(sock, self.config.token, self.config.curve)
+            monitor = sock.get_monitor_socket(_MONITORED)
             host, port = self.config.server_address(machine_id, server_id)
             sock.connect(f"tcp://{host}:{port}")
             state.sockets[key] = sock
+            state.monitors[key] = monitor
+            state.connected[key] = None
             with self._lock:
-                self._all_sockets.append(sock)
+                self._all_sockets.extend((sock, monitor))
         return sock
 
     def describe(self, machine_id: int, server_id: int) -> str:
@@ -130,6 +169,7 @@ class RpcClient:
                 f"could not queue '{op}' for {self.describe(*key)} within {self.timeout_s}s; is the server alive?"
             ) from None
         state.pending[rid] = _Pending(key, op)
+        state.bytes_sent += sum(_size(f) for f in frames)
         return rid
 
     def wait(self, rids: Sequence[int], timeout_s: float | None = None) -> list[Reply]:
@@ -145,8 +185,9 @@ class RpcClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._give_up(state, rids, missing, timeout_s)
-            sockets = [state.sockets[key] for key in {state.pending[rid].key for rid in missing}]
-            timeout_ms = max(1, int(remaining * 1000))
+            keys = {state.pending[rid].key for rid in missing}
+            sockets = [state.sockets[key] for key in keys]
+            timeout_ms = max(1, min(int(remaining * 1000), _LIVENESS_SLICE_MS))
             if len(sockets) == 1:  # the common case; a Poller costs more than the wait itself for small requests
                 ready = sockets if sockets[0].poll(timeout_ms) else []
             else:
@@ -161,6 +202,8 @@ class RpcClient:
                     except zmq.Again:
                         break
                     self._accept(state, frames)
+            if not ready:
+                self._fail_lost(state, keys)
             missing = [rid for rid in missing if rid not in state.done]
         results = [state.done.pop(rid) for rid in rids]
         for result in results:
@@ -169,6 +212,7 @@ class RpcClient:
         return results
 
     def _accept(self, state: _ThreadState, frames: list) -> None:
+        state.bytes_received += sum(_size(f) for f in frames)
         try:
             header, arrays = wire.decode(frames)
         except ProtocolError as exc:
@@ -183,6 +227,30 @@ class RpcClient:
         else:
             error = header.get("error", "no error message")
             state.done[header["rid"]] = RpcError(f"'{pending.op}' on {self.describe(*pending.key)} failed: {error}")
+
+    def _fail_lost(self, state: _ThreadState, keys: set[tuple[int, int]]) -> None:
+        """Read the connection monitors of ``keys``; fail the pending requests of servers whose connection closed."""
+        for key in keys:
+            monitor = state.monitors[key]
+            while True:
+                try:
+                    event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))["event"]
+                except zmq.Again:
+                    break
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    state.connected[key] = True
+                elif event == zmq.EVENT_DISCONNECTED and state.connected[key]:
+                    state.connected[key] = False
+            if state.connected[key] is not False:
+                continue
+            for rid, pending in list(state.pending.items()):
+                if pending.key == key:
+                    del state.pending[rid]
+                    state.done[rid] = ServerLostError(
+                        f"'{pending.op}' on {self.describe(*key)} failed: the connection to the server closed "
+                        "while the request was pending (the server died or stopped answering heartbeats); "
+                        "check that server's log"
+                    )
 
     def _give_up(self, state: _ThreadState, rids: Sequence[int], missing: list[int], timeout_s: float) -> None:
         first = state.pending[missing[0]]
@@ -212,6 +280,8 @@ class RpcClient:
             return
         with self._lock:
             for sock in self._all_sockets:
+                if sock.type == zmq.DEALER:
+                    sock.disable_monitor()
                 sock.close(linger=0)
             self._all_sockets.clear()
         self._ctx.term()

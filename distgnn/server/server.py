@@ -26,6 +26,7 @@ from distgnn.errors import ConfigError, DistGNNError
 from distgnn.partition.format import read_meta
 from distgnn.rpc.auth import secure_server
 from distgnn.server import sampling
+from distgnn.server.checkpoint_ops import CHECKPOINT_HANDLERS
 from distgnn.server.handlers import HANDLERS, ServerState
 from distgnn.server.store import load_partition
 
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 # How long a backup waits for its main server to publish the partition.
 BACKUP_WAIT_S = 600.0
 MAX_BARRIER_PARTIES = 1 << 16
+OPS = {**HANDLERS, **CHECKPOINT_HANDLERS}
 
 
 @dataclass
@@ -122,9 +124,9 @@ class GraphServer:
             if op == "barrier":
                 self._barrier(sock, identity, rid, header)
                 return
-            handler = HANDLERS.get(op) if isinstance(op, str) else None
+            handler = OPS.get(op) if isinstance(op, str) else None
             if handler is None:
-                raise DistGNNError(f"unknown op {op!r}; known: {sorted([*HANDLERS, 'barrier'])}")
+                raise DistGNNError(f"unknown op {op!r}; known: {sorted([*OPS, 'barrier'])}")
             fields, out = handler(self.state, header, arrays)
             reply = wire.encode({**fields, "ok": True, "rid": rid}, out)
         except Exception as exc:  # the server outlives every bad request

@@ -1,9 +1,10 @@
 """A stand-in for ``python -m distgnn.server`` in launcher tests (no torch, no partition).
 
 Records its pid in $FAKE_DIR, creates a shared-memory file named like the real
-servers' ones, prints what it received, and exits 0 once a trainer writes
-$FAKE_DIR/shutdown (the real servers' shutdown request). Killed, it leaves its
-shared-memory file behind for the launcher to clean up.
+servers' ones, prints what it received, writes $FAKE_DIR/ready-m<M>-s<S>, and
+exits 0 once a trainer writes $FAKE_DIR/shutdown (the real servers' shutdown
+request). Killed, it leaves its shared-memory file behind for the launcher to
+clean up.
 """
 
 import os
@@ -17,6 +18,7 @@ shm = Path(f"/dev/shm/distgnn-{os.environ['DISTGNN_JOB_ID']}-p{machine}-fake-s{s
 shm.write_bytes(b"x")
 role, token = os.environ["DISTGNN_ROLE"], os.environ.get("DISTGNN_TOKEN", "")
 print(f"fake server ready machine={machine} server={server} role={role} token={'yes' if token else 'no'}", flush=True)
+(fake_dir / f"ready-m{machine}-s{server}").write_text("")
 while not (fake_dir / "shutdown").exists():
     time.sleep(0.05)
 shm.unlink()

@@ -2,7 +2,9 @@
 
 $FAKE_MODE: ``ok`` (finish, rank 0 then asks the fake servers to shut down),
 ``raise`` (rank $FAKE_RAISE_RANK raises, the others keep running), ``sleep``
-(run until stopped). Prints one ``FAKE_TRAINER {json}`` line with what it saw.
+(run until stopped), ``crash_once`` (like ``raise`` on the first start, like
+``ok`` once restarted: DISTGNN_RESTART_COUNT > 0). Prints one
+``FAKE_TRAINER {json}`` line with what it saw.
 """
 
 import contextlib
@@ -41,15 +43,25 @@ seen = {
     "cwd": os.getcwd(),
     "host_addresses": subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split(),
     "args": sys.argv[1:],
+    "restart_count": int(env["DISTGNN_RESTART_COUNT"]),
+    "slurm_node": env.get("SLURMD_NODENAME"),
+    "started_at": time.time(),
 }
 print("FAKE_TRAINER " + json.dumps(seen), flush=True)
 mode = env.get("FAKE_MODE", "ok")
+if mode == "crash_once":
+    mode = "raise" if seen["restart_count"] == 0 else "ok"
 if mode == "raise" and rank == int(env.get("FAKE_RAISE_RANK", "0")):
     time.sleep(float(env.get("FAKE_DELAY", "0")))
     raise RuntimeError(f"fake trainer {rank} fails on cue")
 if mode in ("raise", "sleep"):
     print("fake trainer running", flush=True)
     time.sleep(600)
+# Like a real trainer, which talks to every server before it is done: wait until all of them are up.
+servers = int(env["DISTGNN_NUM_SERVERS"]) * world // int(env["DISTGNN_NUM_TRAINERS"])
+deadline = time.monotonic() + 60
+while len(list(fake_dir.glob("ready-m*-s*"))) < servers and time.monotonic() < deadline:
+    time.sleep(0.05)
 (fake_dir / f"done-r{rank}").write_text("")
 if rank == 0:
     while len(list(fake_dir.glob("done-r*"))) < world:

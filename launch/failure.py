@@ -1,0 +1,264 @@
+"""Says what died: picks the root cause among a failed job's process exits and words the report.
+
+A job whose server dies takes every trainer down with it, and each of them
+leaves a traceback; the one line that matters is the first death. Given what a
+runner saw of each process (``ProcessExit``), ``root_cause`` picks that one:
+the earliest failure the runner observed, except that a death by signal seen
+shortly after another failure wins (a ``kill -9`` or an OOM kill is the
+cause; the errors in its peers are its echo, and they can be observed first).
+``failure_report`` prints it as one line, then folds every other exit into one
+summary line that points at the run directory holding the full logs.
+
+Used by ``distgnn-launch`` (ssh, local and Slurm modes). ``ExitWatch`` does
+the bookkeeping for any other runner that holds its processes as ``Popen``
+objects (the library's ``--local`` runner). Standard library only.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+#: A death by signal observed up to this many seconds after another failure is still the root cause.
+SIGNAL_PRECEDENCE_S = 1.0
+#: The longest stderr line quoted in the root-cause line.
+MAX_QUOTE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class ProcessExit:
+    """How one process of a job ended, as its runner saw it.
+
+    Attributes:
+        role: ``"server"``, ``"trainer"`` or ``"torchrun"`` (an agent running several trainers).
+        machine_id: the machine's line in ip_config, which is also its partition id.
+        index: the server id for a server, the global trainer rank for a trainer, the node rank for an agent.
+        returncode: ``subprocess`` convention: ``-N`` for a death by signal N, else the exit status.
+        observed_at: ``time.monotonic()`` when the runner saw the process end.
+        pid: the process id, where known.
+        host: the machine's address, where known.
+        stopped: True when the runner itself stopped the process (tearing the job down).
+        last_stderr: the last non-empty line the process wrote to stderr.
+        how: says how it ended where the status alone does not (``lost its ssh connection``).
+    """
+
+    role: str
+    machine_id: int
+    index: int
+    returncode: int
+    observed_at: float
+    pid: int | None = None
+    host: str | None = None
+    stopped: bool = False
+    last_stderr: str = ""
+    how: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Ended on its own with a non-zero status (a process the runner stopped did not fail)."""
+        return self.returncode != 0 and not self.stopped
+
+    @property
+    def signalled(self) -> bool:
+        return self.returncode < 0
+
+    def who(self) -> str:
+        """``server 0 of machine 1 (partition 1, pid 4242)``."""
+        details = [f"partition {self.machine_id}"]
+        if self.host:
+            details.append(f"host {self.host}")
+        if self.pid is not None:
+            details.append(f"pid {self.pid}")
+        name = "torchrun agent" if self.role == "torchrun" else f"{self.role} {self.index}"
+        return f"{name} of machine {self.machine_id} ({', '.join(details)})"
+
+
+def describe_returncode(returncode: int) -> str:
+    """``was killed by SIGKILL`` for -9, ``exited with code 1`` for 1."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}"
+    return f"exited with code {returncode}"
+
+
+def returncode_of_status(status: int) -> int:
+    """A shell-style status (``128 + N`` for a death by signal N) in ``subprocess`` convention."""
+    if status > 128 and status - 128 in signal.valid_signals():
+        return -(status - 128)
+    return status
+
+
+def root_cause(exits: Sequence[ProcessExit]) -> ProcessExit | None:
+    """The failure that caused the others, or None when nothing failed.
+
+    The earliest observed failure, unless a death by signal was observed within
+    ``SIGNAL_PRECEDENCE_S`` of it: then the earliest such death.
+    """
+    failures = sorted((e for e in exits if e.failed), key=lambda e: e.observed_at)
+    if not failures:
+        return None
+    first = failures[0]
+    for candidate in failures:
+        if candidate.observed_at - first.observed_at > SIGNAL_PRECEDENCE_S:
+            break
+        if candidate.signalled:
+            return candidate
+    return first
+
+
+def root_cause_line(cause: ProcessExit) -> str:
+    """``error: server 0 of machine 1 (partition 1, pid 4242) was killed by SIGKILL; last stderr line: ...``."""
+    line = f"error: {cause.who()} {cause.how or describe_returncode(cause.returncode)}"
+    quote = cause.last_stderr.strip()
+    if quote:
+        if len(quote) > MAX_QUOTE_CHARS:
+            quote = quote[: MAX_QUOTE_CHARS - 3] + "..."
+        line += f"; last stderr line: {quote}"
+    return line
+
+
+def _plural(count: int, role: str) -> str:
+    name = "torchrun agent" if role == "torchrun" else role
+    return f"{count} {name}{'' if count == 1 else 's'}"
+
+
+def summary_line(others: Sequence[ProcessExit], run_dir: str | Path | None) -> str:
+    """Every exit but the root cause in one line.
+
+    ``3 trainers exited afterwards (codes 1, 1, 1); 2 servers were stopped; full logs in RUN_DIR``.
+    """
+    parts = []
+    order = ("server", "trainer", "torchrun")
+    for role in order:
+        ended = sorted((e for e in others if e.role == role and not e.stopped), key=lambda e: e.observed_at)
+        if ended:
+            codes = ", ".join(signal.Signals(-e.returncode).name if e.signalled else str(e.returncode) for e in ended)
+            parts.append(f"{_plural(len(ended), role)} exited afterwards (codes {codes})")
+    stopped = [_plural(n, role) for role in order if (n := sum(1 for e in others if e.role == role and e.stopped))]
+    if stopped:
+        joined = ", ".join(stopped[:-1]) + " and " + stopped[-1] if len(stopped) > 1 else stopped[0]
+        parts.append(f"{joined} {'was' if joined.startswith('1 ') and len(stopped) == 1 else 'were'} stopped")
+    where = f"full logs in {run_dir}" if run_dir else "no log directory was kept"
+    return "; ".join([*parts, where]) if parts else f"no other process failed; {where}"
+
+
+def failure_report(exits: Sequence[ProcessExit], run_dir: str | Path | None) -> list[str]:
+    """Two lines for a failed job: the root cause, then everything else; empty when nothing failed."""
+    cause = root_cause(exits)
+    if cause is None:
+        return []
+    others = [e for e in exits if e is not cause and (e.failed or e.stopped)]
+    return [root_cause_line(cause), summary_line(others, run_dir)]
+
+
+def last_line_of(path: str | Path, max_bytes: int = 8192) -> str:
+    """The last non-empty line of a log file ('' if it is missing or empty); reads only its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class _Watched:
+    popen: subprocess.Popen
+    role: str
+    machine_id: int
+    index: int
+    log_path: Path | None
+    host: str | None
+
+
+class ExitWatch:
+    """Watches a job's local processes and reports its failure the way ``distgnn-launch`` does.
+
+    A runner registers every process (servers too: a dead server is the usual root cause), polls,
+    and when ``failed()`` turns true calls ``settle()``, says ``report_lines()[0]`` at once, stops
+    the job after ``stopping()``, polls until all ended, and says the summary line::
+
+        watch = ExitWatch()
+        watch.add(server, "server", machine_id=1, index=0, log_path=run_dir / "1-server-0.log")
+        watch.add(trainer, "trainer", machine_id=1, index=3, log_path=run_dir / "1-trainer-3.log")
+        while not watch.failed() and not watch.all_ended():
+            watch.poll(); time.sleep(0.1)
+    """
+
+    def __init__(self) -> None:
+        self.watched: list[_Watched] = []
+        self.exits: dict[int, ProcessExit] = {}  # by position in ``watched``
+        self.stopping_since: float | None = None
+
+    def add(
+        self,
+        popen: subprocess.Popen,
+        role: str,
+        machine_id: int,
+        index: int,
+        log_path: str | Path | None = None,
+        host: str | None = None,
+    ) -> None:
+        """Watch ``popen``; ``log_path`` is the file its stderr goes to (quoted in the root-cause line)."""
+        self.watched.append(_Watched(popen, role, machine_id, index, Path(log_path) if log_path else None, host))
+
+    def poll(self) -> list[ProcessExit]:
+        """Record every process that ended since the last call (with the time seen); returns them."""
+        new = []
+        for i, w in enumerate(self.watched):
+            if i in self.exits or w.popen.poll() is None:
+                continue
+            self.exits[i] = ProcessExit(
+                role=w.role,
+                machine_id=w.machine_id,
+                index=w.index,
+                returncode=w.popen.returncode,
+                observed_at=time.monotonic(),
+                pid=w.popen.pid,
+                host=w.host,
+                stopped=self.stopping_since is not None,
+                last_stderr=last_line_of(w.log_path) if w.log_path else "",
+            )
+            new.append(self.exits[i])
+        return new
+
+    def failed(self) -> bool:
+        return any(e.failed for e in self.exits.values())
+
+    def all_ended(self) -> bool:
+        return len(self.exits) == len(self.watched)
+
+    def settle(self, poll_s: float = 0.05) -> ProcessExit | None:
+        """After the first failure: keep polling up to ``SIGNAL_PRECEDENCE_S`` for a death by signal; the cause."""
+        failures = [e for e in self.exits.values() if e.failed]
+        if not failures:
+            return None
+        deadline = min(e.observed_at for e in failures) + SIGNAL_PRECEDENCE_S
+        while not any(e.failed and e.signalled for e in self.exits.values()) and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            self.poll()
+        return root_cause(list(self.exits.values()))
+
+    def stopping(self) -> None:
+        """The runner now stops the rest: processes seen ending from here on count as stopped, not failed."""
+        self.stopping_since = time.monotonic()
+
+    def report_lines(self, run_dir: str | Path | None) -> list[str]:
+        """``failure_report`` of what was seen, quoting each log's last line as it is now (late lines included)."""
+        exits = []
+        for i, e in self.exits.items():
+            log_path = self.watched[i].log_path
+            last = (last_line_of(log_path) if log_path else "") or e.last_stderr
+            exits.append(replace(e, stopped=e.stopped and e.returncode != 0, last_stderr=last))
+        return failure_report(exits, run_dir)

@@ -1,0 +1,116 @@
+"""Operator-started jobs: two real torchrun invocations (two "nodes" on this host) run ``distgnn.launch.node``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_progs.harness import FAKE_SERVER, FAKE_TRAINER, alive, job_pids
+from netns_cluster import free_port
+
+from distgnn.launch.node import NodeError, job_id_of, torchrun_env
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux only")
+
+
+def start_nodes(tmp_path: Path, mode: str) -> list[subprocess.Popen]:
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "g.json").write_text('{"num_parts": 2}')
+    port = free_port(span=40)
+    env = {**os.environ, "DISTGNN_TOKEN": "s3cret", "FAKE_DIR": str(tmp_path / "fake"), "FAKE_MODE": mode}
+    procs = []
+    for node in (0, 1):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}"]
+        argv += ["--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0"]
+        argv += ["-m", "distgnn.launch.node", "--part-config", "g.json", "--port", str(port + 10 + 10 * node)]
+        argv += ["--server-command", f"{sys.executable} {FAKE_SERVER}", "--", str(FAKE_TRAINER), "--epochs", "1"]
+        out, err = (open(tmp_path / f"node{node}.{s}", "wb") for s in ("out", "err"))  # noqa: SIM115
+        procs.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL))
+    return procs
+
+
+def reports(tmp_path: Path) -> dict[int, dict]:
+    found = {}
+    for node in (0, 1):
+        for line in (tmp_path / f"node{node}.out").read_text().splitlines():
+            if line.startswith("FAKE_TRAINER "):
+                report = json.loads(line.split(" ", 1)[1])
+                found[report["rank"]] = report
+    return found
+
+
+def assert_nothing_left(job_id: str, tmp_path: Path, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [p for p in job_pids(job_id) if alive(p)]
+        files = sorted(
+            p.name for p in [*Path("/dev/shm").glob(f"distgnn-{job_id}-*"), *Path("/tmp").glob(f"distgnn-{job_id}-*")]
+        )
+        if not pids and not files:
+            return
+        assert time.monotonic() < deadline, f"left behind: processes {pids}, files {files}"
+        time.sleep(0.1)
+
+
+def test_two_torchrun_nodes_run_a_job(tmp_path):
+    procs = start_nodes(tmp_path, "ok")
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0, 0], (tmp_path / "node0.err").read_text()[-2000:] + (tmp_path / "node1.err").read_text()[-2000:]
+    got = reports(tmp_path)
+    assert sorted(got) == [0, 1, 2, 3]
+    for rank, r in got.items():
+        assert (r["machine_id"], r["local_rank"], r["num_trainers"], r["world_size"]) == (rank // 2, rank % 2, 2, 4)
+        assert (
+            r["role"] == "trainer" and r["part_config"] == str(tmp_path / "g.json") and r["args"] == ["--epochs", "1"]
+        )
+        assert r["token_sha"] and not r["token_in_argv"] and r["restart_count"] == 0
+    assert len({r["job_id"] for r in got.values()}) == 1
+    for node in (0, 1):
+        assert (
+            f"fake server ready machine={node} server=0 role=server token=yes"
+            in (tmp_path / f"node{node}.out").read_text()
+        )
+    assert_nothing_left(got[0]["job_id"], tmp_path)
+
+
+def test_a_killed_server_is_named_by_its_node(tmp_path):
+    procs = start_nodes(tmp_path, "sleep")
+    fake = tmp_path / "fake"
+    deadline = time.monotonic() + 60
+    while len(list(fake.glob("*.pid"))) < 6 or len(reports(tmp_path)) < 4:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
+            tmp_path / "node1.err"
+        ).read_text()
+        time.sleep(0.1)
+    pid = int((fake / "server-m1-s0.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    started = time.monotonic()
+    assert procs[1].wait(timeout=30) != 0
+    took = time.monotonic() - started
+    err = (tmp_path / "node1.err").read_text()
+    assert f"distgnn node: error: server 0 of machine 1 (partition 1, pid {pid}) was killed by SIGKILL" in err
+    assert took < 10, f"{took:.1f} s from kill -9 to node 1's exit"
+    procs[0].send_signal(signal.SIGTERM)  # node 0's stand-in trainers sleep; real ones would fail on RPC
+    procs[0].wait(timeout=30)
+    assert_nothing_left(reports(tmp_path)[0]["job_id"], tmp_path)
+
+
+def test_outside_torchrun_it_says_what_is_missing():
+    with pytest.raises(NodeError, match="not started by torchrun: RANK, LOCAL_RANK"):
+        torchrun_env({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h", "GROUP_RANK": "0"})
+    topo = torchrun_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+                         "MASTER_ADDR": "h", "NODE_RANK": "1"})  # fmt: skip
+    assert (topo["num_nodes"], topo["node_rank"], topo["master_port"]) == (2, 1, 29500)
+    a = job_id_of({"MASTER_ADDR": "h", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "r"})
+    assert (
+        a
+        == job_id_of({"MASTER_ADDR": "h", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "r"})
+        != job_id_of({"MASTER_ADDR": "h", "MASTER_PORT": "2", "TORCHELASTIC_RUN_ID": "r"})
+    )
+    assert job_id_of({"DISTGNN_JOB_ID": "jx", "MASTER_ADDR": "h"}) == "jx"
