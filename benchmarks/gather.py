@@ -8,6 +8,7 @@ batches' input nodes. Throughput counts gathered feature bytes (rows x row bytes
 figures mean nothing).
 
     PYTHONPATH=. python3 benchmarks/gather.py --num-nodes 24000000 --dim 128 --json gather.json
+    PYTHONPATH=. python3 benchmarks/gather.py --resident     # the all-hit path alone, table on the GPU (A/B)
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--strides", help="only measure zero-copy reads of rows 0, s, 2s, ... for each stride s in this list"
     )
+    parser.add_argument(
+        "--resident",
+        action="store_true",
+        help="only the all-hit case: the table on the GPU, cached whole; the all-hit path against the planned path, "
+        "torch index_select and a device copy of the same bytes, alternated rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds of --resident (median)")
     return parser.parse_args()
 
 
@@ -528,7 +536,9 @@ def main() -> None:
     t0 = time.perf_counter()
     indptr, indices, degree = power_law_graph(n, args.avg_degree, args.alpha, device, args.hot_first)
     train_ids = torch.randperm(n, device=device)[: int(args.train_frac * n)]
-    presampled = batches_of(train_ids, args.batch_size, args.presample, indptr, indices, fanouts)
+    presampled = (
+        [] if args.resident else batches_of(train_ids, args.batch_size, args.presample, indptr, indices, fanouts)
+    )
     evaluation = batches_of(train_ids, args.batch_size, args.eval_batches, indptr, indices, fanouts)
     del indptr, indices
     mean_rows = sum(b.shape[0] for b in evaluation) / len(evaluation)
@@ -538,6 +548,12 @@ def main() -> None:
         flush=True,
     )
 
+    if args.resident:
+        resident_ab(args, device, dtype, evaluation, report)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+        return
     t0 = time.perf_counter()
     if args.table_memory == "pinned" and device.type == "cuda":
         table, _buf, registration = torch.empty((n, dim), dtype=dtype, pin_memory=True), None, None
@@ -562,6 +578,78 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
+
+
+def resident_ab(args, device, dtype, evaluation, report) -> None:
+    """The all-hit case on a table held whole on the GPU: GB/s of gathered bytes of whole calls (medians of
+    alternated rounds over ``--timed`` batches), all-hit path vs the planned path (lookup, sort, kernel, sync) vs
+    ``torch.index_select``, and a device copy of as many contiguous bytes as the ceiling."""
+    n, dim = args.num_nodes, args.dim
+    table = torch.randn(n, dim, device=device).to(dtype)
+    gather_module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    identity = FeatureCache.replicate(torch.arange(n), table, n, device)
+    shuffled_ids = torch.randperm(n, device=device)
+    shuffled = FeatureCache.replicate(shuffled_ids, table[shuffled_ids], n, device)
+    del shuffled_ids
+    timed = evaluation[: args.timed]
+    rows = max(ids.shape[0] for ids in timed)
+    out = torch.empty((rows, dim), dtype=dtype, device=device)
+    src = torch.empty_like(out).copy_(table[:rows])
+    for cache in (identity, shuffled):
+        check = timed[0]
+        assert torch.equal(gather(out[: check.shape[0]], check, cache=cache), table[check]), "wrong rows"
+
+    if device.type == "cuda":
+
+        def planned(o, ids):
+            gather_module._gather_cuda(o, ids, identity, None, None, True)
+    else:  # a smoke test: the reference stands in
+
+        def planned(o, ids):
+            gather_module._gather_reference(o, ids, identity, None, None)
+
+    variants = {
+        "all-hit path, identity slots": lambda o, ids: gather(o, ids, cache=identity),
+        "all-hit path, shuffled slots": lambda o, ids: gather(o, ids, cache=shuffled),
+        "planned path (plan, sort, kernel, sync)": planned,
+        "torch.index_select": lambda o, ids: torch.index_select(table, 0, ids, out=o),
+        "device copy of the same bytes": lambda o, ids: o.copy_(src[: ids.shape[0]]),
+    }
+    row_bytes = dim * table.element_size()
+    total = sum(ids.shape[0] for ids in timed) * row_bytes
+    results: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.rounds + 1):  # the first round warms up (allocator blocks, extension, clocks)
+        for name, call in variants.items():
+            sync(device)
+            start = time.perf_counter()
+            for ids in timed:
+                call(out[: ids.shape[0]], ids)
+            sync(device)
+            results[name].append(total / (time.perf_counter() - start) / 1e9)
+    identity.check()
+    kernel_us = 0.0
+    if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for ids in timed:
+                gather(out[: ids.shape[0]], ids, cache=identity)
+            sync(device)
+        for event in prof.key_averages():
+            if "gather_cached_kernel" in event.key:
+                kernel_us += (getattr(event, "device_time_total", 0) or getattr(event, "cuda_time_total", 0)) / len(
+                    timed
+                )
+    batch_mb = total / len(timed) / 1e6
+    report["resident"] = {"batch_mb": batch_mb, "gbps_rounds": results, "kernel_us": kernel_us}
+    planned = sorted(results["planned path (plan, sort, kernel, sync)"][1:])[args.rounds // 2]
+    print(f"\nall-hit gather, {batch_mb:.0f} MB batches, GB/s of gathered bytes (median of {args.rounds} rounds)")
+    print(f"{'variant':42} {'GB/s':>8} {'vs planned':>10}")
+    for name, rates in results.items():
+        median = sorted(rates[1:])[args.rounds // 2]
+        print(f"{name:42} {median:8.1f} {median / planned:9.2f}x")
+    if kernel_us:
+        print(f"all-hit kernel alone: {kernel_us:.1f} us per batch = {total / len(timed) / kernel_us / 1e3:.1f} GB/s")
 
 
 def stride_scan(args, device, table, evaluation, report) -> None:

@@ -12,6 +12,16 @@
 # train1   benchmarks/scaling.py --gpus 1 (products-scale GraphSAGE on one GPU): sampling thread or inline, with
 #          and without the gather pipeline
 # scaling  benchmarks/scaling.py (products-scale GraphSAGE on 1 and 2 GPUs), sampling thread and inline
+# e2etests  the tests of issue 18's one-GPU work: gather and cache, timeline, the loader's sampling stream
+# resident benchmarks/gather.py --resident (the all-hit gather: all-hit path vs planned path vs index_select)
+# train1ab benchmarks/scaling.py --gpus 1, inline sampling and the sampling thread, each run against the checkout
+#          in $BASE first when BASE is set (its own extension build; same partition in /tmp/distgnn-train1);
+#          TIMELINE=1: this tree's runs also write their timelines (a few events per batch)
+# timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
+#          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
+# trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
+# inference  tests/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
+#          host-buffer path) and, for scale, one training run with the sampling thread
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
 # ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
@@ -25,6 +35,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     || exit 1
   export PYTHONPATH=/tmp/site
 fi
+site_path=${PYTHONPATH:-}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 || {
   cat "$OUT/install.log"
@@ -82,5 +93,49 @@ if has scaling; then
   timeout 120 python3 benchmarks/scaling.py --json "$OUT/scaling_inline.json" -- --prefetch 0 >"$OUT/scaling_inline.log" 2>&1 \
     || status=1
   tail -4 "$OUT/scaling_inline.log"
+fi
+if has e2etests; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_feature_cache.py \
+    tests/test_cache_pipeline.py tests/test_timeline.py tests/test_training.py \
+    tests/test_cache_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
+    "tests/test_loader_dist.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
+    >"$OUT/pytest_e2e.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
+fi
+if has resident; then
+  timeout 200 python3 benchmarks/gather.py --resident --json "$OUT/resident.json" >"$OUT/resident.log" 2>&1 || status=1
+  sed -n '/^all-hit gather/,$p' "$OUT/resident.log"
+  grep -E "Error|error" "$OUT/resident.log" | tail -3
+fi
+train1() {  # name, directory, extension cache, more scaling.py flags
+  (cd "$2" && XDG_CACHE_HOME="$3" PYTHONPATH="$2${site_path:+:$site_path}" timeout 240 python3 benchmarks/scaling.py \
+    --gpus 1 --workdir /tmp/distgnn-train1 --json "$OUT/train1_$1.json" "${@:4}") >"$OUT/train1_$1.log" 2>&1 || status=1
+  echo "train1 $1: $(grep -E '^ +1 ' "$OUT/train1_$1.log" | tail -1)"
+  grep -E "^timeline" "$OUT/train1_$1.log"
+}
+here_cache=${XDG_CACHE_HOME:-$HOME/.cache}
+if has train1ab; then
+  for variant in "inline:" "thread:--prefetch 1"; do
+    name=${variant%%:*}
+    # shellcheck disable=SC2086
+    if [[ -n "${BASE:-}" ]]; then train1 "base_$name" "$BASE" /tmp/xdg-base -- ${variant#*:}; fi
+    # shellcheck disable=SC2086
+    train1 "this_$name" "$PWD" "$here_cache" ${TIMELINE:+--timeline "$OUT/$name.json"} -- ${variant#*:}
+  done
+fi
+if has timeline; then
+  train1 timeline_inline "$PWD" "$here_cache" --timeline "$OUT/inline.json"
+  train1 timeline_thread "$PWD" "$here_cache" --timeline "$OUT/thread.json" -- --prefetch 1
+fi
+if has trace; then  # a short run: the trace of a whole products-scale run is too large to bring back
+  train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12
+fi
+if has inference; then
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_inference_gpu.py >"$OUT/pytest_inference.log" 2>&1 \
+    || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_inference.log" | tail -5
+  timeout 300 python3 benchmarks/inference_gpu.py --json "$OUT/inference.json" >"$OUT/inference.log" 2>&1 || status=1
+  tail -8 "$OUT/inference.log"
+  train1 epoch_thread "$PWD" "$here_cache" -- --prefetch 1
 fi
 exit $status

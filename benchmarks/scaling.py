@@ -7,6 +7,7 @@ and writes the RESULT lines as JSON.
 
     python3 benchmarks/scaling.py                      # products-scale synthetic graph, 1 and 2 GPUs
     python3 benchmarks/scaling.py --num-nodes 200000   # a quick look
+    python3 benchmarks/scaling.py --gpus 1 --timeline tl.json   # + rank 0's per-batch stage spans, and tl.png
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from distgnn.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "graphsage" / "train_dist.py"
@@ -41,6 +44,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", default=".work/scaling")
     p.add_argument("--json", help="write every run's RESULT here")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    p.add_argument(
+        "--timeline",
+        help="write rank 0's per-batch stage spans of each run to PATH (-<n>gpu before the suffix) and plot them",
+    )
+    p.add_argument("--trace", help="with --timeline: also a torch.profiler Chrome trace per run (slows the run)")
     p.add_argument("extra", nargs="*", help="more train_dist.py flags (after --)")
     return p.parse_args()
 
@@ -55,6 +63,10 @@ def run(args: argparse.Namespace, gpus: int) -> dict:
     if args.device == "cuda":
         cmd += [f"--cache-gb={args.cache_gb}", f"--cache-policy={args.cache_policy}"]
         cmd += [f"--sample-device={args.sample_device}"]
+    if args.timeline:
+        cmd += [f"--timeline={run_path(args.timeline, gpus)}"]
+        if args.trace:
+            cmd += [f"--trace={run_path(args.trace, gpus)}"]
     cmd += list(args.extra)
     print("$ " + " ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
@@ -67,6 +79,34 @@ def run(args: argparse.Namespace, gpus: int) -> dict:
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     result["wall_s"] = time.perf_counter() - start
     return result
+
+
+def run_path(path: str, gpus: int) -> Path:
+    """``path`` with ``-<gpus>gpu`` before its suffix, absolute (train_dist.py runs from the repo root)."""
+    path = Path(path).resolve()
+    return path.with_name(f"{path.stem}-{gpus}gpu{path.suffix}")
+
+
+def plot(timeline: Path) -> None:
+    """Draws a run's timeline next to it (``.png``), or says why not."""
+    from distgnn.timeline import plot_timeline, read_timeline, summarize
+
+    try:
+        plot_timeline(read_timeline(timeline), timeline.with_suffix(".png"))
+        print(f"timeline {timeline}, drawn in {timeline.with_suffix('.png')}")
+    except ConfigError as exc:
+        print(f"timeline {timeline} written; not drawn: {exc}")
+    batches = read_timeline(timeline)["batches"]
+    epochs = sorted({record["epoch"] for record in batches})
+    for epoch in epochs:
+        summary = summarize(batches, {epoch})
+        whole = summary.pop("all")
+        stages = "; ".join(
+            f"{stage} {v['host_ms']:.0f} host / {v['gpu_ms']:.0f} GPU ms" for stage, v in summary.items()
+        )
+        print(
+            f"timeline epoch {epoch}: wall {whole['wall_ms']:.0f} ms, GPU busy {whole['gpu_busy_ms']:.0f} ms; {stages}"
+        )
 
 
 def steady(result: dict) -> tuple[float, list[float]]:
@@ -82,6 +122,8 @@ def main() -> None:
     results = {}
     for gpus in counts:
         results[gpus] = run(args, gpus)
+        if args.timeline:
+            plot(run_path(args.timeline, gpus))
     base_time, _ = steady(results[counts[0]])
     print(
         f"\n{'GPUs':>4} {'epoch s':>8} {'sample':>7} {'fetch':>7} {'compute':>8} {'waited':>7} {'hit':>6} "

@@ -17,6 +17,12 @@ yields the same batches whatever the worker count.
 A sampler on a CUDA device (``NeighborSampler(..., device="cuda")``) makes its
 blocks on the GPU, inline or in the prefetch thread (not in worker processes,
 whose queues carry CPU tensors); the fetched node data then follows them there.
+Inline and in the prefetch thread it samples on a CUDA stream of its own: the
+sampler's host syncs (it sizes its outputs) then wait for the sampling kernels
+alone, not for the training step the trainer queued just before, so sampling
+batch t+1 overlaps the GPU's work on batch t. A handed-out batch makes the
+trainer's stream wait for its sampling, and its tensors are recorded on that
+stream.
 """
 
 from __future__ import annotations
@@ -103,10 +109,20 @@ class MiniBatch(tuple):
         self.input_data = dict(input_data or {})
         self.output_data = dict(output_data or {})
         self.timing = dict(timing or {})  # seconds spent making it: "sample", "fetch"
+        self.ready: torch.cuda.Event | None = None  # made on a side stream: done when this event is
         return self
 
     def __reduce__(self):
         return MiniBatch, (*self, self.input_data, self.output_data, self.timing)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the batch holds (ids, block arrays, node data)."""
+        input_nodes, output_nodes, blocks = self
+        yield from (input_nodes, output_nodes)
+        for block in blocks:
+            yield from (block.src_nids, block.indptr, block.indices, block.eids)
+        yield from self.input_data.values()
+        yield from self.output_data.values()
 
     def to(self, device: torch.device, non_blocking: bool = False) -> MiniBatch:
         def move(t):
@@ -519,9 +535,12 @@ class DistNodeDataLoader:
         self._start = 0  # first batch of the next epoch (non-zero after load_state_dict mid-epoch)
         self._position = (0, 0)  # (epoch, batches handed out of it)
         self._workers: _Workers | None = None
+        # GPU sampling in this process (inline or the prefetch thread) gets a stream of its own (module docstring).
+        self._stream = torch.cuda.Stream(sampler_device) if sampler_device.type == "cuda" else None
         self._active_epoch: int | None = None
         if num_workers > 0 or prefetch > 0:
-            self._workers = _Workers(num_workers, g, sampler, self._maker, self.plan, prefetch)
+            maker = self._maker if self._stream is None else _OnStream(self._maker, self._stream)
+            self._workers = _Workers(num_workers, g, sampler, maker, self.plan, prefetch)
             self._finalizer = weakref.finalize(self, self._workers.stop)
             for worker in range(num_workers):
                 item = self._workers.get(worker, _WORKER_START_TIMEOUT_S)
@@ -566,10 +585,11 @@ class DistNodeDataLoader:
 
     def _inline(self, epoch: int, start: int) -> Iterator[MiniBatch]:
         batches = self.plan.batches(epoch)
+        maker = self._maker if self._stream is None else _OnStream(self._maker, self._stream)
         for index in range(start, len(batches)):
-            batch = self._maker(self.g, self.sampler, batches[index], self.plan.batch_rng_seed(epoch, index))
+            batch = maker(self.g, self.sampler, batches[index], self.plan.batch_rng_seed(epoch, index))
             self._position = (epoch, index + 1)
-            yield self._to_device(batch)
+            yield self._to_device(batch if batch.ready is None else _hand_over(batch, batch.ready))
 
     def _from_workers(self, epoch: int, start: int) -> Iterator[MiniBatch]:
         workers = self._workers
@@ -584,7 +604,8 @@ class DistNodeDataLoader:
             if item[0] != "batch" or item[1] != epoch or item[2] != index:
                 raise DistGNNError(f"sampler worker sent {item[:3]} where batch {index} of epoch {epoch} was due")
             self._position = (epoch, index + 1)
-            yield self._to_device(item[3])
+            batch = item[3]
+            yield self._to_device(batch if batch.ready is None else _hand_over(batch, batch.ready))
         for worker in range(workers.count):
             item = workers.get(worker, self.timeout_s)
             if item[:2] != ("end", epoch):
@@ -608,3 +629,33 @@ class DistNodeDataLoader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class _OnStream:
+    """A BatchMaker that works on ``stream`` and marks each batch's end with an event (``batch.ready``)."""
+
+    maker: BatchMaker
+    stream: torch.cuda.Stream
+
+    def __call__(self, g, sampler: NeighborSampler, seeds: np.ndarray, rng_seed: int) -> MiniBatch:
+        with torch.cuda.stream(self.stream):
+            batch = self.maker(g, sampler, seeds, rng_seed)
+            batch.ready = torch.cuda.Event()
+            batch.ready.record(self.stream)
+        return batch
+
+
+def _hand_over(batch: MiniBatch, ready: torch.cuda.Event) -> MiniBatch:
+    """``batch``, made on a side stream, for the current stream of each CUDA device it is on: that stream waits
+    for ``ready``, and the caching allocator keeps the batch's memory until that stream is past its uses."""
+    consumers: dict[torch.device, torch.cuda.Stream] = {}
+    for tensor in batch.tensors():
+        if not tensor.is_cuda:
+            continue
+        consumer = consumers.get(tensor.device)
+        if consumer is None:
+            consumer = consumers[tensor.device] = torch.cuda.current_stream(tensor.device)
+            consumer.wait_event(ready)
+        tensor.record_stream(consumer)
+    return batch

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from distgnn.timeline import Timeline
+
 
 def all_reduce(values: list[float], op: str = "sum") -> list[float]:
     """``op`` ("sum" or "max") of each value across the job's trainers (float64, over gloo); identity in a
@@ -88,6 +90,9 @@ class EpochMeter:
         device: where loss and counts add up; CUDA events time the compute on a GPU.
         sync_timing: on a GPU, wait for it after the inputs and after the compute, so the stages add up.
         show_progress: draw a tqdm bar on stderr.
+        timeline: records each step's spans there (:mod:`distgnn.timeline`): ``wait`` (asking the loader for the
+            batch: inline sampling, or blocked on the prefetch thread), ``fetch`` (``inputs``) and ``compute``
+            (from the yield to :meth:`step_done`).
     """
 
     def __init__(
@@ -98,8 +103,11 @@ class EpochMeter:
         *,
         sync_timing: bool = False,
         show_progress: bool = False,
+        timeline: Timeline | None = None,
     ) -> None:
         self.epoch = epoch
+        self.timeline = timeline
+        self._compute_span: Any = None
         self.num_batches = num_batches
         self.device = torch.device(device)
         self.sync_timing = sync_timing and self.device.type == "cuda"
@@ -124,14 +132,24 @@ class EpochMeter:
         """
         self._start = time.perf_counter()
         source = iter(batches)
-        for _ in range(self.num_batches):
+        timeline = self.timeline
+        for step in range(self.num_batches):
+            if timeline is not None:
+                timeline.begin_batch(self.epoch, step)
+                span = timeline.open_span("wait")
             self._t0 = time.perf_counter()
             item = next(source)
             t1 = time.perf_counter()
+            if timeline is not None:
+                timeline.close_span(span)
+                span = timeline.open_span("fetch")
             batch, x, y = inputs(item)
             if self.sync_timing:
                 torch.cuda.synchronize(self.device)
             self._t2 = time.perf_counter()
+            if timeline is not None:
+                timeline.close_span(span)
+                self._compute_span = timeline.open_span("compute")
             self.wait_s += self._t2 - self._t0
             self.sample_s += batch.timing["sample"]
             self.fetch_s += batch.timing["fetch"] + (self._t2 - t1)
@@ -148,6 +166,9 @@ class EpochMeter:
             self._events[-1][1].record()
             if self.sync_timing:
                 torch.cuda.synchronize(self.device)
+        if self._compute_span is not None:
+            self.timeline.close_span(self._compute_span)
+            self._compute_span = None
         self.compute_s += time.perf_counter() - self._t2
         self._loss += loss.detach() * count
         if correct is not None:

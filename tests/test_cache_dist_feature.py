@@ -260,3 +260,26 @@ def test_cuda_ids_are_checked_and_counted_on_the_gpu_like_cpu_ids(served):
             cf[torch.tensor([-1, 3], device="cuda")]
         with pytest.raises(InputError, match="1-d integer"):
             cf[torch.tensor([0.5], device="cuda")]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync(served, monkeypatch):
+    graph, contexts = served
+    feat = _feat(graph, contexts[0])
+    rng = np.random.default_rng(23)
+    with CachedFeature(feat, "cuda", NUM_NODES * 4 * feat.shape[1], hot_ids=torch.arange(NUM_NODES)) as cf:
+        if not distgnn.cache.gather_available():
+            pytest.skip("needs the CUDA gather extension")
+        assert cf.cache.covers_all
+
+        def synced(*args):
+            raise AssertionError("looked for misses with a host sync")
+
+        monkeypatch.setattr(cf, "_misses_on_device", synced)
+        ids = rng.integers(0, NUM_NODES, 700)
+        got = cf[torch.from_numpy(ids).cuda()]
+        np.testing.assert_array_equal(got.cpu().numpy(), graph.ndata["feat"][ids])
+        assert cf.stats()["cache_hits"] == cf.lookups == 700
+        cf[torch.tensor([0, NUM_NODES], device="cuda")]
+        with pytest.raises(InputError, match="outside the slot table"):
+            cf.cache.check()

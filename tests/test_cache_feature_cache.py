@@ -60,3 +60,20 @@ def test_shards_must_agree_and_fit_the_kernel():
         FeatureCache([torch.randn(1, 3)] * 17, table)
     with pytest.raises(InputError, match="local_rank"):
         FeatureCache([torch.randn(1, 3)], table, local_rank=1)
+
+
+@pytest.mark.parametrize(("cached", "covers"), [(30, True), (29, False), (0, False)])
+def test_covers_all_when_every_node_has_a_slot(cached, covers):
+    hot = torch.randperm(30)[:cached]
+    cache = FeatureCache.clique(hot, torch.randn(cached, 3), 30, ["cpu", "cpu"])[0]
+    assert cache.covers_all is covers
+
+
+def test_stats_counter_accumulates_in_place():
+    cache = FeatureCache.replicate(torch.arange(4), torch.randn(4, 2), 4, "cpu")
+    counter = cache.stats.counter(torch.device("cpu"))
+    cache.stats.record(5, torch.tensor([3, 1]))
+    counter += torch.tensor([2, 0])  # what a kernel does
+    assert (cache.stats.lookups, cache.stats.local_hits, cache.stats.peer_hits) == (5, 5, 1)
+    cache.stats.reset()
+    assert (cache.stats.lookups, cache.stats.hits) == (0, 0)

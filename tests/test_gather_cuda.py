@@ -326,3 +326,92 @@ def test_cuda_planner_matches_torch_planner(sort_misses, table_dtype):
     slots = cache.slot_table[ids.clamp(0, 4999)].long().masked_fill(ids > 4999, -1).masked_fill(ids < 0, -1)
     assert hits.tolist() == [int(((slots >= 0) & (slots % 3 == 0)).sum()), int(((slots >= 0) & (slots % 3 != 0)).sum())]
     assert unplaced[0].item() == int((expected.keys == expected.bad_key).sum()) >= 2
+
+
+def full_cache(seed, *, num_nodes=3000, width=7, dtype=torch.float32, shards=1, table_dtype=torch.int32):
+    """A table, a cache holding all of it (hot order shuffled, so slots are not the identity) and ids with repeats."""
+    gen = torch.Generator().manual_seed(seed)
+    table = torch.randn(num_nodes, width, generator=gen).to(dtype)
+    hot = torch.randperm(num_nodes, generator=gen)
+    cache = FeatureCache.clique(hot, table[hot], num_nodes, ["cuda"] * shards)[0]
+    cache.slot_table = cache.slot_table.to(table_dtype)
+    ids = torch.randint(0, num_nodes, (num_nodes + 500,), generator=gen).cuda()
+    return table, cache, ids
+
+
+def refuse_planned_path(monkeypatch):
+    def planned(*args, **kwargs):
+        raise AssertionError("the all-hit gather planned")
+
+    monkeypatch.setattr(importlib.import_module("distgnn.cache.gather"), "_gather_cuda", planned)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", [1, 3, 8, 100, 128, 129])
+@pytest.mark.parametrize("shards", [1, 3])
+def test_all_hit_path_matches_reference_without_planning(dtype, width, shards, monkeypatch):
+    table, cache, ids = full_cache(width + shards, width=width, dtype=dtype, shards=shards)
+    assert cache.covers_all
+    ref = gather(poisoned(len(ids), width, dtype), ids, cache=cache, impl="torch")
+    reference_hits = (cache.stats.local_hits, cache.stats.peer_hits)
+    cache.stats.reset()
+    refuse_planned_path(monkeypatch)
+    host = HostTier(pinned_rows(table[:100]), 0)  # a host tier inside the table is no reason to plan
+    out = gather(poisoned(len(ids), width, dtype), ids, cache=cache, host=host, impl="cuda")
+    assert torch.equal(out, table[ids.cpu()].cuda())
+    assert torch.equal(ref, out)
+    assert (cache.stats.lookups, cache.stats.local_hits, cache.stats.peer_hits) == (len(ids), *reference_hits)
+
+
+@pytest.mark.parametrize("table_dtype", [torch.int32, torch.int64])
+def test_all_hit_path_reads_int64_slot_tables_and_large_batches(table_dtype, monkeypatch):
+    table, cache, _ = full_cache(3, num_nodes=20000, width=64, table_dtype=table_dtype)
+    refuse_planned_path(monkeypatch)
+    ids = torch.randint(0, 20000, (300_000,), device="cuda")
+    out = gather(poisoned(len(ids), 64, torch.float32), ids, cache=cache, impl="cuda")
+    assert torch.equal(out, table.cuda()[ids])
+
+
+def test_all_hit_path_reports_bad_ids_on_a_later_look(monkeypatch):
+    table, cache, _ = full_cache(4, num_nodes=50, width=5)
+    refuse_planned_path(monkeypatch)
+    ids = torch.tensor([3, 50, 7, -2, 49], device="cuda")
+    out = gather(poisoned(5, 5, torch.float32), ids, cache=cache, impl="cuda")  # returns without waiting
+    with pytest.raises(InputError, match=r"got id (50|-2), outside the slot table's \[0, 50\)"):
+        cache.check()
+    assert torch.equal(out[[0, 2, 4]].cpu(), table[[3, 7, 49]])
+    assert torch.equal(out[[1, 3]].cpu(), torch.zeros(2, 5))  # filled, never left unwritten
+    cache.check()  # raised once
+    gather(poisoned(1, 5, torch.float32), torch.tensor([99], device="cuda"), cache=cache, impl="cuda")
+    torch.cuda.synchronize()
+    with pytest.raises(InputError, match="got id 99"):
+        gather(poisoned(1, 5, torch.float32), torch.tensor([1], device="cuda"), cache=cache, impl="cuda")
+
+
+def test_all_hit_path_is_not_taken_where_other_tiers_hold_more(monkeypatch):
+    table, cache, _ = full_cache(5, num_nodes=40, width=4)
+    bigger = torch.randn(60, 4)
+    host = HostTier(pinned_rows(bigger[40:]), 40)  # ids 40..59 live on the host: the cache is not all of it
+    ids = torch.tensor([1, 45, 39, 59, 2], device="cuda")
+    planned = []
+    module = importlib.import_module("distgnn.cache.gather")  # the package exports a function of that name
+    real = module._gather_cuda
+    monkeypatch.setattr(module, "_gather_cuda", lambda *a: planned.append(1) or real(*a))
+    out = gather(poisoned(5, 4, torch.float32), ids, cache=cache, host=host, impl="cuda")
+    assert planned == [1]
+    assert torch.equal(out.cpu(), torch.cat([table, bigger[40:]])[ids.cpu()])
+
+
+def test_all_hit_path_binding_refuses_bad_arguments():
+    from distgnn.native.cuda import gather_kernels
+
+    _, cache, ids = full_cache(6, num_nodes=20, width=4)
+    kernels = gather_kernels()
+    out = poisoned(len(ids), 4, torch.float32)
+    hits = torch.zeros(2, dtype=torch.int64, device="cuda")
+    with pytest.raises(RuntimeError, match="pinned"):
+        kernels.gather_cached(out, ids, cache.slot_table, cache.shards, 0, hits, torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(RuntimeError, match="one entry per output row"):
+        kernels.gather_cached(out[:3], ids, cache.slot_table, cache.shards, 0, hits, cache.device_errors())
+    with pytest.raises(RuntimeError, match="local_rank 1 out of range"):
+        kernels.gather_cached(out, ids, cache.slot_table, cache.shards, 1, hits, cache.device_errors())

@@ -235,3 +235,31 @@ def test_leaving_mid_epoch_without_close_exits_cleanly_with_the_prefetch_thread_
     assert "left mid-epoch" in proc.stdout
     assert "terminate called" not in proc.stderr
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(prefetch: int) -> None:
+    from distgnn.sampling.neighbor import InProcessGraph
+
+    g = InProcessGraph(synthetic(3000, 8, feat_dim=4, num_classes=3, seed=2))
+    sampler = NeighborSampler([5, 3], device="cuda")
+    loader = DistNodeDataLoader(g, torch.arange(3000), sampler, 256, shuffle=True, seed=4, prefetch=prefetch)
+    assert loader._stream is not None and loader._stream != torch.cuda.current_stream()
+    try:
+        for index, batch in enumerate(loader):
+            # Queue a long kernel first: a batch handed over unfinished would be read before it was written.
+            torch.cuda._sleep(2_000_000)
+            seeds = loader.plan.batches(0)[index]
+            want = sampler.sample_blocks(g, seeds, loader.plan.batch_rng_seed(0, index))
+            assert torch.equal(batch[0], want[0]) and torch.equal(batch[1], want[1])
+            for got_block, want_block in zip(batch[2], want[2], strict=True):
+                assert got_block.num_dst == want_block.num_dst
+                for name in ("src_nids", "indptr", "indices", "eids"):
+                    assert torch.equal(getattr(got_block, name), getattr(want_block, name)), name
+    finally:
+        loader.close()
+        sampler.close()
+    cpu_loader = DistNodeDataLoader(g, torch.arange(3000), NeighborSampler([5, 3]), 256)
+    assert cpu_loader._stream is None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from distgnn.dataloader import MiniBatch
+from distgnn.timeline import Timeline
 from distgnn.training import EpochMeter, EpochSummary, TrainingLog, all_reduce
 
 
@@ -53,6 +56,22 @@ def test_an_epoch_sums_the_loaders_stage_times_and_the_mean_loss_and_accuracy() 
     line = summary.line()
     assert line.startswith("epoch   2 | loss 3.0000 | train acc 0.7500 | time ") and line.endswith("cache hit 75.0%")
     assert float(line.split("|")[1].split()[1]) == pytest.approx(summary.loss, abs=1e-4)
+
+
+def test_a_timeline_gets_each_steps_wait_fetch_and_compute_spans() -> None:
+    timeline = Timeline("cpu")
+    meter = EpochMeter(1, 2, "cpu", timeline=timeline)
+    for _batch, _x, y in meter.steps(batches(5, []), inputs):
+        time.sleep(0.003)  # the step's compute
+        meter.step_done(torch.tensor(1.0), len(y), edges=1)
+    records = timeline.records()
+    assert [(r["epoch"], r["batch"]) for r in records] == [(1, 0), (1, 1)]
+    for record in records:
+        assert [s["stage"] for s in record["spans"]] == ["wait", "fetch", "compute"]
+        compute = record["spans"][2]["host_ms"]
+        assert compute[1] - compute[0] >= 3.0
+        edges = [t for s in record["spans"] for t in s["host_ms"]]
+        assert edges == sorted(edges)
 
 
 def test_without_counted_predictions_there_is_no_accuracy() -> None:

@@ -212,6 +212,49 @@ void gather_rows(torch::Tensor out, torch::Tensor keys, torch::Tensor order, int
   C10_CUDA_CHECK(distgnn::launch_gather(p, num_sms(device), c10::cuda::getCurrentCUDAStream(device.index())));
 }
 
+// The all-hit fast path (gather_cached.cu): out[i] = the cached row of ids[i], every id looked up in `table`, a
+// slot table without -1 entries; [local, peer] hits are added to `hits` and a failing id is stored into `errors`
+// (pinned host memory, [flag, example]). One launch on the current stream, no host sync.
+void gather_cached(torch::Tensor out, torch::Tensor ids, torch::Tensor table, std::vector<torch::Tensor> shards,
+                   int64_t local_rank, torch::Tensor hits, torch::Tensor errors) {
+  DISTGNN_CHECK(out.is_cuda() && out.dim() == 2 && out.is_contiguous(), "out must be a contiguous 2-D CUDA tensor");
+  const torch::Device device = out.device();
+  const c10::cuda::CUDAGuard guard(device);
+  check_index(ids, "ids", device);
+  check_index(hits, "hits", device);
+  DISTGNN_CHECK(ids.numel() == out.size(0), "ids need one entry per output row, got ", ids.numel(), " for ",
+                out.size(0), " rows");
+  DISTGNN_CHECK(hits.numel() == 2, "hits must hold [local, peer]");
+  DISTGNN_CHECK(table.device() == device && table.dim() == 1 && table.is_contiguous() &&
+                    (table.scalar_type() == torch::kInt32 || table.scalar_type() == torch::kInt64),
+                "the slot table must be a contiguous 1-D int32 or int64 tensor on ", device);
+  DISTGNN_CHECK(!errors.is_cuda() && errors.is_pinned() && errors.scalar_type() == torch::kInt64 &&
+                    errors.numel() == 2 && errors.is_contiguous(),
+                "errors must be a pinned (2,) int64 host tensor");
+  DISTGNN_CHECK(!shards.empty() && shards.size() <= size_t(distgnn::kMaxShards), "1 to ", distgnn::kMaxShards,
+                " cache shards, got ", int64_t(shards.size()));
+  DISTGNN_CHECK(local_rank >= 0 && local_rank < int64_t(shards.size()), "local_rank ", local_rank,
+                " out of range for ", int64_t(shards.size()), " shards");
+
+  distgnn::CachedParams p{};
+  p.out = static_cast<char*>(out.data_ptr());
+  p.row_bytes = out.size(1) * int64_t(out.element_size());
+  p.batch = out.size(0);
+  p.ids = ids.data_ptr<int64_t>();
+  p.table = table.data_ptr();
+  p.table_is_int64 = table.scalar_type() == torch::kInt64;
+  p.table_size = table.numel();
+  p.num_shards = int(shards.size());
+  p.local_rank = int(local_rank);
+  for (size_t s = 0; s < shards.size(); ++s) {
+    check_rows(shards[s], out, "cache shard");
+    p.shards[s] = device_readable(shards[s], device, "cache shard");
+  }
+  p.hits = reinterpret_cast<unsigned long long*>(hits.data_ptr<int64_t>());
+  p.errors = reinterpret_cast<long long*>(const_cast<char*>(device_readable(errors, device, "errors")));
+  C10_CUDA_CHECK(distgnn::launch_gather_cached(p, num_sms(device), c10::cuda::getCurrentCUDAStream(device.index())));
+}
+
 // Host clocks gather_rows_cpu_share can leave in `marks` (seconds after the call began): keys copy queued, keys
 // on the host, buffers allocated, first chunk's copy queued, last chunk's copy queued, side stream done.
 constexpr int64_t kShareMarks = 6;
@@ -384,6 +427,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("deduplicate"), py::arg("host"),
         py::arg("host_start"), py::arg("staging"), py::arg("staging_ids"), py::arg("shards"), py::arg("unplaced"),
         py::arg("skip") = py::none());
+  m.def("gather_cached", &gather_cached,
+        "Fill out's rows from a cache that holds every node: one launch, no plan, no host sync", py::arg("out"),
+        py::arg("ids"), py::arg("table"), py::arg("shards"), py::arg("local_rank"), py::arg("hits"),
+        py::arg("errors"));
   m.def("plan", &plan, "Look ids up in the slot table and sort the work by key", py::arg("ids"), py::arg("table"),
         py::arg("num_shards"), py::arg("local_rank"), py::arg("hit_base"), py::arg("bad_key"), py::arg("sort"), py::arg("hits"),
         py::arg("unplaced"));

@@ -74,4 +74,25 @@ cudaError_t sort_plan(void* temp, size_t* temp_bytes, const int64_t* keys_in, in
 cudaError_t launch_share_range(const int64_t* keys, int64_t n, int64_t host_start, int64_t host_end, double share,
                                int64_t* range, cudaStream_t stream);
 
+// The all-hit fast path (gather_cached.cu): every id is looked up in a slot table that caches every node, so no
+// plan, sort or host sync is needed; one launch copies every row.
+struct CachedParams {
+  char* out;          // (batch, row_bytes) output rows, device memory
+  int64_t row_bytes;  // bytes of one row, equal in the output and every shard
+  int64_t batch;
+  const int64_t* ids;  // (batch,) global ids, device memory
+  const void* table;   // (table_size,) int32 or int64 slot table, device memory
+  bool table_is_int64;
+  int64_t table_size;
+  const char* shards[kMaxShards];
+  int num_shards;
+  int local_rank;
+  unsigned long long* hits;  // [local, peer] hit counters, device memory, accumulated
+  // [flag, an example id], device-readable host memory: an id outside the table or without a slot sets the flag
+  // (plain stores, no atomics: host memory need not support them) and its output row is zero-filled.
+  long long* errors;
+};
+
+cudaError_t launch_gather_cached(const CachedParams& params, int num_sms, cudaStream_t stream);
+
 }  // namespace distgnn

@@ -48,6 +48,13 @@ def _as_id_tensor(ids: Any, bound: int, what: str) -> torch.Tensor:
     return ids
 
 
+def _checked_ids(ids: torch.Tensor, what: str) -> torch.Tensor:
+    """A device id tensor's shape and dtype checked (no values: that needs a sync), as int64."""
+    if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
+        raise InputError(f"{what} ids must be a 1-d integer tensor, got {ids.dtype}{list(ids.shape)}")
+    return ids.to(torch.int64)
+
+
 class CachedFeature:
     """Reads rows of a node ``DistTensor`` onto ``device`` through a hot-row cache.
 
@@ -105,6 +112,9 @@ class CachedFeature:
             raise ConfigError(f"budget_bytes must be >= 0, got {budget_bytes}")
         self.tensor = tensor
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            # "cuda" names the current GPU; with its index, ids already there are recognised as such.
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.impl = impl
         self.policy = policy
         self.cpu_share = cpu_share
@@ -176,8 +186,16 @@ class CachedFeature:
         return self.tensor.shape[0]
 
     def __getitem__(self, ids: Any) -> torch.Tensor:
-        """Rows ``ids`` (1-D integer ids, any order, repeats allowed, any device) as a ``(len(ids), F)`` tensor on the device."""
-        if isinstance(ids, torch.Tensor) and ids.is_cuda and ids.device == self.device:
+        """Rows ``ids`` (1-D integer ids, any order, repeats allowed, any device) as a ``(len(ids), F)`` tensor on the device.
+
+        With a cache that holds every row and ids on the device, nothing waits for the GPU: an id out of range
+        zero-fills its row and raises InputError at the next read (or at ``self.cache.check()``).
+        """
+        on_device = isinstance(ids, torch.Tensor) and ids.is_cuda and ids.device == self.device
+        if on_device and self.cache is not None and self.cache.covers_all and self.impl != "torch":
+            # Every row is a hit: the gather's all-hit path checks the ids on the GPU, without a host sync.
+            device_ids, misses, staged_ids = _checked_ids(ids, self.tensor.name), torch.empty(0, dtype=torch.int64), 0
+        elif on_device:
             device_ids, misses, staged_ids = self._misses_on_device(ids)
         else:
             ids_cpu = _as_id_tensor(ids, len(self), self.tensor.name)
@@ -209,9 +227,7 @@ class CachedFeature:
         """For ids already on the cache's GPU (a GPU sampler's): the ids as int64, the sorted unique ids no tier
         holds (CPU, to fetch) and how many ids they account for; checked and looked up on the GPU with one
         host sync instead of a trip of every id through host memory."""
-        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.is_complex():
-            raise InputError(f"{self.tensor.name} ids must be a 1-d integer tensor, got {ids.dtype}{list(ids.shape)}")
-        ids = ids.to(torch.int64)
+        ids = _checked_ids(ids, self.tensor.name)
         if ids.numel() == 0:
             return ids, torch.empty(0, dtype=torch.int64), 0
         missing = (ids < self.host.start) | (ids >= self.host.end)

@@ -32,7 +32,13 @@ class CacheStats:
     def record(self, lookups: int, hits: torch.Tensor) -> None:
         """Adds ``lookups`` ids and ``hits`` = ``[local, peer]`` hit counts (a device tensor)."""
         self.lookups += lookups
-        self._hits = hits if self._hits is None else self._hits + hits
+        self.counter(hits.device).add_(hits)
+
+    def counter(self, device: torch.device) -> torch.Tensor:
+        """The ``(2,)`` int64 ``[local, peer]`` hit counter on ``device``, which kernels may add to in place."""
+        if self._hits is None:
+            self._hits = torch.zeros(2, dtype=torch.int64, device=device)
+        return self._hits
 
     @property
     def local_hits(self) -> int:
@@ -81,7 +87,8 @@ class FeatureCache:
         if slot_table.dim() != 1 or slot_table.dtype not in (torch.int32, torch.int64):
             raise InputError(f"slot table must be 1-D int32 or int64, got {slot_table.dtype} {tuple(slot_table.shape)}")
         capacity = sum(shard.shape[0] for shard in shards)
-        if slot_table.numel() and int(slot_table.max()) >= capacity:
+        low, high = (int(v) for v in torch.aminmax(slot_table)) if slot_table.numel() else (0, -1)
+        if high >= capacity:
             raise InputError(f"slot table points past the {capacity} cached rows; slots must be < capacity")
         if not 0 <= local_rank < len(shards):
             raise InputError(f"local_rank {local_rank} out of range for {len(shards)} shards")
@@ -89,6 +96,37 @@ class FeatureCache:
         self.slot_table = slot_table
         self.local_rank = local_rank
         self.stats = CacheStats()
+        # Every node has a slot: a gather through this cache alone can take the all-hit path (no plan, no sync).
+        self.covers_all = low >= 0
+        self._device_errors: torch.Tensor | None = None  # [flag, example id] the all-hit kernel stores into
+
+    def device_errors(self) -> torch.Tensor:
+        """``(2,)`` int64 pinned host tensor ``[flag, example id]`` where the all-hit gather kernel reports ids
+        outside the slot table (see :meth:`raise_device_errors`)."""
+        if self._device_errors is None:
+            self._device_errors = torch.zeros(2, dtype=torch.int64, pin_memory=True)
+        return self._device_errors
+
+    def raise_device_errors(self) -> None:
+        """Raises (once) what all-hit gathers that have finished found on the device; never waits for the GPU.
+
+        Raises:
+            InputError: an earlier all-hit gather got an id outside ``[0, num_nodes)`` (its row was zero-filled).
+        """
+        if self._device_errors is None or not int(self._device_errors[0]):
+            return
+        example = int(self._device_errors[1])
+        self._device_errors.zero_()
+        raise InputError(
+            f"an earlier gather through this cache got id {example}, outside the slot table's [0, {self.num_nodes}) "
+            "(its output row was zero-filled); pass ids of cached nodes only"
+        )
+
+    def check(self) -> None:
+        """Waits for the cache's device, then raises what the all-hit gathers found (:meth:`raise_device_errors`)."""
+        if self._device_errors is not None:
+            torch.cuda.synchronize(self.device)
+        self.raise_device_errors()
 
     @property
     def policy(self) -> str:

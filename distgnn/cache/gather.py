@@ -4,7 +4,9 @@ Tiers, in lookup order: the GPU cache (local shard and clique peers' shards), th
 host memory (:class:`HostTier`), and the staging rows fetched from remote servers (:class:`StagingTier`).
 On a CUDA output with the extension built, the GPU plans the batch (a slot-lookup kernel, then a radix sort
 of the keys, so misses are deduplicated and read in address order) and one kernel launch copies every row;
-otherwise a plain torch reference indexes each tier in turn. Both give bitwise-identical rows.
+otherwise a plain torch reference indexes each tier in turn. Both give bitwise-identical rows. When the cache
+holds every node (``FeatureCache.covers_all``), every id is a hit: one launch looks each id up and copies its row,
+with no plan and no host sync (the all-hit path).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def gather(
 
     The CUDA path synchronises the current stream once, at the end, to check that every id was found (and,
     with a ``cpu_share``, once after planning, to hand the CPU its rows); it runs on the current stream, so
-    a loader can gather on a side stream.
+    a loader can gather on a side stream. The all-hit path (a CUDA ``out``, a cache on its device that holds
+    every node, no staging rows and no host rows beyond the cache's table) never synchronises: an id outside
+    the table zero-fills its row and is raised by the next gather through that cache or by ``cache.check()``.
 
     Raises:
         InputError: shapes or dtypes disagree, or an id is in no tier.
@@ -68,7 +72,10 @@ def gather(
     if use_kernel:
         if not out.is_cuda:
             raise InputError(f"impl='cuda' needs a CUDA output tensor, got one on {out.device}")
-        _gather_cuda(out, ids, cache, host, staging, sort_misses, cpu_share)
+        if _all_hit(out, cache, host, staging):
+            _gather_cached(out, ids, cache)
+        else:
+            _gather_cuda(out, ids, cache, host, staging, sort_misses, cpu_share)
     else:
         _gather_reference(out, ids, cache, host, staging)
     return out
@@ -162,6 +169,32 @@ def plan_gather_cuda(
         unplaced,
     )
     return GatherPlan(plan_keys, order, hit_base, bad_key, sort_misses), hits, unplaced
+
+
+def _all_hit(out: torch.Tensor, cache: FeatureCache | None, host: HostTier | None, staging: StagingTier | None) -> bool:
+    """Whether every id the tiers can hold is a cache hit (and the cache is on ``out``'s device)."""
+    return (
+        cache is not None
+        and cache.covers_all
+        and cache.device == out.device
+        and (host is None or host.end <= cache.num_nodes)
+        and (staging is None or staging.ids.numel() == 0)
+    )
+
+
+def _gather_cached(out: torch.Tensor, ids: torch.Tensor, cache: FeatureCache) -> None:
+    """The all-hit path: one launch, no plan, no host sync; ids outside the table are raised on a later look."""
+    cache.raise_device_errors()
+    gather_kernels().gather_cached(
+        out,
+        ids.to(out.device).contiguous(),
+        cache.slot_table,
+        cache.shards,
+        cache.local_rank,
+        cache.stats.counter(cache.device),
+        cache.device_errors(),
+    )
+    cache.stats.lookups += ids.shape[0]
 
 
 def _gather_cuda(

@@ -76,15 +76,6 @@ class GatherAhead:
     def _hand_out(self, batch: MiniBatch, features: torch.Tensor, ready: torch.cuda.Event):
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(ready)
-        for tensor in _tensors(batch, features):
+        for tensor in (*batch.tensors(), features):
             tensor.record_stream(consumer)
         return batch, features
-
-
-def _tensors(batch: MiniBatch, features: torch.Tensor) -> Iterator[torch.Tensor]:
-    input_nodes, output_nodes, blocks = batch
-    yield from (input_nodes, output_nodes, features)
-    for block in blocks:
-        yield from (block.src_nids, block.indptr, block.indices, block.eids)
-    yield from batch.input_data.values()
-    yield from batch.output_data.values()

@@ -23,7 +23,7 @@ from distgnn.errors import ExtensionBuildError
 logger = logging.getLogger(__name__)
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "csrc" / "cuda"
-GATHER_SOURCES = ("binding.cpp", "gather.cu", "plan.cu")
+GATHER_SOURCES = ("binding.cpp", "gather.cu", "gather_cached.cu", "plan.cu")
 GATHER_EXTENSION = "distgnn_gather_cuda"
 GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 GRAPH_EXTENSION = "distgnn_graph_cuda"
