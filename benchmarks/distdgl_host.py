@@ -1,5 +1,5 @@
-"""What the DistDGL-vs-distgnn training benchmarks share: running a job for its ``RESULT`` line, and
-DistDGL 1.1.3's simulated machines on this host.
+"""DistDGL 1.1.3's simulated machines on this host for the heterogeneous benchmarks (any machine count);
+running a job for its ``RESULT`` line comes from ``distdgl_cluster``.
 
 DistDGL names its shared memory by graph and tensor name only, so two of its "machines" cannot share one
 /dev/shm: each simulated DGL machine (server + trainer) runs in a private mount namespace with its own tmpfs
@@ -10,34 +10,11 @@ trainer is told its machine by narrowing DGL's local-address list to that addres
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
-import sys
+
+from distdgl_cluster import free_port, run_for_result  # noqa: F401  (re-exported for the benchmarks)
 
 DGL_IPS = ("127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4")
-
-
-def run_for_result(cmd: list[str], label: str, **kw) -> dict:
-    """Run ``cmd``, echo its stdout to stderr prefixed by ``label``, and return its ``RESULT {json}``."""
-    print(f"[{label}] {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **kw)
-    result = None
-    for line in proc.stdout:
-        sys.stderr.write(f"[{label}] {line}")
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT ") :])
-    if proc.wait() != 0 or result is None:
-        raise SystemExit(
-            f"error: {label} run failed (exit code {proc.returncode}, result {'seen' if result else 'missing'})"
-        )
-    return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def in_private_shm(inner: list[str], shm_size: str = "16g") -> list[str]:
