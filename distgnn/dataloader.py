@@ -118,9 +118,10 @@ class MiniBatch(tuple):
     def tensors(self) -> Iterator[torch.Tensor]:
         """Every tensor the batch holds (ids, block arrays, node data)."""
         input_nodes, output_nodes, blocks = self
-        yield from (input_nodes, output_nodes)
+        for nodes in (input_nodes, output_nodes):  # a tensor, or {ntype: tensor} on a heterogeneous graph
+            yield from nodes.values() if isinstance(nodes, dict) else (nodes,)
         for block in blocks:
-            yield from (block.src_nids, block.indptr, block.indices, block.eids)
+            yield from block.tensors()
         yield from self.input_data.values()
         yield from self.output_data.values()
 

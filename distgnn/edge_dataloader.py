@@ -16,6 +16,7 @@ Batching, worker processes, prefetching and the agreed batch count are the node 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +87,18 @@ class EdgeMiniBatch(tuple):
         self = super().__new__(cls, items)
         self.input_data = dict(input_data or {})
         self.timing = dict(timing or {})
+        self.ready: torch.cuda.Event | None = None  # as MiniBatch.ready: set when made on a side stream
         return self
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the batch holds (ids, pair graphs, block arrays, node data), as MiniBatch.tensors."""
+        yield self.input_nodes
+        for pairs in (self.pos_graph, self.neg_graph):
+            if pairs is not None:
+                yield from (t for t in (pairs.src, pairs.dst, pairs.node_ids, pairs.eids) if t is not None)
+        for block in self.blocks:
+            yield from block.tensors()
+        yield from self.input_data.values()
 
     @property
     def input_nodes(self) -> torch.Tensor:

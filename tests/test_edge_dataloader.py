@@ -136,6 +136,22 @@ def test_without_a_negative_sampler_the_batch_is_a_triple():
     assert len(batches) == 2 and all(len(b) == 3 and b.neg_graph is None for b in batches)
 
 
+def test_a_batch_lists_every_tensor_it_holds():
+    """The GPU hand-over (a batch made on a side stream) keeps alive exactly what ``tensors()`` lists."""
+    from distgnn.sampling.negative import Uniform
+
+    graph, _ = _symmetric()
+    loader = DistEdgeDataLoader(
+        InProcessGraph(graph), torch.arange(10), NeighborSampler([2, 2]), negative_sampler=Uniform(2), batch_size=5
+    )
+    batch = next(iter(loader))
+    listed = {id(t) for t in batch.tensors()}
+    pos, neg, blocks = batch.pos_graph, batch.neg_graph, batch.blocks
+    held = [batch.input_nodes, pos.src, pos.dst, pos.node_ids, pos.eids, neg.src, neg.dst, neg.node_ids]
+    held += [t for b in blocks for t in (b.src_nids, b.indptr, b.indices, b.eids)]
+    assert all(id(t) in listed for t in held) and batch.ready is None
+
+
 def test_bad_input_is_refused_before_sampling():
     graph, rev = _symmetric()
     g = InProcessGraph(graph)

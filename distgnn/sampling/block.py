@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +58,11 @@ class Block:
             None if self.etypes is None else self.etypes.to(device, non_blocking=non_blocking),
             None if self.src_ntypes is None else self.src_ntypes.to(device, non_blocking=non_blocking),
         )
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the block holds."""
+        yield from (self.src_nids, self.indptr, self.indices, self.eids)
+        yield from (t for t in (self.etypes, self.src_ntypes) if t is not None)
 
     def dst_index(self) -> torch.Tensor:
         """``(num_edges,)`` int64 destination position of each edge (COO from CSC)."""
