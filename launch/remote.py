@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import fcntl
 import importlib.util
 import json
@@ -232,11 +233,20 @@ def sweep(job_id: str, remove_dirs: list[str]) -> int:
     return 0
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _port_free(port: int, address: str | None) -> bool:
+    """Whether a server could bind ``port`` on ``address``, the address servers listen on.
+
+    Checking the wildcard address instead would see the same port on another address of this host as
+    taken: machines simulated on one host (127.0.0.1, 127.0.0.2) share port numbers, and their checks run
+    at the same time.
+    """
+    family = socket.AF_INET6 if address and ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         try:
-            s.bind(("", port))
-        except OSError:
+            s.bind((address or "", port))
+        except OSError as e:
+            if address and e.errno == errno.EADDRNOTAVAIL:
+                return _port_free(port, None)  # not an address of this host: the report's interface says so
             return False
     return True
 
@@ -262,7 +272,7 @@ def check(ports: list[int], want_free_port: bool, address: str | None) -> int:
         "python": sys.executable,
         "interface": interface_of(address) if address else None,
         "torch": importlib.util.find_spec("torch") is not None,
-        "busy_ports": [p for p in ports if not _port_free(p)],
+        "busy_ports": [p for p in ports if not _port_free(p, address)],
     }
     if want_free_port:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

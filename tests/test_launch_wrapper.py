@@ -139,6 +139,21 @@ def test_check_reports_busy_ports_and_a_free_port(ports_busy):
     assert report["torch"] is True and 0 < report["free_port"] < 65536
 
 
+def test_check_looks_at_the_machines_own_address():
+    """Machines simulated on one host share port numbers; one's server port is not another's."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        busy = {}
+        for address in ("127.0.0.1", "127.0.0.2"):
+            argv = [sys.executable, "-m", "distgnn.launch.remote", "check", "--ports", str(port), "--address", address]
+            busy[address] = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert busy["127.0.0.1"]["busy_ports"] == [] and busy["127.0.0.2"]["busy_ports"] == [port]
+
+
 def test_sweep_kills_processes_of_the_job_only(tmp_path):
     job_id = f"jw{secrets.token_hex(3)}"
     mine = subprocess.Popen(
