@@ -33,9 +33,9 @@ def _peak_gib() -> float:
 
 def _stage(name: str, args: argparse.Namespace) -> dict:
     """Run one stage in this process; returns its figures."""
+    from distgnn.data.chunked import read_chunked, write_chunked
     from distgnn.data.hetero import iter_row_blocks
     from distgnn.data.synthetic_mag import synthetic_mag
-    from distgnn.partition.chunked import read_chunked, write_chunked
 
     if name == "peer":
         import numpy as np

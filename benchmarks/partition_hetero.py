@@ -91,7 +91,7 @@ def _prepare(num_papers: int, workdir: Path) -> Path:
         print(f"writing synthetic-mag {num_papers:,} papers in the chunked format to {out} ...", flush=True)
         code = (
             "import sys; from distgnn.data.synthetic_mag import synthetic_mag; "
-            "from distgnn.partition.chunked import write_chunked; "
+            "from distgnn.data.chunked import write_chunked; "
             "write_chunked(synthetic_mag(int(sys.argv[1]), seed=0), sys.argv[2], num_chunks=8, overwrite=True)"
         )
         subprocess.run([sys.executable, "-c", code, str(num_papers), str(out)], check=True)
@@ -103,8 +103,8 @@ def dgl_worker(metadata: Path, out: Path) -> int:
     import dgl
     import torch
 
+    from distgnn.data.chunked import read_chunked
     from distgnn.data.hetero import materialize
-    from distgnn.partition.chunked import read_chunked
 
     start = time.perf_counter()
     graph = read_chunked(metadata)

@@ -191,13 +191,13 @@ def _synthetic_mag_name(spec: DatasetSpec) -> str:
 
 
 def _chunked(spec: DatasetSpec) -> Any:
-    from distgnn.partition.chunked import read_chunked
+    from distgnn.data.chunked import read_chunked
 
     return read_chunked(spec.argument)
 
 
 def _chunked_name(spec: DatasetSpec) -> str:
-    from distgnn.partition.chunked import read_chunked_graph_name
+    from distgnn.data.chunked import read_chunked_graph_name
 
     return read_chunked_graph_name(spec.argument)
 

@@ -82,7 +82,7 @@ def _is_chunked(args: argparse.Namespace) -> bool:
 
 def _load(args: argparse.Namespace):
     from distgnn.data import load_npz, load_planetoid, synthetic, synthetic_mag
-    from distgnn.partition.chunked import read_chunked
+    from distgnn.data.chunked import read_chunked
 
     if _is_chunked(args):
         return read_chunked(args.input)
@@ -108,7 +108,7 @@ def _print_check(json_path: Path) -> None:
 
 
 def _graph_name(args: argparse.Namespace) -> str:
-    from distgnn.partition.chunked import read_chunked_graph_name
+    from distgnn.data.chunked import read_chunked_graph_name
 
     if args.graph_name:
         return args.graph_name

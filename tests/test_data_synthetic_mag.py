@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from distgnn.data.chunked import read_chunked, write_chunked
 from distgnn.data.hetero import materialize
 from distgnn.data.synthetic_mag import (
     AFFILIATED_WITH,
@@ -16,7 +17,6 @@ from distgnn.data.synthetic_mag import (
     synthetic_mag,
 )
 from distgnn.errors import InputError
-from distgnn.partition.chunked import read_chunked, write_chunked
 
 NUM_PAPERS = 10_000
 

@@ -253,7 +253,7 @@ def test_synthetic_mag_dataset(tmp_path, capsys):
 
 def test_chunked_input_written_by_write_chunked(tmp_path, capsys):
     from distgnn.data import synthetic_mag
-    from distgnn.partition.chunked import write_chunked
+    from distgnn.data.chunked import write_chunked
 
     graph = synthetic_mag(300, seed=1, feat_dim=4)
     metadata = write_chunked(graph, tmp_path / "chunked", num_chunks=3)

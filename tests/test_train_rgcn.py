@@ -42,8 +42,8 @@ def test_rgcn_clearly_beats_the_features_only_mlp() -> None:
 
 
 def test_rgcn_reads_dgl_chunked_format(tmp_path) -> None:
+    from distgnn.data.chunked import write_chunked
     from distgnn.data.synthetic_mag import synthetic_mag
-    from distgnn.partition.chunked import write_chunked
 
     metadata = write_chunked(synthetic_mag(2000, seed=2, feat_dim=8, num_classes=4), tmp_path / "chunked", 3)
     result = train_single(load_example(), [*SMALL, f"--dataset=chunked:{metadata}", "--epochs=2"])

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distgnn.data.chunked import chunk_sizes, format_edge_lines, read_chunked, write_chunked
 from distgnn.data.hetero import ChunkedArray, HeteroGraph, materialize
 from distgnn.errors import InputError
-from distgnn.partition.chunked import chunk_sizes, format_edge_lines, read_chunked, write_chunked
 
 DATA = Path(__file__).resolve().parent / "data"
 FIXTURES = DATA / "dgl_chunked"
