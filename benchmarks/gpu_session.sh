@@ -22,6 +22,10 @@
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
 # inference  tests/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
 #          host-buffer path) and, for scale, one training run with the sampling thread
+# typed    the CUDA tests of issue 15/16's typed and nn paths: the typed GPU sampler, the CUDA aggregation (mean,
+#          weighted sums, GAT against the CPU), GPU layer-wise inference (GraphSAGE and GAT); then
+#          examples/rgcn on synthetic-mag (--local: one server and one trainer, since --local starts one trainer per GPU; --sample-device cuda)
+# link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
 # ~1 min, scaling ~3.5 min (2 GPUs needed for the clique and scaling parts); keep one call under 10 minutes.
@@ -49,6 +53,23 @@ if has tests; then
     tests/test_sampling_gpu.py tests/test_sampling_device.py tests/test_sampling_kernels.py tests/test_nn_aggregate_cuda.py \
     tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
+fi
+if has typed; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_sampling_hetero.py tests/test_nn_aggregate_cuda.py \
+    tests/test_inference_gpu.py tests/test_nn_layers.py tests/test_nn_hetero.py >"$OUT/pytest_typed.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_typed.log" | tail -15
+  timeout 240 python3 examples/rgcn/train_dist.py --dataset synthetic-mag --num-papers 20000 --local --num-parts 1 \
+    --trainers-per-machine 1 --device cuda --sample-device cuda --epochs 3 --quiet --workdir /tmp/distgnn-rgcn \
+    >"$OUT/rgcn_cuda.log" 2>&1 || status=1
+  grep -E "^RESULT|Error" "$OUT/rgcn_cuda.log" | tail -3
+fi
+if has link; then
+  for mode in "--local --num-parts 1 --trainers-per-machine 1" "--single"; do
+    # shellcheck disable=SC2086
+    timeout 200 python3 examples/link_prediction/train_dist.py --dataset cora --data-dir "${DATA:-data}" $mode \
+      --device cuda --workdir /tmp/distgnn-link >"$OUT/link_cuda${mode%% *}.log" 2>&1 || status=1
+    echo "link $mode: $(grep -E '^RESULT|Error' "$OUT/link_cuda${mode%% *}.log" | tail -1)"
+  done
 fi
 if has cachetests; then
   timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_gather_*.py tests/test_cache_*.py \

@@ -263,3 +263,56 @@ def test_an_extension_that_cannot_be_built_falls_back_after_one_warning(monkeypa
             assert aggregate._cuda_extension() is None  # remembered, no second warning
     finally:
         aggregate._cuda_extension.cache_clear()
+
+
+@needs_cuda
+@pytest.mark.parametrize("seed", range(20))
+def test_weighted_sum_on_cuda_equals_the_cpu_for_per_head_views(seed) -> None:
+    """GAT's sums: per-head strided views of ``z``, unsorted and repeated sources, values and both gradients."""
+    rng = np.random.default_rng(seed)
+    num_src, heads, width = int(rng.integers(50, 3000)), 4, int(rng.integers(1, 70))
+    indptr, indices = random_csc(rng, num_dst=int(rng.integers(1, 50)) * 20, num_src=num_src, max_degree=25)
+    num_dst = len(indptr) - 1
+    z = torch.from_numpy(rng.standard_normal((num_src, heads, width), dtype=np.float32))
+    weight = torch.from_numpy(rng.random((len(indices), heads), dtype=np.float32))
+    upstream = torch.from_numpy(rng.standard_normal((num_dst, width), dtype=np.float32))
+    for h in range(heads):
+        got = [t.cuda().requires_grad_() for t in (z, weight)]
+        want = [t.double().requires_grad_() for t in (z, weight)]
+        out = aggregate.weighted_sum(
+            make_block(num_src, num_dst, indptr, indices, device="cuda"), got[0][:, h], got[1][:, h]
+        )
+        expected = aggregate.weighted_sum(make_block(num_src, num_dst, indptr, indices), want[0][:, h], want[1][:, h])
+        grads = torch.autograd.grad(out, got, upstream.cuda())
+        expected_grads = torch.autograd.grad(expected, want, upstream.double())
+        torch.testing.assert_close(out.cpu().double(), expected, rtol=1e-5, atol=1e-5)
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g.cpu().double(), e, rtol=1e-5, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("seed", range(5))
+def test_gat_conv_on_cuda_equals_the_same_layer_on_the_cpu(seed) -> None:
+    from distgnn.nn import GATConv
+
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        rng = np.random.default_rng(100 + seed)
+        indptr, indices = random_csc(rng, num_dst=300, num_src=1500, max_degree=15)
+        torch.manual_seed(seed)
+        layer = GATConv(24, 8, num_heads=4)
+        layer_gpu = copy.deepcopy(layer).cuda()
+        x = torch.from_numpy(rng.standard_normal((1500, 24), dtype=np.float32)).requires_grad_()
+        x_gpu = x.detach().cuda().requires_grad_()
+        out = layer(make_block(1500, 300, indptr, indices), x)
+        out_gpu = layer_gpu(make_block(1500, 300, indptr, indices, device="cuda"), x_gpu)
+        upstream = torch.from_numpy(rng.standard_normal(tuple(out.shape), dtype=np.float32))
+        out.backward(upstream)
+        out_gpu.backward(upstream.cuda())
+        torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(x_gpu.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+        for (name, p), p_gpu in zip(layer.named_parameters(), layer_gpu.parameters(), strict=True):
+            torch.testing.assert_close(p_gpu.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous

@@ -1,7 +1,8 @@
 """Message aggregation over a Block's CSC: the sparse kernels the layers share.
 
-The torch versions run on any device. Sums and means go through a CSR
-sparse-dense product (no ``(num_edges, F)`` message tensor is materialised);
+The torch versions run on any device. On the CPU, weighted sums go through a
+CSR sparse-dense product (no ``(num_edges, F)`` message tensor is materialised;
+on a GPU they gather the messages and ``index_add`` them, see :func:`weighted_sum`);
 the attention softmax is a segment softmax over each destination's in-edges.
 On the CPU, float32 means run in the C++ kernels of ``csrc/cpu/nn_ops.cpp``
 (one pass over the edges, a scatter backward, the ``[self | mean]`` input of a
@@ -88,7 +89,14 @@ def weighted_sum(
     """
     if block.num_edges == 0:
         return x.new_zeros((block.num_dst, x.shape[1]))
-    return _WeightedSum.apply(block.indptr, block.indices, block.dst_index() if dst is None else dst, edge_weight, x)
+    dst = block.dst_index() if dst is None else dst
+    if x.is_cuda:
+        # torch's CUDA CSR product gives wrong rows for a strided values tensor (GAT's per-head view of its
+        # attention weights; seen with torch 2.11 on an H100, tests/test_nn_aggregate_cuda.py): gather the
+        # messages and index_add them, right whatever the weights' strides and the columns' order.
+        messages = x[block.indices] * edge_weight[:, None]
+        return x.new_zeros((block.num_dst, x.shape[1])).index_add_(0, dst, messages)
+    return _WeightedSum.apply(block.indptr, block.indices, dst, edge_weight, x)
 
 
 def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
