@@ -4,7 +4,8 @@ The CUDA tests skip without a GPU. They compare forward values and gradients w.r
 (computed on the CPU in float32 from the same inputs): with and without the self columns, row widths that
 take every vector width and lane-group size, destinations without in-edges, empty blocks, int32 and int64
 indices, float32 (tight) and float16 / bfloat16 (loose), rows at a misaligned address (the scalar path), a
-SAGEConv on CUDA against the same layer on the CPU, that the kernel path is the one taken (the reference
+SAGEConv and a GATConv on CUDA against the same layer on the CPU, weighted sums over per-head
+(strided) views against a float64 CPU reference, that the kernel path is the one taken (the reference
 patched to raise, and no host sync), and that bad indices trip a device-side assert (in a subprocess, since
 the assert poisons the process's CUDA context). The fallback when the extension cannot be built runs on the
 CPU too.
@@ -25,7 +26,7 @@ import torch
 import distgnn.nn.aggregate as aggregate
 from distgnn.errors import ExtensionBuildError
 from distgnn.native import cuda as native_cuda
-from distgnn.nn import SAGEConv
+from distgnn.nn import GATConv, SAGEConv
 from distgnn.sampling.block import Block
 
 CUDA = torch.cuda.is_available()
@@ -149,31 +150,32 @@ def test_rows_at_a_misaligned_address_take_the_narrow_loads(dtype) -> None:
 @needs_cuda
 @pytest.mark.parametrize(("in_feats", "out_feats"), [(32, 48), (100, 16)])  # [self | mean] GEMM; project first
 def test_sage_conv_on_cuda_equals_the_same_layer_on_the_cpu(in_feats, out_feats) -> None:
+    torch.manual_seed(in_feats)
+    check_layer_on_cuda(SAGEConv(in_feats, out_feats), in_feats, np.random.default_rng([in_feats, out_feats]))
+
+
+def check_layer_on_cuda(
+    layer: torch.nn.Module, in_feats: int, rng: np.random.Generator, num_dst=200, num_src=700
+) -> None:
+    """``layer`` and its copy on CUDA on the same random block: outputs, d/dx and every parameter's gradient."""
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # full float32 GEMMs, so 1e-4 holds
     try:
-        check_sage_conv(in_feats, out_feats)
+        indptr, indices = random_csc(rng, num_dst=num_dst, num_src=num_src, max_degree=15)
+        layer_gpu = copy.deepcopy(layer).cuda()
+        x = torch.from_numpy(rng.standard_normal((num_src, in_feats), dtype=np.float32)).requires_grad_()
+        x_gpu = x.detach().cuda().requires_grad_()
+        out = layer(make_block(num_src, num_dst, indptr, indices), x)
+        out_gpu = layer_gpu(make_block(num_src, num_dst, indptr, indices, device="cuda"), x_gpu)
+        upstream = torch.from_numpy(rng.standard_normal(tuple(out.shape), dtype=np.float32))
+        out.backward(upstream)
+        out_gpu.backward(upstream.cuda())
+        torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(x_gpu.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+        for (name, p), p_gpu in zip(layer.named_parameters(), layer_gpu.parameters(), strict=True):
+            torch.testing.assert_close(p_gpu.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
-
-
-def check_sage_conv(in_feats: int, out_feats: int) -> None:
-    rng = np.random.default_rng([in_feats, out_feats])
-    indptr, indices = random_csc(rng, num_dst=200, num_src=700, max_degree=10)
-    torch.manual_seed(in_feats)
-    layer = SAGEConv(in_feats, out_feats)
-    layer_gpu = copy.deepcopy(layer).cuda()
-    x = torch.from_numpy(rng.standard_normal((700, in_feats), dtype=np.float32)).requires_grad_()
-    x_gpu = x.detach().cuda().requires_grad_()
-    out = layer(make_block(700, 200, indptr, indices), x)
-    out_gpu = layer_gpu(make_block(700, 200, indptr, indices, device="cuda"), x_gpu)
-    upstream = torch.from_numpy(rng.standard_normal(tuple(out.shape), dtype=np.float32))
-    out.backward(upstream)
-    out_gpu.backward(upstream.cuda())
-    torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(x_gpu.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
-    for (name, p), p_gpu in zip(layer.named_parameters(), layer_gpu.parameters(), strict=True):
-        torch.testing.assert_close(p_gpu.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
 
 
 @needs_cuda
@@ -293,26 +295,6 @@ def test_weighted_sum_on_cuda_equals_the_cpu_for_per_head_views(seed) -> None:
 @needs_cuda
 @pytest.mark.parametrize("seed", range(5))
 def test_gat_conv_on_cuda_equals_the_same_layer_on_the_cpu(seed) -> None:
-    from distgnn.nn import GATConv
-
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        rng = np.random.default_rng(100 + seed)
-        indptr, indices = random_csc(rng, num_dst=300, num_src=1500, max_degree=15)
-        torch.manual_seed(seed)
-        layer = GATConv(24, 8, num_heads=4)
-        layer_gpu = copy.deepcopy(layer).cuda()
-        x = torch.from_numpy(rng.standard_normal((1500, 24), dtype=np.float32)).requires_grad_()
-        x_gpu = x.detach().cuda().requires_grad_()
-        out = layer(make_block(1500, 300, indptr, indices), x)
-        out_gpu = layer_gpu(make_block(1500, 300, indptr, indices, device="cuda"), x_gpu)
-        upstream = torch.from_numpy(rng.standard_normal(tuple(out.shape), dtype=np.float32))
-        out.backward(upstream)
-        out_gpu.backward(upstream.cuda())
-        torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(x_gpu.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
-        for (name, p), p_gpu in zip(layer.named_parameters(), layer_gpu.parameters(), strict=True):
-            torch.testing.assert_close(p_gpu.grad.cpu(), p.grad, rtol=1e-4, atol=1e-4, msg=name)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+    """Four heads: the softmax and the per-head weighted sums over strided views."""
+    torch.manual_seed(seed)
+    check_layer_on_cuda(GATConv(24, 8, num_heads=4), 24, np.random.default_rng(100 + seed), num_dst=300, num_src=1500)
