@@ -16,7 +16,10 @@ Three ways to run it:
 Rank 0 prints one line per epoch (loss, train accuracy, time split into
 sampling / feature fetch / compute), a progress bar on a terminal, and finally
 ``RESULT {json}``. Validation and test accuracy come from layer-wise inference
-over all nodes. The job, dataset, feature-path and epoch-accounting pieces live
+over all nodes. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the
+optimizer, the loader's position and the RNG states; ``--resume auto`` continues
+from the latest (what ``distgnn-launch --max-restarts`` relies on); ``--run-dir``
+writes metrics as JSON lines (``distgnn-report RUN_DIR`` plots them). The job, dataset, feature-path and epoch-accounting pieces live
 in distgnn (``distgnn.job``, ``distgnn.datasets``, ``distgnn.cache.feature_path``,
 ``distgnn.training``, ``distgnn.inference``); this file is the model and its loop.
 """
@@ -34,6 +37,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn import job
+from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.datasets import add_dataset_args
@@ -59,9 +63,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--dropout", type=float, default=0.5)
     model.add_argument("--heads", type=int, default=4, help="gat: attention heads")
     model.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
+    add_bookkeeping_args(p)
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     check_feature_args(p, args)
+    check_bookkeeping_args(p, args)
+    if args.checkpoint_dir and args.pipeline:
+        p.error("--checkpoint-dir and --pipeline exclude each other: the pipeline takes a batch ahead of the step")
     return args
 
 
@@ -120,21 +128,29 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     log = TrainingLog()
     try:
-        for epoch in range(args.epochs):
-            model.train()
-            meter = EpochMeter(
-                epoch, num_batches, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
-            )
-            for (_, seeds, blocks), x, y in meter.steps(batches, features.inputs):
-                logits = model(blocks, x)
-                loss = F.cross_entropy(logits, y)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                meter.step_done(loss, len(seeds), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
-            summary = log.add(meter.finish(features.cached))
-            if trainer.rank == 0:
-                print(summary.line(), flush=True)
+        books = Bookkeeper(args, g, model=model, optimizer=optimizer, loader=loader, batches_per_epoch=num_batches)
+        with books:  # resumes from --resume; saves and logs as the flags ask
+            if books.position.path and trainer.rank == 0:
+                print(f"resumed from {books.position.path} (step {books.step})", flush=True)
+            for epoch in books.epochs(args.epochs):
+                model.train()
+                todo = books.batches_in(epoch)
+                meter = EpochMeter(
+                    epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
+                )
+                for (_, seeds, blocks), x, y in meter.steps(batches, features.inputs):
+                    logits = model(blocks, x)
+                    loss = F.cross_entropy(logits, y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    edges = sum(b.num_edges for b in blocks)
+                    meter.step_done(loss, len(seeds), edges, (logits.argmax(1) == y).sum())
+                    books.step_done(epoch, loss)
+                summary = log.add(meter.finish(features.cached))
+                books.epoch_done(summary)
+                if trainer.rank == 0:
+                    print(summary.line(), flush=True)
     finally:
         loader.close()
         sampler.close()
