@@ -32,12 +32,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
 from distgnn import job
-from distgnn.checkpoint import Position, add_checkpoint_args, checkpointer_from_args
+from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.dataloader import DistNodeDataLoader
 from distgnn.datasets import add_dataset_args
 from distgnn.errors import ConfigError
 from distgnn.inference import layerwise_inference, typed_input_rows
-from distgnn.metrics import RpcTraffic, add_metrics_args, metrics_from_args
 from distgnn.nn import RGCN, TypedInput
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.training import EpochMeter, TrainingLog, all_reduce
@@ -64,11 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sample-device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU samples the local partition"
     )
-    add_checkpoint_args(p)
-    add_metrics_args(p)
+    add_bookkeeping_args(p)
     args = p.parse_args(argv)
-    if args.single and args.checkpoint_dir:
-        p.error("--checkpoint-dir needs a distributed job (--local or distgnn-launch), not --single")
+    check_bookkeeping_args(p, args)
     if args.sample_device == "cuda" and (args.device != "cuda" or args.num_workers):
         p.error("--sample-device cuda needs --device cuda and --num-workers 0")
     return args
@@ -195,45 +192,46 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         input_nodes, output_nodes, _ = batch
         return batch, None, label[output_nodes[target].cpu()].to(device)
 
-    checkpointer, metrics = checkpointer_from_args(args), metrics_from_args(args)
-    traffic = RpcTraffic(g.context.client) if metrics and trainer.distributed else None
-    embeddings = list(net.inputs.embeddings.values()) if trainer.distributed else []
-    state = dict(
-        model=model,
-        optimizer=optimizer,
-        loader=loader,
-        sparse_optimizers=[sparse] if sparse else [],
-        embeddings=embeddings,
-    )
-    position = checkpointer.resume(args.resume, **state, batches_per_epoch=num_batches) if checkpointer else Position()
-    step = position.step
     log = TrainingLog()
     try:
-        for epoch in range(position.epoch, args.epochs):
-            net.train()
-            todo = num_batches - (position.batch if epoch == position.epoch else 0)
-            meter = EpochMeter(epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress)
-            for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
-                optimizer.zero_grad()
-                if sparse is not None:
-                    sparse.zero_grad()
-                logits = model(input_nodes, output_nodes, blocks, device)
-                loss = F.cross_entropy(logits, y)
-                loss.backward()
-                optimizer.step()
-                if sparse is not None:
-                    sparse.step()
-                meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
-                step += 1
-                if metrics and metrics.should_log_step(step):
-                    metrics.log_step(step, epoch, loss=float(loss))
-                if checkpointer:
-                    checkpointer.maybe_save(step, epoch, **state)
-            summary = log.add(meter.finish())
-            if metrics:
-                metrics.log_epoch(summary, step, traffic.take() if traffic else None)
-            if trainer.rank == 0:
-                print(summary.line(), flush=True)
+        books = Bookkeeper(
+            args,
+            g,
+            model=model,
+            optimizer=optimizer,
+            loader=loader,
+            batches_per_epoch=num_batches,
+            sparse_optimizers=[sparse] if sparse else [],
+            embeddings=list(net.inputs.embeddings.values()) if trainer.distributed else [],
+        )
+        with books:  # resumes from --resume; saves and logs as the flags ask
+            if books.position.path and trainer.rank == 0:
+                print(f"resumed from {books.position.path} (step {books.step})", flush=True)
+            for epoch in books.epochs(args.epochs):
+                net.train()
+                meter = EpochMeter(
+                    epoch,
+                    books.batches_in(epoch),
+                    device,
+                    sync_timing=args.sync_timing,
+                    show_progress=trainer.show_progress,
+                )
+                for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
+                    optimizer.zero_grad()
+                    if sparse is not None:
+                        sparse.zero_grad()
+                    logits = model(input_nodes, output_nodes, blocks, device)
+                    loss = F.cross_entropy(logits, y)
+                    loss.backward()
+                    optimizer.step()
+                    if sparse is not None:
+                        sparse.step()
+                    meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
+                    books.step_done(epoch, loss)
+                summary = log.add(meter.finish())
+                books.epoch_done(summary)
+                if trainer.rank == 0:
+                    print(summary.line(), flush=True)
     finally:
         loader.close()
         sampler.close()
