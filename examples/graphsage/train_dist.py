@@ -19,9 +19,10 @@ sampling / feature fetch / compute), a progress bar on a terminal, and finally
 over all nodes. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the
 optimizer, the loader's position and the RNG states; ``--resume auto`` continues
 from the latest (what ``distgnn-launch --max-restarts`` relies on); ``--run-dir``
-writes metrics as JSON lines (``distgnn-report RUN_DIR`` plots them). The job, dataset, feature-path and epoch-accounting pieces live
+writes metrics as JSON lines (``distgnn-report RUN_DIR`` plots them). The job,
+dataset, feature-path, epoch-accounting and checkpoint pieces live
 in distgnn (``distgnn.job``, ``distgnn.datasets``, ``distgnn.cache.feature_path``,
-``distgnn.training``, ``distgnn.inference``); this file is the model and its loop.
+``distgnn.training``, ``distgnn.bookkeeping``, ``distgnn.inference``); this file is the model and its loop.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 print(f"resumed from {books.position.path} (step {books.step})", flush=True)
             for epoch in books.epochs(args.epochs):
                 model.train()
-                todo = books.batches_in(epoch)
+                todo = books.batches_in(epoch)  # fewer in the epoch a checkpoint was taken in
                 meter = EpochMeter(
                     epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
                 )
