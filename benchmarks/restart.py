@@ -3,11 +3,12 @@ Prints a table.
 
     python benchmarks/restart.py --reps 3            # one host: distgnn-launch --local
     python benchmarks/restart.py --reps 3 --netns    # two network-namespace hosts over ssh (root; tests/netns_cluster.py)
+    python benchmarks/restart.py --reps 3 --trainers 2 --checkpoint-every 7   # 2 trainers per machine
 
 The job is the one tests/test_restart_real_job.py runs (tests/restart_job.py): GraphSAGE on Cora
 (examples/graphsage/train_dist.py), ``distgnn-launch --max-restarts 1``, 2 machines x (1 server +
-1 trainer), a checkpoint every 20 steps, ``--resume auto``, a metrics record per step. Trainer 1 is killed
-as soon as the first checkpoint exists. Times are wall-clock, from the kill to: the launcher's root-cause
+1 trainer; ``--trainers``), a checkpoint every 20 steps (``--checkpoint-every``), ``--resume auto``, a metrics
+record per step. The last trainer (on machine 1) is killed as soon as the first checkpoint exists. Times are wall-clock, from the kill to: the launcher's root-cause
 line, its "restarting job" line, and the end of the restarted job's first training step (the ``time`` of
 rank 0's step record right after the checkpoint's step; it includes the new processes' start-up, the
 rendezvous, loading the checkpoint and one step). Each job's result is compared with one uninterrupted run.
@@ -45,22 +46,23 @@ ERROR = "distgnn-launch: error:"
 SEED = 7
 
 
-def start(workspace: Path, part_config: Path, cluster: NetnsCluster | None, *flags: str):
+def start(workspace: Path, part_config: Path, cluster: NetnsCluster | None, args: argparse.Namespace, *flags: str):
     """The job on this host (``--local``) or on ``cluster``'s hosts, the launcher in host 0; returns (job, proc)."""
-    train = train_command(workspace / "ck", workspace / "run", SEED)
+    train = train_command(workspace / "ck", workspace / "run", SEED, args.checkpoint_every)
     if cluster is None:
         base = free_port(span=20)
         job = FakeJob(workspace, ["127.0.0.1", "127.0.0.1"], ports=[base, base + 10])
-        return job, job.start(launcher_argv(part_config, workspace, train, "--local", *flags))
+        argv = launcher_argv(part_config, workspace, train, "--local", *flags, trainers=args.trainers)
+        return job, job.start(argv)
     job = FakeJob(workspace, cluster.addresses)
-    argv = launcher_argv(part_config, workspace, train, *cluster.ssh_flags(), *flags)
+    argv = launcher_argv(part_config, workspace, train, *cluster.ssh_flags(), *flags, trainers=args.trainers)
     return job, job.start(argv, prefix=cluster.exec_prefix(0))
 
 
-def uninterrupted(workspace: Path, part_config: Path, cluster: NetnsCluster | None) -> tuple[dict, float]:
+def uninterrupted(workspace: Path, part_config: Path, cluster, args: argparse.Namespace) -> tuple[dict, float]:
     """The job's RESULT without a failure, and its wall seconds."""
     started = time.monotonic()
-    job, proc = start(workspace, part_config, cluster)
+    job, proc = start(workspace, part_config, cluster, args)
     if proc.wait(timeout=300) != 0:
         raise RuntimeError(f"the uninterrupted job failed:\n{job.stderr()[-3000:]}")
     took = time.monotonic() - started
@@ -68,14 +70,15 @@ def uninterrupted(workspace: Path, part_config: Path, cluster: NetnsCluster | No
     return result_of(job.stdout()), took
 
 
-def killed_run(workspace: Path, part_config: Path, cluster: NetnsCluster | None) -> dict:
+def killed_run(workspace: Path, part_config: Path, cluster, args: argparse.Namespace) -> dict:
     checkpoints, run_dir = workspace / "ck", workspace / "run"
-    job, proc = start(workspace, part_config, cluster, "--max-restarts", "1")
+    job, proc = start(workspace, part_config, cluster, args, "--max-restarts", "1")
     running = lambda: proc.poll() is None  # noqa: E731
     wait_for(lambda: checkpoint_exists(checkpoints), 300, "the first checkpoint", running)
-    pid = trainer_pid(job.job_id(), rank=1)
+    victim = 2 * args.trainers - 1
+    pid = trainer_pid(job.job_id(), rank=victim)
     if pid is None:
-        raise RuntimeError(f"trainer 1 of job {job.job_id()} is not in the process table")
+        raise RuntimeError(f"trainer {victim} of job {job.job_id()} is not in the process table")
     os.kill(pid, signal.SIGKILL)
     killed = time.time()
     named = wait_for(lambda: ERROR in job.stderr(), 120, "the root-cause line", running)
@@ -105,6 +108,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--netns", action="store_true", help="two network-namespace hosts over ssh (needs root)")
+    parser.add_argument("--trainers", type=int, default=1, help="trainers per machine")
+    parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
     args = parser.parse_args()
     if args.netns and (reason := unavailable_reason()):
         parser.error(f"--netns: {reason}")
@@ -113,29 +118,40 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="restart-") as tmp:
             tmp = Path(tmp)
             part_config = partition_cora(tmp)
-            expected, plain_s = uninterrupted(tmp / "plain", part_config, cluster)
-            runs = [killed_run(tmp / f"rep{rep}", part_config, cluster) for rep in range(args.reps)]
+            expected, plain_s = uninterrupted(tmp / "plain", part_config, cluster, args)
+            runs = [killed_run(tmp / f"rep{rep}", part_config, cluster, args) for rep in range(args.reps)]
     finally:
         if cluster is not None:
             cluster.close()
     where = "2 netns hosts over ssh" if args.netns else "one host (--local)"
-    print(f"job: GraphSAGE on Cora, distgnn-launch --max-restarts 1, 2 machines x (1 server + 1 trainer), {where}")
+    shape = f"2 machines x (1 server + {args.trainers} trainers), a checkpoint every {args.checkpoint_every} steps"
+    print(f"job: GraphSAGE on Cora, distgnn-launch --max-restarts 1, {shape}, {where}")
     print(
         f"uninterrupted: {plain_s:.1f} s wall, test_acc {expected['test_acc']:.4f}, val_acc {expected['val_acc']:.4f}"
     )
     print("| rep | resumed at step | steps redone | kill -> root-cause line s | kill -> restarting line s "
-          "| kill -> first new step done s | test_acc - uninterrupted | val_acc - uninterrupted |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| kill -> first new step done s | test_acc - uninterrupted | val_acc - uninterrupted | same train_loss |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for rep, r in enumerate(runs):
         d_test = r["result"]["test_acc"] - expected["test_acc"]
         d_val = r["result"]["val_acc"] - expected["val_acc"]
+        same_loss = r["result"]["train_loss"] == expected["train_loss"]
         print(
             f"| {rep} | {r['resumed_at']} | {r['redone']} | {r['named_s']:.2f} | {r['restarted_s']:.2f} "
-            f"| {r['training_s']:.2f} | {d_test:+.4f} | {d_val:+.4f} |"
+            f"| {r['training_s']:.2f} | {d_test:+.4f} | {d_val:+.4f} | {same_loss} |"
         )
     cols = ("named_s", "restarted_s", "training_s")
-    print("| median (max) | | | " + " | ".join(cell([r[c] for r in runs]) for c in cols) + " | | |")
-    print(json.dumps({"reps": args.reps, "netns": args.netns, "training_s": [round(r["training_s"], 3) for r in runs]}))
+    print("| median (max) | | | " + " | ".join(cell([r[c] for r in runs]) for c in cols) + " | | | |")
+    print(
+        json.dumps(
+            {
+                "reps": args.reps,
+                "netns": args.netns,
+                "trainers": args.trainers,
+                "training_s": [round(r["training_s"], 3) for r in runs],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

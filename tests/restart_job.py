@@ -36,22 +36,23 @@ def partition_cora(workdir: Path) -> Path:
     return next(out.glob("*.json"))
 
 
-def train_command(checkpoint_dir: Path, run_dir: Path, seed: int = 0) -> list[str]:
-    """The training command: resumes from the latest checkpoint in ``checkpoint_dir`` if there is one."""
+def train_command(checkpoint_dir: Path, run_dir: Path, seed: int = 0, every: int = CHECKPOINT_EVERY) -> list[str]:
+    """The training command: a checkpoint every ``every`` steps, resuming from the latest in ``checkpoint_dir``
+    if there is one."""
     return [
         sys.executable,
         str(TRAIN),
         "--dataset", "cora", "--data-dir", str(CORA),
         "--epochs", str(EPOCHS), "--batch-size", "8", "--num-threads", "1", "--seed", str(seed), "--quiet",
-        "--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(CHECKPOINT_EVERY), "--resume", "auto",
+        "--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(every), "--resume", "auto",
         "--run-dir", str(run_dir), "--metrics-every", "1",
     ]  # fmt: skip
 
 
-def launcher_argv(part_config: Path, workspace: Path, train: list[str], *flags: str) -> list[str]:
-    """``distgnn-launch`` with the ip_config ``workspace/ip.txt``: 1 server and 1 trainer per machine."""
+def launcher_argv(part_config: Path, workspace: Path, train: list[str], *flags: str, trainers: int = 1) -> list[str]:
+    """``distgnn-launch`` with the ip_config ``workspace/ip.txt``: 1 server and ``trainers`` trainers per machine."""
     argv = [sys.executable, "-m", "distgnn.launch.cli", "--ip-config", "ip.txt", "--part-config", str(part_config)]
-    argv += ["--num-trainers", "1", "--num-servers", "1", "--workspace", str(workspace), *flags]
+    argv += ["--num-trainers", str(trainers), "--num-servers", "1", "--workspace", str(workspace), *flags]
     return [*argv, "--", *train]
 
 
