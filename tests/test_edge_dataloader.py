@@ -118,6 +118,8 @@ def test_drop_edges_matches_a_per_edge_reference(seed):
         torch.from_numpy(indptr),
         torch.from_numpy(rng.integers(0, num_src, indptr[-1])),
         torch.from_numpy(rng.permutation(500)[: indptr[-1]]),
+        torch.from_numpy(rng.integers(0, 3, indptr[-1])),  # typed: edge and source node types
+        torch.from_numpy(rng.integers(0, 2, num_src)),
     )
     eids = rng.choice(block.eids.numpy(), size=indptr[-1] // 3) if indptr[-1] else np.zeros(0, np.int64)
     eids = np.concatenate([eids, [10_000]])  # an id of no edge of the block
@@ -126,7 +128,10 @@ def test_drop_edges_matches_a_per_edge_reference(seed):
     np.testing.assert_array_equal(dropped.indptr.numpy(), ref_indptr)
     np.testing.assert_array_equal(dropped.indices.numpy(), ref_indices)
     np.testing.assert_array_equal(dropped.eids.numpy(), ref_eids)
+    etype_of = dict(zip(block.eids.tolist(), block.etypes.tolist(), strict=True))
+    np.testing.assert_array_equal(dropped.etypes.numpy(), [etype_of[e] for e in ref_eids.tolist()])
     assert dropped.src_nids is block.src_nids and dropped.num_dst == num_dst
+    assert dropped.src_ntypes is block.src_ntypes
 
 
 def test_without_a_negative_sampler_the_batch_is_a_triple():
