@@ -266,7 +266,7 @@ def test_cluster_typed_seeds_resolve_remote_edges_and_exclude_reverse_types(serv
         np.testing.assert_array_equal(orig_nid[src[mine]] - offsets[etype[0]], graph.edges[etype][0][orig])
         np.testing.assert_array_equal(orig_nid[dst[mine]] - offsets[etype[2]], graph.edges[etype][1][orig])
     # a:r1:b reversed is b:r2:a; exclusion by endpoints, checked against a brute-force list of reverse ids.
-    r1, r2 = ETYPES[0], ETYPES[1]
+    r1 = ETYPES[0]
     loader = DistEdgeDataLoader(
         g,
         {"r1": torch.arange(g.num_edges(r1))},
@@ -276,7 +276,7 @@ def test_cluster_typed_seeds_resolve_remote_edges_and_exclude_reverse_types(serv
         reverse_etypes={"r1": "r2"},
         batch_size=16,
     )
-    r2_mask = types == 1
+    r2_mask = types == book.etype_id("r2")
     r2_pairs = {}
     for e, u, v in zip(eids[r2_mask].tolist(), src[r2_mask].tolist(), dst[r2_mask].tolist(), strict=True):
         r2_pairs.setdefault((u, v), []).append(e)
