@@ -282,7 +282,7 @@ def _reverse_of(reverse_eids, eids: np.ndarray, num_edges: int) -> np.ndarray:
     if reverse_eids is None:
         raise ConfigError(
             'exclude="reverse_id" needs reverse_eids: the id of each edge\'s reverse edge, (num_edges,) int64 '
-            '(a tensor, or a DistTensor such as g.edata["reverse_eid"])'
+            '(a tensor or a DistTensor), or an edge array g.edata["reverse_eid"], which this graph lacks'
         )
     if len(reverse_eids) != num_edges:
         raise InputError(f"reverse_eids must have one entry per edge ({num_edges},), got {len(reverse_eids)}")

@@ -95,6 +95,24 @@ def test_exclusion_removes_the_seed_edges_and_their_reverses_from_the_blocks(exc
         assert (leaked_reverse == 0) == (exclude == "reverse_id")
 
 
+def test_reverse_id_reads_the_graphs_reverse_eid_edge_array_when_not_given():
+    graph, rev = _symmetric()
+    graph.edata["reverse_eid"] = rev[::-1].copy()  # not the true reverses: which mapping was used shows
+    g = InProcessGraph(graph)
+
+    def excluded_in_first_batch(reverse_eids) -> np.ndarray:
+        loader = DistEdgeDataLoader(
+            g, torch.arange(60), NeighborSampler([-1]), exclude="reverse_id", reverse_eids=reverse_eids, batch_size=60
+        )
+        _, pos, blocks = next(iter(loader))
+        kept = _all_block_eids(blocks)
+        return np.setdiff1d(np.concatenate([pos.eids.numpy(), rev, rev[::-1]]), kept)
+
+    by_default = excluded_in_first_batch(None)
+    np.testing.assert_array_equal(by_default, excluded_in_first_batch(torch.from_numpy(rev[::-1].copy())))
+    assert not np.array_equal(by_default, excluded_in_first_batch(torch.from_numpy(rev)))
+
+
 def _drop_reference(block: Block, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     indptr, indices, block_eids = [0], [], []
     for d in range(block.num_dst):

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from distgnn import job
-from distgnn.data.link_split import reverse_edge_ids
 from distgnn.sampling.neighbor import InProcessGraph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +34,7 @@ def train_single(example, argv: list[str]) -> dict:
     args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
     split = example.link_split(args)
     trainer = job.Trainer(InProcessGraph(split.train), torch.device("cpu"), 0, 1, None, False)
-    return example.run_trainer(trainer, args, split.held_out(), reverse_edge_ids(split.train.src, split.train.dst))
+    return example.run_trainer(trainer, args, split.held_out())
 
 
 def run(args: list[str], timeout: int) -> dict:

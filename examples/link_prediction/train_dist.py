@@ -81,9 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def link_split(args: argparse.Namespace):
+    """The split, its training graph carrying each edge's reverse as the edge array ``reverse_eid`` (the
+    partitioner renumbers it, so a trainer finds it as ``g.edata["reverse_eid"]``, where the loader looks)."""
     spec = DatasetSpec.from_args(args)
     graph = load_dataset(spec)
-    return split_links(graph, args.val_fraction, args.test_fraction, args.eval_negatives, seed=args.seed)
+    split = split_links(graph, args.val_fraction, args.test_fraction, args.eval_negatives, seed=args.seed)
+    split.train.edata["reverse_eid"] = reverse_edge_ids(split.train.src, split.train.dst)
+    return split
 
 
 def prepare_local(args: argparse.Namespace) -> None:
@@ -93,7 +97,7 @@ def prepare_local(args: argparse.Namespace) -> None:
     args.workdir = str(Path(args.workdir) / f"split-{tag}")
     out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
     json_path = out_dir / f"{name}.json"
-    if json_path.exists() and (out_dir / "link" / "reverse_eid.npy").exists():
+    if json_path.exists() and "reverse_eid" in json.loads(json_path.read_text()).get("edge_feats", {}):
         return
     partition_link_split(link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
 
@@ -154,7 +158,7 @@ def evaluate(raw: LinkModel, trainer: job.Trainer, args, held_out: dict[str, np.
     return result
 
 
-def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, reverse_eids) -> dict:
+def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict) -> dict:
     g, device, rank, world = trainer.g, trainer.device, trainer.rank, trainer.world_size
     if trainer.distributed:
         seeds = distgnn.edge_split(np.ones(g.num_edges(), bool), g.get_partition_book(), force_even=True)
@@ -177,8 +181,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict, 
         seeds,
         NeighborSampler(args.fanouts),
         negative_sampler(args.neg_sampler, args.num_negs),
-        exclude=None if args.exclude == "none" else args.exclude,
-        reverse_eids=torch.from_numpy(reverse_eids) if args.exclude == "reverse_id" else None,
+        exclude=None if args.exclude == "none" else args.exclude,  # reverse_id: g.edata["reverse_eid"]
         batch_size=args.batch_size,
         shuffle=True,
         num_workers=args.num_workers,
@@ -274,12 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         split = link_split(args)
         trainer = job.Trainer(InProcessGraph(split.train), torch.device(args.device), 0, 1, None, False)
         torch.set_num_threads(job.torch_threads(args, 1))
-        reverse = reverse_edge_ids(split.train.src, split.train.dst)
-        result = run_trainer(trainer, args, split.held_out(), reverse)
+        result = run_trainer(trainer, args, split.held_out())
     else:
         with job.start_trainer(args) as trainer:
-            held_out, reverse = load_link_partition(trainer.g.part_config)
-            result = run_trainer(trainer, args, held_out, reverse)
+            held_out, _ = load_link_partition(trainer.g.part_config)
+            result = run_trainer(trainer, args, held_out)
     if trainer.rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
     return 0
