@@ -247,11 +247,18 @@ def _dist_graph(cluster, json_path, machine: int):
 
 
 def test_cluster_typed_seeds_resolve_remote_edges_and_exclude_reverse_types(served):
+    graph, json_path, cluster = served
+    g = _dist_graph(cluster, json_path, 1)
+    try:
+        _check_cluster_typed_loader(graph, json_path, g)
+    finally:
+        g.context.close()
+
+
+def _check_cluster_typed_loader(graph, json_path, g) -> None:
     from distgnn.partition.format import load_orig_ids, read_meta
     from distgnn.sampling.edges import find_edges
 
-    graph, json_path, cluster = served
-    g = _dist_graph(cluster, json_path, 1)
     book = g.get_partition_book()
     orig_nid, orig_eid = (np.asarray(a) for a in load_orig_ids(read_meta(json_path)))
     offsets = {"a": 0, "b": 60, "c": 100}
@@ -267,27 +274,59 @@ def test_cluster_typed_seeds_resolve_remote_edges_and_exclude_reverse_types(serv
         np.testing.assert_array_equal(orig_nid[dst[mine]] - offsets[etype[2]], graph.edges[etype][1][orig])
     # a:r1:b reversed is b:r2:a; exclusion by endpoints, checked against a brute-force list of reverse ids.
     r1 = ETYPES[0]
-    loader = DistEdgeDataLoader(
-        g,
-        {"r1": torch.arange(g.num_edges(r1))},
-        NeighborSampler([-1, -1]),
-        Uniform(2),
-        exclude="reverse_types",
-        reverse_etypes={"r1": "r2"},
-        batch_size=16,
-    )
+    kwargs = dict(exclude="reverse_types", reverse_etypes={"r1": "r2"}, batch_size=16, shuffle=True, seed=3)
+    seeds = {"r1": torch.arange(g.num_edges(r1))}
+    sampler = NeighborSampler([-1, -1])
     r2_mask = types == book.etype_id("r2")
     r2_pairs = {}
     for e, u, v in zip(eids[r2_mask].tolist(), src[r2_mask].tolist(), dst[r2_mask].tolist(), strict=True):
         r2_pairs.setdefault((u, v), []).append(e)
     found_reverse = 0
-    for _, pos, neg, blocks in loader:
-        in_blocks = np.concatenate([b.eids.numpy() for b in blocks])
-        u, v = (t.numpy() for t in pos[r1].global_edges())
-        reverses = [e for a, b in zip(u.tolist(), v.tolist(), strict=True) for e in r2_pairs.get((b, a), [])]
-        found_reverse += len(reverses)
-        assert not np.isin(pos[r1].eids.numpy(), in_blocks).any()
-        assert not np.isin(np.asarray(reverses, dtype=np.int64), in_blocks).any()
-        dst_types, _ = book.map_to_per_ntype(neg[r1].global_edges()[1].numpy())
-        assert (dst_types == book.ntype_id("b")).all()
+    inline = DistEdgeDataLoader(g, seeds, sampler, Uniform(2), **kwargs)
+    with DistEdgeDataLoader(g, seeds, sampler, Uniform(2), num_workers=1, **kwargs) as workers:
+        for (_, pos, neg, blocks), (_, w_pos, w_neg, w_blocks) in zip(inline, workers, strict=True):
+            # A sampler worker process makes the same typed batches.
+            np.testing.assert_array_equal(pos[r1].eids.numpy(), w_pos[r1].eids.numpy())
+            np.testing.assert_array_equal(neg[r1].dst.numpy(), w_neg[r1].dst.numpy())
+            for block, w_block in zip(blocks, w_blocks, strict=True):
+                np.testing.assert_array_equal(block.eids.numpy(), w_block.eids.numpy())
+                np.testing.assert_array_equal(block.etypes.numpy(), w_block.etypes.numpy())
+            in_blocks = np.concatenate([b.eids.numpy() for b in blocks])
+            u, v = (t.numpy() for t in pos[r1].global_edges())
+            reverses = [e for a, b in zip(u.tolist(), v.tolist(), strict=True) for e in r2_pairs.get((b, a), [])]
+            found_reverse += len(reverses)
+            assert not np.isin(pos[r1].eids.numpy(), in_blocks).any()
+            assert not np.isin(np.asarray(reverses, dtype=np.int64), in_blocks).any()
+            dst_types, _ = book.map_to_per_ntype(neg[r1].global_edges()[1].numpy())
+            assert (dst_types == book.ntype_id("b")).all()
     assert found_reverse > 0  # the toy graph has some a->b edges reversed by chance
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_typed_batches_sampled_on_the_gpu_keep_their_pairs_types_and_exclusion(mag):
+    graph, g = mag
+    book = g.get_partition_book()
+    seeds = {WRITES: torch.arange(0, g.num_edges(WRITES), 5)}
+    kwargs = dict(exclude="reverse_types", reverse_etypes={WRITES: REV_WRITES}, batch_size=300, shuffle=True, seed=2)
+    on_cpu = DistEdgeDataLoader(g, seeds, NeighborSampler([-1, 4]), Uniform(2), **kwargs)
+    gpu_sampler = NeighborSampler([-1, 4], device="cuda")
+    on_gpu = DistEdgeDataLoader(g, seeds, gpu_sampler, Uniform(2), prefetch=1, **kwargs)
+    try:
+        for (_, pos, neg, _), (input_nodes, g_pos, g_neg, blocks) in zip(on_cpu, on_gpu, strict=True):
+            assert blocks[-1].eids.is_cuda and g_pos[WRITES].src.is_cuda and input_nodes["paper"].is_cuda
+            # Pairs and negatives are drawn on the host from the batch's stream: the same on either device.
+            for a, b in ((pos, g_pos), (neg, g_neg)):
+                torch.testing.assert_close(a[WRITES].src, b[WRITES].src.cpu())
+                torch.testing.assert_close(a[WRITES].dst, b[WRITES].dst.cpu())
+            torch.testing.assert_close(g_pos[WRITES].node_ids, blocks[-1].dst_nids)
+            in_blocks = torch.cat([b.eids for b in blocks]).cpu().numpy()
+            _, per_type = book.map_to_per_etype(pos[WRITES].eids.numpy())
+            reverses = _reverse_homo_eids(graph, g, WRITES, REV_WRITES, per_type)
+            assert not np.isin(pos[WRITES].eids.numpy(), in_blocks).any() and not np.isin(reverses, in_blocks).any()
+            for block in blocks:
+                assert block.etypes.is_cuda and len(block.etypes) == block.num_edges
+                src_types = block.src_ntypes[block.indices]
+                torch.testing.assert_close(src_types, torch.from_numpy(book.etype_src).cuda()[block.etypes])
+    finally:
+        on_gpu.close()
+        gpu_sampler.close()
