@@ -118,8 +118,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def link_split(args: argparse.Namespace):
-    """The split, its training graph carrying each edge's reverse as the edge array ``reverse_eid`` (the
-    partitioner renumbers it, so a trainer finds it as ``g.edata["reverse_eid"]``, where the loader looks)."""
+    """The split, its training graph carrying each edge's reverse as the edge array ``reverse_eid`` (where
+    ``exclude="reverse_id"`` looks, in-process and, renumbered by the partitioner, in a partition)."""
     spec = DatasetSpec.from_args(args)
     graph = load_dataset(spec)
     split = split_links(graph, args.val_fraction, args.test_fraction, args.eval_negatives, seed=args.seed)
@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.target_etype:
                 result = run_typed_trainer(trainer, args, load_held_out(Path(trainer.g.part_config).parent / LINK_DIR))
             else:
-                held_out, _ = load_link_partition(trainer.g.part_config)
+                held_out = load_link_partition(trainer.g.part_config)
                 result = run_trainer(trainer, args, held_out)
     if trainer.rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
