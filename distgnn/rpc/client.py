@@ -212,20 +212,25 @@ class RpcClient:
     def settle(self, tags: Iterable[Hashable] | None = None, timeout_s: float | None = None) -> None:
         """Collect the replies of this thread's posted requests under ``tags`` (all tags if None).
 
-        Raises the first failure (the server's error, a timeout, a lost server) as the same error class,
-        its message starting with the tag; the requests of the tags not reached yet stay posted.
+        Every one of them is collected; then the first failure (the server's error, a timeout, a lost server)
+        is raised as the same error class, its message starting with the tag.
         """
         state = self._state()
         if not state.posted:
             return
         todo = list(state.posted) if tags is None else [tag for tag in tags if tag in state.posted]
+        failures = []
         for tag in todo:
             rids = state.posted.pop(tag)
             state.num_posted -= len(rids)
             try:
                 self.wait(rids, timeout_s)
             except RpcError as exc:
-                raise type(exc)(f"{tag} (sent without waiting for its reply): {exc}") from None
+                failures.append(type(exc)(f"{tag} (sent without waiting for its reply): {exc}"))
+        if failures:
+            if len(failures) > 1:
+                log.error("%d more posted requests failed: %s", len(failures) - 1, "; ".join(map(str, failures[1:])))
+            raise failures[0]
 
     def wait(self, rids: Sequence[int], timeout_s: float | None = None) -> list[Reply]:
         """Replies of ``rids`` in the same order; raises the first server error or a timeout."""
