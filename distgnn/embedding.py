@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import numpy as np
 import torch
 
 from distgnn.context import DistContext
@@ -177,10 +178,11 @@ class SparseAdam(_SparseOptimizer):
     ``w[i] -= lr * m̂ / (sqrt(v̂) + eps)`` with ``m̂ = m[i] / (1 - b1**t[i])``, ``v̂ = v[i] / (1 - b2**t[i])``.
 
     The moments and the count of row ``i`` live side by side in one DistTensor ``<embedding name>.adam``,
-    ``[m[i] | v[i] | t[i]]`` (``(N, 2 * D + 1)``), so a step reads them in one pull and writes them in one
-    push (three tensors took three pulls and three pushes a step, one round trip each to the servers).
-    Updates are pushed as differences (``push(add)``), so concurrent trainers never lose one another's;
-    as in DistDGL, trainers read the moments without a lock.
+    ``[m[i] | v[i] | t[i]]`` (``(N, 2 * D + 1)``). A step sends each owner of touched rows one ``adam_step``
+    request with the rows' ids and summed gradients; the owner's main server (the one writer of its rows)
+    updates the state and the weights together, one request at a time, so concurrent trainers never lose
+    one another's steps and nothing is pulled (a step on the trainer took a state pull and two pushes, one
+    round trip each, per owner). Read ``state`` after ``flush``: its writes are settled under the weights.
     """
 
     def __init__(
@@ -209,15 +211,12 @@ class SparseAdam(_SparseOptimizer):
             )
 
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
-        state = self.state[emb.name]
-        b1, b2 = self.betas
-        dim = grad.shape[1]
-        rows = state[ids]
-        m, v, step = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
-        m_delta = (1 - b1) * (grad - m)
-        v_delta = (1 - b2) * (grad * grad - v)
-        self._push(state, ids, torch.cat([m_delta, v_delta, torch.ones_like(step)], dim=1))
-        step = step + 1
-        m_hat = (m + m_delta) / (1 - b1**step)
-        v_hat = (v + v_delta) / (1 - b2**step)
-        self._push(emb.weight, ids, -self.lr * m_hat / (v_hat.sqrt() + self.eps))
+        fields = {
+            "state": self.state[emb.name].name,
+            "lr": float(self.lr),
+            "beta1": self.betas[0],
+            "beta2": self.betas[1],
+            "eps": float(self.eps),
+        }
+        rows = np.ascontiguousarray(grad.numpy(), dtype=np.float32)
+        emb.weight.send_rows("adam_step", fields, ids.numpy(), rows, wait=not self.async_push)

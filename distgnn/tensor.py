@@ -156,7 +156,7 @@ class DistTensor:
             )
         self._local = local
         self._local_start = part.owned_range(policy)[0]
-        self._push_tags = [f"push to {policy} tensor {name!r} on machine {m}" for m in range(ctx.config.num_machines)]
+        self._push_tags = [f"write to {policy} tensor {name!r} on machine {m}" for m in range(ctx.config.num_machines)]
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -244,14 +244,19 @@ class DistTensor:
         if ids.size == 0:
             return
         rows = torch.as_tensor(rows).detach().cpu().to(self.dtype).expand(len(ids), *self.shape[1:])
-        rows = np.ascontiguousarray(rows.numpy())
+        self.send_rows("push", {"mode": mode}, ids, np.ascontiguousarray(rows.numpy()), wait)
+
+    def send_rows(self, op: str, fields: dict[str, Any], ids: np.ndarray, rows: np.ndarray, wait: bool = True) -> None:
+        """Send request ``op`` (a write: ``push``, ``adam_step``) with ``fields`` to the main server of every
+        owner of ``ids`` (checked int64 ids, ``(n,)``) with its ids and their ``rows`` (``(n, ...)``); ``wait``
+        as in ``push``."""
         client = self.context.client
-        fields = {"policy": self.part_policy, "name": self.name, "mode": mode}
+        fields = {**fields, "policy": self.part_policy, "name": self.name}
         if not wait:
             for m, pos in self._by_owner(ids).items():
-                client.post(m, "push", fields, [ids[pos], rows[pos]], tag=self._push_tags[m])
+                client.post(m, op, fields, [ids[pos], rows[pos]], tag=self._push_tags[m])
             return
-        client.wait([client.send(m, "push", fields, [ids[pos], rows[pos]]) for m, pos in self._by_owner(ids).items()])
+        client.wait([client.send(m, op, fields, [ids[pos], rows[pos]]) for m, pos in self._by_owner(ids).items()])
 
     def flush(self) -> None:
         """Wait until this thread's pushes made with ``wait=False`` are applied; raises the first that failed."""

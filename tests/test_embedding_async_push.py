@@ -82,7 +82,7 @@ def test_a_failed_async_push_is_raised_at_flush_naming_the_push(served):
     # Valid ids pass the trainer's checks; the servers refuse an unknown tensor name.
     tensor.name = "no_such_tensor"
     tensor.push(torch.arange(n), torch.ones(n, 2), mode="add", wait=False)
-    with pytest.raises(RpcError, match=r"push to node tensor 'bad_push' on machine [01] \(sent without waiting"):
+    with pytest.raises(RpcError, match=r"write to node tensor 'bad_push' on machine [01] \(sent without waiting"):
         tensor.flush()
     tensor.flush()  # the failure was reported once; nothing is left pending
     tensor.name = "bad_push"
@@ -98,10 +98,10 @@ def test_a_failed_async_push_is_raised_by_the_next_read(served):
     tensor.name = "bad_push_read"
     ends = ctx.range_ends("node")
     local = torch.arange(ends[ctx.machine_id - 1] if ctx.machine_id else 0, ends[ctx.machine_id])
-    with pytest.raises(RpcError, match=rf"push to node tensor 'bad_push_read' on machine {ctx.machine_id}"):
+    with pytest.raises(RpcError, match=rf"write to node tensor 'bad_push_read' on machine {ctx.machine_id}"):
         tensor[local]
     other = 1 - ctx.machine_id  # no row of the other machine was read: its push is still posted
-    with pytest.raises(RpcError, match=rf"push to node tensor 'bad_push_read' on machine {other}"):
+    with pytest.raises(RpcError, match=rf"write to node tensor 'bad_push_read' on machine {other}"):
         tensor.flush()
     tensor.flush()
 
@@ -132,9 +132,9 @@ def test_settle_reports_a_dead_server_soon(tmp_path):
         ids = np.arange(35, 40, dtype=np.int64)
         fields = {"policy": "node", "name": "feat", "mode": "add"}
         rows = np.zeros((5, 8), dtype=np.float32)  # small_graph's feat is (N, 8)
-        client.post(1, "push", fields, [ids, rows], tag="push to node tensor 'feat' on machine 1")
+        client.post(1, "push", fields, [ids, rows], tag="write to node tensor 'feat' on machine 1")
         os.kill(server.pid, signal.SIGKILL)
         started = time.monotonic()
-        with pytest.raises(ServerLostError, match=r"push to node tensor 'feat' on machine 1 .*'push' on server 0"):
+        with pytest.raises(ServerLostError, match=r"write to node tensor 'feat' on machine 1 .*'push' on server 0"):
             client.settle()
         assert time.monotonic() - started < 5.0
