@@ -69,15 +69,17 @@ def test_held_out_arrays_round_trip(tmp_path):
 
 
 def test_partitioned_split_is_in_new_ids(tmp_path):
-    from distgnn.partition.format import load_orig_ids, read_meta
+    from distgnn.partition.format import load_edge_feature, load_orig_ids, read_meta
 
     graph = _graph()
     split = split_links(graph, 0.1, 0.1, num_negatives=5, seed=1)
     json_path = partition_link_split(split, 2, tmp_path / "p", "g", method="random")
-    held_out, reverse = load_link_partition(json_path)
-    orig_nid, orig_eid = load_orig_ids(read_meta(json_path), mmap=False)
+    held_out = load_link_partition(json_path)
+    meta = read_meta(json_path)
+    orig_nid, orig_eid = load_orig_ids(meta, mmap=False)
     np.testing.assert_array_equal(orig_nid[held_out["test_pairs"]], split.test_pairs)
     np.testing.assert_array_equal(orig_nid[held_out["val_negatives"]], split.val_negatives)
+    reverse = np.concatenate([load_edge_feature(meta, p, "reverse_eid", mmap=False) for p in range(2)])
     new_src = to_partition_ids(orig_nid, split.train.src[orig_eid])
     new_dst = to_partition_ids(orig_nid, split.train.dst[orig_eid])
     np.testing.assert_array_equal(new_src[reverse], new_dst)

@@ -95,6 +95,24 @@ def test_exclusion_removes_the_seed_edges_and_their_reverses_from_the_blocks(exc
         assert (leaked_reverse == 0) == (exclude == "reverse_id")
 
 
+def test_reverse_id_reads_the_graphs_reverse_eid_edge_array_when_not_given():
+    graph, rev = _symmetric()
+    graph.edata["reverse_eid"] = rev[::-1].copy()  # not the true reverses: which mapping was used shows
+    g = InProcessGraph(graph)
+
+    def excluded_in_first_batch(reverse_eids) -> np.ndarray:
+        loader = DistEdgeDataLoader(
+            g, torch.arange(60), NeighborSampler([-1]), exclude="reverse_id", reverse_eids=reverse_eids, batch_size=60
+        )
+        _, pos, blocks = next(iter(loader))
+        kept = _all_block_eids(blocks)
+        return np.setdiff1d(np.concatenate([pos.eids.numpy(), rev, rev[::-1]]), kept)
+
+    by_default = excluded_in_first_batch(None)
+    np.testing.assert_array_equal(by_default, excluded_in_first_batch(torch.from_numpy(rev[::-1].copy())))
+    assert not np.array_equal(by_default, excluded_in_first_batch(torch.from_numpy(rev)))
+
+
 def _drop_reference(block: Block, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     indptr, indices, block_eids = [0], [], []
     for d in range(block.num_dst):
@@ -118,6 +136,8 @@ def test_drop_edges_matches_a_per_edge_reference(seed):
         torch.from_numpy(indptr),
         torch.from_numpy(rng.integers(0, num_src, indptr[-1])),
         torch.from_numpy(rng.permutation(500)[: indptr[-1]]),
+        torch.from_numpy(rng.integers(0, 3, indptr[-1])),  # typed: edge and source node types
+        torch.from_numpy(rng.integers(0, 2, num_src)),
     )
     eids = rng.choice(block.eids.numpy(), size=indptr[-1] // 3) if indptr[-1] else np.zeros(0, np.int64)
     eids = np.concatenate([eids, [10_000]])  # an id of no edge of the block
@@ -126,7 +146,10 @@ def test_drop_edges_matches_a_per_edge_reference(seed):
     np.testing.assert_array_equal(dropped.indptr.numpy(), ref_indptr)
     np.testing.assert_array_equal(dropped.indices.numpy(), ref_indices)
     np.testing.assert_array_equal(dropped.eids.numpy(), ref_eids)
+    etype_of = dict(zip(block.eids.tolist(), block.etypes.tolist(), strict=True))
+    np.testing.assert_array_equal(dropped.etypes.numpy(), [etype_of[e] for e in ref_eids.tolist()])
     assert dropped.src_nids is block.src_nids and dropped.num_dst == num_dst
+    assert dropped.src_ntypes is block.src_ntypes
 
 
 def test_without_a_negative_sampler_the_batch_is_a_triple():

@@ -9,11 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from distgnn import job
-from distgnn.data.link_split import reverse_edge_ids
+from distgnn.errors import ConfigError
 from distgnn.sampling.neighbor import InProcessGraph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def train_single(example, argv: list[str]) -> dict:
     args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
     split = example.link_split(args)
     trainer = job.Trainer(InProcessGraph(split.train), torch.device("cpu"), 0, 1, None, False)
-    return example.run_trainer(trainer, args, split.held_out(), reverse_edge_ids(split.train.src, split.train.dst))
+    return example.run_trainer(trainer, args, split.held_out())
 
 
 def run(args: list[str], timeout: int) -> dict:
@@ -87,6 +88,62 @@ def test_synthetic_on_a_two_machine_cluster(tmp_path) -> None:
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
     assert result["test_auc"] >= 0.65 and result["epoch_time_s"] > 0 and result["seps"] > 0
     assert (tmp_path / next(p.name for p in tmp_path.iterdir() if p.name.startswith("split-"))).is_dir()
+
+
+MAG = ["--dataset=synthetic-mag", "--num-papers=2000", "--feat-dim=16", "--synthetic-classes=8", "--quiet"]
+MAG += ["--batch-size=512", "--hidden=32", "--fanouts=5,5", "--eval-negatives=20", "--predictor=mlp", "--seed=0"]
+
+
+def test_typed_target_learns_in_process_with_its_reverse_type_excluded() -> None:
+    example = load_example()
+
+    def single(epochs: int) -> dict:
+        args = example.parse_args([*MAG, "--target-etype=author:writes:paper", f"--epochs={epochs}", "--single"])
+        train, held_out = example.typed_link_split(args)
+        trainer = job.Trainer(InProcessGraph(train), torch.device("cpu"), 0, 1, None, False)
+        return example.run_typed_trainer(trainer, args, held_out)
+
+    untrained, trained = single(0), single(4)
+    assert trained["exclude"] == "reverse_types" and trained["test_num_pairs"] == untrained["test_num_pairs"] > 0
+    assert trained["test_auc"] > 0.6 and trained["test_auc"] > untrained["test_auc"] + 0.05, (untrained, trained)
+
+
+def test_typed_split_holds_out_target_pairs_and_their_reverse_twins() -> None:
+    example = load_example()
+    args = example.parse_args([*MAG, "--target-etype=author:writes:paper", "--single"])
+    train, held_out = example.typed_link_split(args)
+    full = example.load_dataset(example.DatasetSpec.from_args(args))
+    writes, rev = ("author", "writes", "paper"), ("paper", "rev_writes", "author")
+    offsets = full.node_offsets()
+    pairs = np.concatenate([held_out["val_pairs"], held_out["test_pairs"]])
+    a, p = pairs[:, 0] - offsets["author"], pairs[:, 1] - offsets["paper"]
+    held = set(zip(a.tolist(), p.tolist(), strict=True))
+    kept = set(zip(*(x.tolist() for x in train.edges[writes]), strict=True))
+    kept_rev = set(zip(*(x.tolist() for x in train.edges[rev][::-1]), strict=True))
+    assert held and not held & kept and not held & kept_rev
+    assert len(kept) + len(held) == len(set(zip(*(x.tolist() for x in full.edges[writes]), strict=True)))
+    negs = np.concatenate([held_out["val_negatives"], held_out["test_negatives"]])
+    assert negs.min() >= offsets["paper"] and negs.max() < offsets["paper"] + full.num_nodes["paper"]
+
+
+def test_bad_typed_flags_fail_before_any_process_starts() -> None:
+    example = load_example()
+    with pytest.raises(SystemExit):
+        example.parse_args([*MAG, "--target-etype=cites"])
+    with pytest.raises(SystemExit):
+        example.parse_args([*MAG, "--target-etype=paper:cites:paper", "--neg-sampler=degree"])
+    with pytest.raises(ConfigError, match="no edge type"):
+        example.typed_link_split(example.parse_args([*MAG, "--target-etype=paper:reads:paper"]))
+    with pytest.raises(ConfigError, match="heterogeneous dataset"):
+        example.typed_link_split(example.parse_args([*SMALL, "--target-etype=_N:_E:_N"]))
+
+
+@pytest.mark.slow
+def test_typed_target_on_a_two_machine_cluster(tmp_path) -> None:
+    argv = [*MAG, "--target-etype=author:writes:paper", "--local", "--num-parts=2", "--epochs=3"]
+    result = run([*argv, f"--workdir={tmp_path}"], timeout=300)
+    assert result["num_trainers"] == 2 and result["exclude"] == "reverse_types"
+    assert result["test_auc"] > 0.55 and result["epoch_time_s"] > 0, result
 
 
 CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=20", "--quiet", "--seed=0"]

@@ -133,35 +133,34 @@ def load_held_out(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
 def partition_link_split(
     split: LinkSplit, num_parts: int, out_dir: str | os.PathLike, graph_name: str, method: str = "metis", seed: int = 0
 ) -> Path:
-    """Partition ``split.train`` into ``out_dir`` and write, under ``out_dir/link/``, the held-out arrays
-    and ``reverse_eid.npy`` (each edge's reverse) in the partition's new node and edge ids.
+    """Partition ``split.train`` into ``out_dir``, with each edge's reverse as the edge array ``reverse_eid``
+    (the partitioner renumbers it, so trainers read it as ``g.edata["reverse_eid"]``, where
+    ``exclude="reverse_id"`` looks), and write the held-out arrays in new node ids under ``out_dir/link/``.
 
-    Returns the partition JSON. :func:`load_link_partition` reads what this wrote.
+    Returns the partition JSON. :func:`load_link_partition` reads the held-out arrays back.
     """
     from distgnn.partition import partition_graph
     from distgnn.partition.format import load_orig_ids, read_meta
 
+    if "reverse_eid" not in split.train.edata:
+        split.train.edata["reverse_eid"] = reverse_edge_ids(split.train.src, split.train.dst)
     json_path = Path(
         partition_graph(
             split.train, num_parts, out_dir, graph_name=graph_name, method=method, seed=seed, overwrite=True
         )
     )
-    orig_nid, orig_eid = load_orig_ids(read_meta(json_path), mmap=False)
+    orig_nid, _ = load_orig_ids(read_meta(json_path), mmap=False)
     held_out = {name: to_partition_ids(orig_nid, arr) for name, arr in split.held_out().items()}
-    reverse_orig = reverse_edge_ids(split.train.src, split.train.dst)
-    new_eid_of_orig = np.empty(len(orig_eid), dtype=np.int64)
-    new_eid_of_orig[orig_eid] = np.arange(len(orig_eid), dtype=np.int64)
-    link_dir = json_path.parent / LINK_DIR
-    save_held_out(LinkSplit(split.train, **held_out), link_dir)
-    np.save(link_dir / "reverse_eid.npy", new_eid_of_orig[reverse_orig[orig_eid]], allow_pickle=False)
+    save_held_out(LinkSplit(split.train, **held_out), json_path.parent / LINK_DIR)
     log.info("wrote the link split of %s beside %s", graph_name, json_path)
     return json_path
 
 
-def load_link_partition(part_config: str | os.PathLike) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """``(held-out arrays, (E,) int64 reverse edge ids)`` in new ids, as :func:`partition_link_split` wrote them."""
+def load_link_partition(part_config: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The held-out arrays (new ids) :func:`partition_link_split` wrote beside ``part_config``."""
     link_dir = Path(part_config).parent / LINK_DIR
-    path = link_dir / "reverse_eid.npy"
-    if not path.exists():
-        raise InputError(f"no link split beside {part_config} ({path} is missing); write it with partition_link_split")
-    return load_held_out(link_dir), np.load(path, allow_pickle=False)
+    if not link_dir.is_dir():
+        raise InputError(
+            f"no link split beside {part_config} ({link_dir} is missing); write it with partition_link_split"
+        )
+    return load_held_out(link_dir)

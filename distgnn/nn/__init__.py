@@ -2,7 +2,7 @@
 
 from distgnn.nn.conv import GATConv, SAGEConv
 from distgnn.nn.hetero import RGCN, RelGraphConv, TypedInput
-from distgnn.nn.link import DotPredictor, MLPPredictor, bce_loss, margin_loss, score_pairs
+from distgnn.nn.link import DotPredictor, MLPPredictor, TypedPredictor, bce_loss, margin_loss, score_pairs
 from distgnn.nn.models import GAT, MLP, GraphSAGE
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "RelGraphConv",
     "SAGEConv",
     "TypedInput",
+    "TypedPredictor",
     "bce_loss",
     "margin_loss",
     "score_pairs",

@@ -14,7 +14,7 @@ def drop_edges(block: Block, eids: torch.Tensor) -> Block:
     """``block`` without the edges whose global id is in ``eids``, in one vectorised pass.
 
     The source nodes stay as they are (a node whose only edge went keeps its row), so the
-    blocks of the layers below still line up.
+    blocks of the layers below still line up; a typed block keeps its kept edges' types.
 
     Args:
         block: a sampled block (on any device).
@@ -46,4 +46,13 @@ def _drop_sorted(block: Block, excluded: torch.Tensor) -> Block:
     # New offsets: the kept edges before each old offset.
     kept_before = torch.zeros(block.num_edges + 1, dtype=torch.int64, device=keep.device)
     torch.cumsum(keep, 0, out=kept_before[1:])
-    return Block(block.src_nids, block.num_dst, kept_before[block.indptr], block.indices[keep], block.eids[keep])
+    etypes = None if block.etypes is None else block.etypes[keep]
+    return Block(
+        block.src_nids,
+        block.num_dst,
+        kept_before[block.indptr],
+        block.indices[keep],
+        block.eids[keep],
+        etypes,
+        block.src_ntypes,
+    )

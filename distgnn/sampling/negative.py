@@ -4,6 +4,10 @@ Every sampler draws node ids on the trainer, from the node count alone (uniform)
 degree table fetched once per process (degree-biased): no round trip per edge. Samplers
 are small picklable objects (sampler worker processes get a copy; the degree table is
 fetched again there, never pickled).
+
+On a heterogeneous graph (:meth:`NegativeSampler.sample_typed`) a positive edge of type
+``src:rel:dst`` gets negatives of the same type: its source with destinations of type ``dst``,
+drawn over that type's per-type id range from the partition book and mapped to homogeneous ids.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 import torch
 
 from distgnn.errors import ConfigError
+from distgnn.partition_book import RangePartitionBook
 
 
 def _check_k(k: int) -> int:
@@ -31,6 +36,7 @@ class NegativeSampler:
     """
 
     name = ""
+    typed = True  # has sample_typed, for heterogeneous graphs
 
     def __init__(self, k: int):
         self.k = _check_k(k)
@@ -47,8 +53,35 @@ class NegativeSampler:
         """
         raise NotImplementedError
 
+    def sample_typed(
+        self, g, src: np.ndarray, dst: np.ndarray, etypes: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Negative pairs of typed positive edges: each keeps its edge's type and source.
+
+        Args:
+            g: a heterogeneous DistGraph or InProcessGraph (only its partition book is read).
+            src, dst: ``(P,)`` int64 homogeneous node ids of the positive edges.
+            etypes: ``(P,)`` int64 edge type id of each (the graph's ``canonical_etypes`` order).
+            rng: this batch's random stream.
+        Returns:
+            ``(neg_src, neg_dst, neg_etypes)``: int64, of equal length; homogeneous node ids, edge type ids.
+        """
+        raise ConfigError(
+            f"{self!r} does not sample negatives on a heterogeneous graph; use Uniform or PerSourceUniform"
+        )
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.k})"
+
+
+def uniform_of_types(book: RangePartitionBook, ntype_ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One homogeneous node id per entry of ``ntype_ids``, uniform over the nodes of that node type."""
+    per_type = rng.integers(0, book.nodes.type_counts[ntype_ids], dtype=np.int64)
+    out = np.empty(len(ntype_ids), dtype=np.int64)
+    for t in np.unique(ntype_ids).tolist():  # one vectorised mapping per node type, no per-id work
+        where = ntype_ids == t
+        out[where] = book.nodes.to_homogeneous(t, per_type[where])
+    return out
 
 
 class Uniform(NegativeSampler):
@@ -62,6 +95,11 @@ class Uniform(NegativeSampler):
     def sample(self, g, src, dst, rng):
         neg_dst = rng.integers(0, g.num_nodes(), size=len(src) * self.k, dtype=np.int64)
         return np.repeat(src, self.k), neg_dst
+
+    def sample_typed(self, g, src, dst, etypes, rng):
+        book = g.get_partition_book()
+        neg_etypes = np.repeat(etypes, self.k)
+        return np.repeat(src, self.k), uniform_of_types(book, book.etype_dst[neg_etypes], rng), neg_etypes
 
 
 class PerSourceUniform(NegativeSampler):
@@ -78,6 +116,13 @@ class PerSourceUniform(NegativeSampler):
         neg_dst = rng.integers(0, g.num_nodes(), size=len(sources) * self.k, dtype=np.int64)
         return np.repeat(sources, self.k), neg_dst
 
+    def sample_typed(self, g, src, dst, etypes, rng):
+        """``k`` negatives per distinct (source, edge type) pair, in ascending (source, type) order."""
+        book = g.get_partition_book()
+        pairs = np.unique(np.stack([src, etypes], axis=1), axis=0).reshape(-1, 2)
+        neg_etypes = np.repeat(pairs[:, 1], self.k)
+        return np.repeat(pairs[:, 0], self.k), uniform_of_types(book, book.etype_dst[neg_etypes], rng), neg_etypes
+
 
 class DegreeBiased(NegativeSampler):
     """``k`` negatives per positive edge with destinations drawn proportionally to ``in_degree ** power``.
@@ -87,6 +132,7 @@ class DegreeBiased(NegativeSampler):
     """
 
     name = "degree"
+    typed = False
 
     def __init__(self, k: int, power: float = 0.75):
         super().__init__(k)
