@@ -2,15 +2,17 @@
 
 ``DistEmbedding`` stores its table in a ``DistTensor``. Calling it pulls the rows
 of a mini-batch as a leaf tensor that autograd fills with a gradient; the
-optimizer then sums the gradients per id and pushes only the touched rows'
-updates with ``push(add)``. Updates from several trainers interleave on the
-owning main server row by row, as in DistDGL (asynchronous sparse updates).
+optimizer then sums the gradients per id and sends only the touched rows'
+updates: ``push(add)`` of the differences (SGD, Adagrad), or the summed
+gradients to the owners' servers, which apply the Adam step themselves. Updates
+from several trainers interleave on the owning main server row by row, as in
+DistDGL (asynchronous sparse updates).
 
-By default a step does not wait for the servers to acknowledge its pushes
-(``DistTensor.push(wait=False)``): the acknowledgements are collected when this
-trainer next reads rows of the same table that could miss them (its next
+By default a step does not wait for the servers to acknowledge its writes
+(``wait=False`` in ``distgnn.tensor``): the acknowledgements are collected when
+this trainer next reads rows of the same table that could miss them (its next
 lookup or step), at ``flush``, at a barrier or checkpoint, so a lookup after a
-step always sees the step's update, and a push that failed is raised there,
+step always sees the step's update, and a write that failed is raised there,
 naming the table and machine. ``async_push=False`` waits inside every step (the
 reference path; both give the same embeddings).
 """
@@ -121,7 +123,7 @@ class _SparseOptimizer(abc.ABC):
                 self._update(emb, *found)
 
     def flush(self) -> None:
-        """Wait until every push of the steps so far is applied on the servers; raises the first that failed."""
+        """Wait until every update of the steps so far is applied on the servers; raises the first that failed."""
         for emb in self.embeddings:
             emb.weight.flush()
         for state in self.state.values():
