@@ -339,10 +339,12 @@ class Checkpointer:
         """Save now (collective); returns the checkpoint's path."""
         start = time.perf_counter()
         rank, world = _world()
+        tensors = _dist_tensors(embeddings, sparse_optimizers)
+        for tensor in tensors:  # this rank's pushes that did not wait for their acknowledgements
+            tensor.flush()
         _agree_on_step(step)
         mine = {"rng": rng_state(), "loader": loader.state_dict() if loader is not None else None}
         ranks = [json.loads(b) for b in _gather_bytes(json.dumps(mine).encode())]
-        tensors = _dist_tensors(embeddings, sparse_optimizers)
         ctx = self.context or (tensors[0].context if tensors else None)
         error = None
         path = None

@@ -72,7 +72,9 @@ class DistContext:
         return (self.rank + machine_id) % self.config.num_servers
 
     def barrier(self, name: str = "default", timeout_s: float | None = None) -> None:
-        """Return once every trainer of the job called ``barrier`` with the same name."""
+        """Return once every trainer of the job called ``barrier`` with the same name (this thread's pushes made
+        without waiting are applied first, so every trainer sees them after the barrier)."""
+        self.client.settle()
         self.client.call(0, "barrier", {"name": name, "parties": self.world_size}, timeout_s=timeout_s)
 
     def close(self) -> None:

@@ -2,9 +2,19 @@
 
 ``DistEmbedding`` stores its table in a ``DistTensor``. Calling it pulls the rows
 of a mini-batch as a leaf tensor that autograd fills with a gradient; the
-optimizer then sums the gradients per id and pushes only the touched rows'
-updates with ``push(add)``. Updates from several trainers interleave on the
-owning main server row by row, as in DistDGL (asynchronous sparse updates).
+optimizer then sums the gradients per id and sends only the touched rows'
+updates: ``push(add)`` of the differences (SGD, Adagrad), or the summed
+gradients to the owners' servers, which apply the Adam step themselves. Updates
+from several trainers interleave on the owning main server row by row, as in
+DistDGL (asynchronous sparse updates).
+
+By default a step does not wait for the servers to acknowledge its writes
+(``wait=False`` in ``distgnn.tensor``): the acknowledgements are collected when
+this trainer next reads rows of the same table that could miss them (its next
+lookup or step), at ``flush``, at a barrier or checkpoint, so a lookup after a
+step always sees the step's update, and a write that failed is raised there,
+naming the table and machine. ``async_push=False`` waits inside every step (the
+reference path; both give the same embeddings).
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import numpy as np
 import torch
 
 from distgnn.context import DistContext
@@ -83,13 +94,18 @@ class DistEmbedding:
 
 
 class _SparseOptimizer(abc.ABC):
-    def __init__(self, embeddings: list[DistEmbedding], lr: float):
+    """Args common to the sparse optimizers: ``embeddings``, ``lr``, and ``async_push``: push a step's updates
+    without waiting for the servers' acknowledgements (see the module docstring); False waits in ``step``."""
+
+    def __init__(self, embeddings: list[DistEmbedding], lr: float, async_push: bool = True):
         if lr <= 0:
             raise InputError(f"learning rate must be positive, got {lr}")
         if not embeddings:
             raise InputError("a sparse optimizer needs at least one DistEmbedding")
         self.embeddings = list(embeddings)
         self.lr = lr
+        self.async_push = async_push
+        self.state: dict[str, DistTensor] = {}  # per embedding name, the optimizer's per-row state (if any)
 
     def zero_grad(self) -> None:
         """Drop the gradients accumulated so far, as torch's ``zero_grad`` does: a lookup made before this
@@ -106,6 +122,16 @@ class _SparseOptimizer(abc.ABC):
             if found is not None:
                 self._update(emb, *found)
 
+    def flush(self) -> None:
+        """Wait until every update of the steps so far is applied on the servers; raises the first that failed."""
+        for emb in self.embeddings:
+            emb.weight.flush()
+        for state in self.state.values():
+            state.flush()
+
+    def _push(self, tensor: DistTensor, ids: torch.Tensor, delta: torch.Tensor) -> None:
+        tensor.push(ids, delta, mode="add", wait=not self.async_push)
+
     @abc.abstractmethod
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
         """Push the update of rows ``ids`` (unique) given their summed gradient."""
@@ -115,17 +141,18 @@ class SparseSGD(_SparseOptimizer):
     """``w[i] -= lr * g[i]`` for every touched row ``i`` (``g`` summed over the batch)."""
 
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
-        emb.weight.push(ids, -self.lr * grad, mode="add")
+        self._push(emb.weight, ids, -self.lr * grad)
 
 
 class SparseAdagrad(_SparseOptimizer):
     """Adagrad on touched rows: ``s[i] += g[i]**2``, ``w[i] -= lr * g[i] / (sqrt(s[i]) + eps)``.
 
-    The squared-gradient sums live in a DistTensor named ``<embedding name>.adagrad``.
+    The squared-gradient sums live in a DistTensor named ``<embedding name>.adagrad``; a step reads them,
+    then pushes ``g[i]**2`` (as SparseAdam, concurrent trainers read the sums without a lock).
     """
 
-    def __init__(self, embeddings: list[DistEmbedding], lr: float, eps: float = 1e-10):
-        super().__init__(embeddings, lr)
+    def __init__(self, embeddings: list[DistEmbedding], lr: float, eps: float = 1e-10, async_push: bool = True):
+        super().__init__(embeddings, lr, async_push)
         self.eps = eps
         self.state = {
             emb.name: DistTensor(
@@ -141,9 +168,10 @@ class SparseAdagrad(_SparseOptimizer):
 
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
         state = self.state[emb.name]
-        state.push(ids, grad * grad, mode="add")
-        std = state[ids].sqrt_().add_(self.eps)
-        emb.weight.push(ids, -self.lr * grad / std, mode="add")
+        squared = grad * grad
+        std = (state[ids] + squared).sqrt_().add_(self.eps)
+        self._push(state, ids, squared)
+        self._push(emb.weight, ids, -self.lr * grad / std)
 
 
 class SparseAdam(_SparseOptimizer):
@@ -152,10 +180,11 @@ class SparseAdam(_SparseOptimizer):
     ``w[i] -= lr * m̂ / (sqrt(v̂) + eps)`` with ``m̂ = m[i] / (1 - b1**t[i])``, ``v̂ = v[i] / (1 - b2**t[i])``.
 
     The moments and the count of row ``i`` live side by side in one DistTensor ``<embedding name>.adam``,
-    ``[m[i] | v[i] | t[i]]`` (``(N, 2 * D + 1)``), so a step reads them in one pull and writes them in one
-    push (three tensors took three pulls and three pushes a step, one round trip each to the servers).
-    Updates are pushed as differences (``push(add)``), so concurrent trainers never lose one another's;
-    as in DistDGL, trainers read the moments without a lock.
+    ``[m[i] | v[i] | t[i]]`` (``(N, 2 * D + 1)``). A step sends each owner of touched rows one ``adam_step``
+    request with the rows' ids and summed gradients; the owner's main server (the one writer of its rows)
+    updates the state and the weights together, one request at a time, so concurrent trainers never lose
+    one another's steps and nothing is pulled (a step on the trainer took a state pull and two pushes, one
+    round trip each, per owner). Read ``state`` after ``flush``: its writes are settled under the weights.
     """
 
     def __init__(
@@ -164,8 +193,9 @@ class SparseAdam(_SparseOptimizer):
         lr: float,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        async_push: bool = True,
     ):
-        super().__init__(embeddings, lr)
+        super().__init__(embeddings, lr, async_push)
         if not all(0.0 <= b < 1.0 for b in betas):
             raise InputError(f"Adam betas must be in [0, 1), got {betas}")
         self.betas = (float(betas[0]), float(betas[1]))
@@ -183,15 +213,12 @@ class SparseAdam(_SparseOptimizer):
             )
 
     def _update(self, emb: DistEmbedding, ids: torch.Tensor, grad: torch.Tensor) -> None:
-        state = self.state[emb.name]
-        b1, b2 = self.betas
-        dim = grad.shape[1]
-        rows = state[ids]
-        m, v, step = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
-        m_delta = (1 - b1) * (grad - m)
-        v_delta = (1 - b2) * (grad * grad - v)
-        state.push(ids, torch.cat([m_delta, v_delta, torch.ones_like(step)], dim=1), mode="add")
-        step = step + 1
-        m_hat = (m + m_delta) / (1 - b1**step)
-        v_hat = (v + v_delta) / (1 - b2**step)
-        emb.weight.push(ids, -self.lr * m_hat / (v_hat.sqrt() + self.eps), mode="add")
+        fields = {
+            "state": self.state[emb.name].name,
+            "lr": float(self.lr),
+            "beta1": self.betas[0],
+            "beta2": self.betas[1],
+            "eps": float(self.eps),
+        }
+        rows = np.ascontiguousarray(grad.numpy(), dtype=np.float32)
+        emb.weight.send_rows("adam_step", fields, ids.numpy(), rows, wait=not self.async_push)

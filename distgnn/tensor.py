@@ -5,6 +5,14 @@ copies local rows straight from shared memory and pulls the others, one
 request per remote machine, all sent before the first wait. ``t[ids] = rows``
 and ``t.push(ids, rows, "add")`` send the rows to each owner's main server,
 the one writer of its partition.
+
+``push(..., wait=False)`` does not wait for the servers' acknowledgements: they
+are collected (and a failed push raised) when the same thread next reads rows
+that another path than the push's connection would serve (local rows from
+shared memory, remote rows from a backup server), at ``flush``, at
+``DistContext.barrier``, at a checkpoint and when the client closes. Remote rows
+pulled from the main server come after the push on the same connection and see
+it without waiting.
 """
 
 from __future__ import annotations
@@ -148,6 +156,7 @@ class DistTensor:
             )
         self._local = local
         self._local_start = part.owned_range(policy)[0]
+        self._push_tags = [f"write to {policy} tensor {name!r} on machine {m}" for m in range(ctx.config.num_machines)]
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -184,11 +193,17 @@ class DistTensor:
         """Rows ``ids`` as a CPU tensor: local rows from shared memory, the others pulled from their owners."""
         ids = as_ids(ids, self.shape[0], f"{self.name}")
         local_start, local_end = self._local_start, self._local_start + len(self._local)
-        if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
-            return torch.from_numpy(np.take(self._local, ids - local_start, axis=0))
         ctx, client = self.context, self.context.client
+        if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
+            client.settle([self._push_tags[ctx.machine_id]])
+            return torch.from_numpy(np.take(self._local, ids - local_start, axis=0))
         fields = {"policy": self.part_policy, "name": self.name}
         groups = self._by_owner(ids)
+        if ctx.config.num_servers == 1:
+            # Remote rows come from the main server over the connection the pushes took, so after them.
+            client.settle([self._push_tags[ctx.machine_id]] if ctx.machine_id in groups else [])
+        else:
+            client.settle([self._push_tags[m] for m in groups])
         row_bytes = max(1, self._local.itemsize * int(np.prod(self.shape[1:])))
         chunk = max(1, PULL_CHUNK_BYTES // row_bytes)
         pending = []
@@ -214,10 +229,12 @@ class DistTensor:
     def __setitem__(self, ids: Any, rows: Any) -> None:
         self.push(ids, rows, mode="assign")
 
-    def push(self, ids: Any, rows: Any, mode: str = "assign") -> None:
+    def push(self, ids: Any, rows: Any, mode: str = "assign", wait: bool = True) -> None:
         """Write (``"assign"``) or accumulate (``"add"``) ``rows`` into rows ``ids`` on their owners.
 
-        With repeated ids, ``"add"`` adds every row; ``"assign"`` keeps one of them.
+        With repeated ids, ``"add"`` adds every row; ``"assign"`` keeps one of them. With ``wait=False`` the
+        call returns once the requests are queued (see the module docstring for when they are settled); it
+        may then send ``ids`` and ``rows`` without copying them, so do not modify them afterwards.
         """
         if mode not in ("assign", "add"):
             raise InputError(f"push mode must be 'assign' or 'add', got {mode!r}")
@@ -227,7 +244,20 @@ class DistTensor:
         if ids.size == 0:
             return
         rows = torch.as_tensor(rows).detach().cpu().to(self.dtype).expand(len(ids), *self.shape[1:])
-        rows = np.ascontiguousarray(rows.numpy())
+        self.send_rows("push", {"mode": mode}, ids, np.ascontiguousarray(rows.numpy()), wait)
+
+    def send_rows(self, op: str, fields: dict[str, Any], ids: np.ndarray, rows: np.ndarray, wait: bool = True) -> None:
+        """Send request ``op`` (a write: ``push``, ``adam_step``) with ``fields`` to the main server of every
+        owner of ``ids`` (checked int64 ids, ``(n,)``) with its ids and their ``rows`` (``(n, ...)``); ``wait``
+        as in ``push``."""
         client = self.context.client
-        fields = {"policy": self.part_policy, "name": self.name, "mode": mode}
-        client.wait([client.send(m, "push", fields, [ids[pos], rows[pos]]) for m, pos in self._by_owner(ids).items()])
+        fields = {**fields, "policy": self.part_policy, "name": self.name}
+        if not wait:
+            for m, pos in self._by_owner(ids).items():
+                client.post(m, op, fields, [ids[pos], rows[pos]], tag=self._push_tags[m])
+            return
+        client.wait([client.send(m, op, fields, [ids[pos], rows[pos]]) for m, pos in self._by_owner(ids).items()])
+
+    def flush(self) -> None:
+        """Wait until this thread's pushes made with ``wait=False`` are applied; raises the first that failed."""
+        self.context.client.settle(self._push_tags)

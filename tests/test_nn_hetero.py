@@ -114,3 +114,26 @@ def test_typed_layerwise_inference_equals_full_neighbour_forward():
         x = inputs(split_by_type(g.get_partition_book(), input_nodes), blocks[0].src_ntypes, "cpu")
         expect = model(blocks, x)
     torch.testing.assert_close(out[seeds], expect, rtol=1e-4, atol=1e-5)
+
+
+def test_typed_input_puts_each_types_rows_at_its_sources():
+    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, split_by_type
+
+    g = InProcessGraph(toy_hetero(5))
+    inputs = TypedInput(g, 4)
+    input_nodes, _, blocks = NeighborSampler([3, 3]).sample_blocks(g, torch.tensor([0, 5, 61, 99, 110]))
+    by_type = split_by_type(g.get_partition_book(), input_nodes)
+    src_ntypes = blocks[0].src_ntypes
+    x = inputs(by_type, src_ntypes, "cpu")
+    assert len(set(src_ntypes.tolist())) > 1, "the batch must mix node types"
+    for t, ntype in enumerate(inputs.ntypes):
+        ids = by_type.get(ntype)
+        if ids is None or len(ids) == 0:
+            continue
+        if ntype in inputs.features:
+            expect = inputs.projections[ntype](inputs.features[ntype][ids].float())
+        else:
+            expect = inputs.embeddings[ntype](ids)
+        torch.testing.assert_close(x[src_ntypes == t], expect)
+    x.sum().backward()
+    assert all(p.grad is not None for p in inputs.parameters())

@@ -186,6 +186,76 @@ def test_init_data_twice_maps_the_same_tensor_and_refuses_another_shape(served):
         client.call(0, "init_data", {**fields, "shape": [len(graph.src), 2]})
 
 
+def _adam_tables(client, graph, name: str, dim: int) -> None:
+    for table, width, init in ((name, dim, "uniform"), (f"{name}.adam", 2 * dim + 1, "zeros")):
+        shape = [graph.num_nodes, width]
+        client.call(1, "init_data", {"policy": "node", "name": table, "dtype": "float32", "shape": shape, "init": init})
+
+
+def test_adam_step_equals_a_numpy_reference(served):
+    graph, _, client = served
+    dim, lr, b1, b2, eps = 3, 0.05, 0.8, 0.99, 1e-6
+    _adam_tables(client, graph, "ops_adam", dim)
+    rng = np.random.default_rng(4)
+    start, end = graph.node_map[1]
+    everything = np.arange(start, end, dtype=np.int64)
+    weight = client.call(1, "pull", {"policy": "node", "name": "ops_adam"}, [everything]).arrays[0].astype(np.float64)
+    m, v, t = np.zeros_like(weight), np.zeros_like(weight), np.zeros((len(weight), 1))
+    fields = {"policy": "node", "name": "ops_adam", "state": "ops_adam.adam", "lr": lr, "beta1": b1, "beta2": b2}
+    for _ in range(3):
+        ids = np.unique(_owned(graph, 1, rng, 40))
+        grad = rng.standard_normal((len(ids), dim)).astype(np.float32)
+        client.call(1, "adam_step", {**fields, "eps": eps}, [ids, grad])
+        at = ids - start
+        m[at] = b1 * m[at] + (1 - b1) * grad
+        v[at] = b2 * v[at] + (1 - b2) * grad.astype(np.float64) ** 2
+        t[at] += 1
+        weight[at] -= lr * (m[at] / (1 - b1 ** t[at])) / (np.sqrt(v[at] / (1 - b2 ** t[at])) + eps)
+    got = client.call(1, "pull", {"policy": "node", "name": "ops_adam"}, [everything], server_id=1).arrays[0]
+    np.testing.assert_allclose(got, weight, rtol=1e-5, atol=1e-6)
+    state = client.call(1, "pull", {"policy": "node", "name": "ops_adam.adam"}, [everything]).arrays[0]
+    np.testing.assert_allclose(state, np.concatenate([m, v, t], axis=1), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"arrays": [np.array([160, 160]), np.zeros((2, 3), np.float32)]}, "unique"),
+        ({"arrays": [np.array([160]), np.zeros((1, 4), np.float32)]}, "gradient must be"),
+        ({"arrays": [np.array([160]), np.zeros((1, 3), np.float64)]}, "gradient must be"),
+        ({"arrays": [np.array([5]), np.zeros((1, 3), np.float32)]}, "not owned"),
+        ({"state": "ops_adam_missing"}, "no node tensor"),
+        ({"state": "ops_adam_bad2.adam"}, "state must be float32 rows of 7"),
+        ({"lr": -1.0}, "lr > 0"),
+        ({"beta1": 1.0}, "betas"),
+        ({"eps": None}, "eps"),
+        ({"server_id": 1}, "main server"),
+    ],
+)
+def test_adam_step_refuses_bad_requests(served, change, message):
+    graph, _, client = served
+    _adam_tables(client, graph, "ops_adam_checks", 3)
+    _adam_tables(client, graph, "ops_adam_bad2", 2)  # its state is 5 wide, not 7
+    request = {
+        "policy": "node",
+        "name": "ops_adam_checks",
+        "state": "ops_adam_checks.adam",
+        "lr": 0.1,
+        "beta1": 0.9,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "arrays": [np.array([160, 161]), np.ones((2, 3), np.float32)],
+        "server_id": 0,
+    }
+    request.update(change)
+    arrays, server_id = request.pop("arrays"), request.pop("server_id")
+    before = client.call(1, "pull", {"policy": "node", "name": "ops_adam_checks"}, [np.array([160, 161])]).arrays[0]
+    with pytest.raises(RpcError, match=message):
+        client.call(1, "adam_step", request, arrays, server_id=server_id)
+    after = client.call(1, "pull", {"policy": "node", "name": "ops_adam_checks"}, [np.array([160, 161])]).arrays[0]
+    np.testing.assert_array_equal(after, before)
+
+
 @pytest.mark.parametrize(
     "op, fields, arrays, message",
     [

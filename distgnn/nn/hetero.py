@@ -214,7 +214,6 @@ class TypedInput(nn.Module):
     def forward(
         self, input_nodes: Mapping[str, torch.Tensor], src_ntypes: torch.Tensor, device: torch.device | str
     ) -> torch.Tensor:
-        x = torch.empty(len(src_ntypes), self.embed_dim, device=device)
         src_ntypes = src_ntypes.to(device)
         pieces: Sequence = []
         for t, ntype in enumerate(self.ntypes):
@@ -229,7 +228,11 @@ class TypedInput(nn.Module):
                 pieces.append((where, self.embeddings[ntype](ids.cpu(), device)))
             else:
                 pieces.append((where, self.embeddings[ntype](ids.to(device))))
-        # index_put keeps autograd to every piece (embedding rows and projections alike).
-        for where, rows in pieces:
-            x = x.index_put((where,), rows)
-        return x
+        if not pieces:
+            return torch.empty(len(src_ntypes), self.embed_dim, device=device)
+        # Every source is in exactly one piece: one concatenation and one gather put the rows in source order
+        # (an index_put per piece copied the whole input once per type, forward and backward).
+        where = torch.cat([where for where, _ in pieces])
+        position = torch.empty_like(where)
+        position[where] = torch.arange(len(where), device=where.device)
+        return torch.cat([rows for _, rows in pieces])[position]

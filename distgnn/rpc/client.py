@@ -16,6 +16,13 @@ I/O thread, so a busy server keeps its connections) and has a socket monitor.
 A ``wait`` that finds a connection closed after it was established fails the
 requests pending on it with ``ServerLostError``: a request already sent on a
 closed connection gets no reply, and servers do not come back within a job.
+
+``post`` sends a request nobody waits for now (a sparse optimizer's push): its
+reply is collected, and its error raised, by a later ``settle`` of its tag (the
+sender's next read of the same rows, a barrier, a checkpoint, ``close``), under
+the usual deadline and liveness checks. Requests on one DEALER reach their
+server in order, and a server answers one request at a time, so a later request
+on the same connection already sees what a posted one wrote.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +52,8 @@ HEARTBEAT_TIMEOUT_MS = 3000
 # A wait polls its sockets in slices this long and looks at the connection monitors between slices.
 _LIVENESS_SLICE_MS = 200
 _MONITORED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+# A thread's posted requests are settled once this many are unanswered, so replies and errors never pile up.
+MAX_POSTED = 256
 
 
 @dataclass
@@ -70,6 +79,8 @@ class _ThreadState:
         self.pending: dict[int, _Pending] = {}
         self.done: dict[int, Reply | RpcError] = {}
         self.rids = itertools.count(1)
+        self.posted: dict[Hashable, list[int]] = {}  # tag -> ids of posted requests not settled yet
+        self.num_posted = 0
         self.bytes_sent = 0  # message bytes, this thread's requests and their replies
         self.bytes_received = 0
 
@@ -171,6 +182,55 @@ class RpcClient:
         state.pending[rid] = _Pending(key, op)
         state.bytes_sent += sum(_size(f) for f in frames)
         return rid
+
+    def post(
+        self,
+        machine_id: int,
+        op: str,
+        fields: dict[str, Any] | None = None,
+        arrays: Sequence[np.ndarray] = (),
+        tag: Hashable = None,
+        server_id: int = 0,
+    ) -> None:
+        """Send request ``op`` without waiting for its reply; ``settle(tag)`` collects it later.
+
+        ``tag`` names what the request does (it prefixes the request's error when ``settle`` raises it).
+        The arrays are sent without copies, possibly after ``post`` returns: do not modify them until the
+        tag is settled.
+        """
+        state = self._state()
+        if state.num_posted >= MAX_POSTED:
+            self.settle()
+        rid = self.send(machine_id, op, fields, arrays, server_id)
+        state.posted.setdefault(tag, []).append(rid)
+        state.num_posted += 1
+
+    def has_posted(self, tag: Hashable) -> bool:
+        """Whether this thread posted requests under ``tag`` that are not settled yet."""
+        return tag in self._state().posted
+
+    def settle(self, tags: Iterable[Hashable] | None = None, timeout_s: float | None = None) -> None:
+        """Collect the replies of this thread's posted requests under ``tags`` (all tags if None).
+
+        Every one of them is collected; then the first failure (the server's error, a timeout, a lost server)
+        is raised as the same error class, its message starting with the tag.
+        """
+        state = self._state()
+        if not state.posted:
+            return
+        todo = list(state.posted) if tags is None else [tag for tag in tags if tag in state.posted]
+        failures = []
+        for tag in todo:
+            rids = state.posted.pop(tag)
+            state.num_posted -= len(rids)
+            try:
+                self.wait(rids, timeout_s)
+            except RpcError as exc:
+                failures.append(type(exc)(f"{tag} (sent without waiting for its reply): {exc}"))
+        if failures:
+            if len(failures) > 1:
+                log.error("%d more posted requests failed: %s", len(failures) - 1, "; ".join(map(str, failures[1:])))
+            raise failures[0]
 
     def wait(self, rids: Sequence[int], timeout_s: float | None = None) -> list[Reply]:
         """Replies of ``rids`` in the same order; raises the first server error or a timeout."""
@@ -275,9 +335,20 @@ class RpcClient:
         return self.wait([self.send(machine_id, op, fields, arrays, server_id)], timeout_s)[0]
 
     def close(self) -> None:
-        """Close every socket this process opened (from any thread) and the context."""
+        """Settle the calling thread's posted requests, then close every socket this process opened (from any
+        thread) and the context. A posted request that failed is logged, not raised (close runs in cleanup)."""
         if os.getpid() != self._pid:
             return
+        state = getattr(self._local, "state", None)
+        try:
+            if state is not None:
+                self.settle()
+        except RpcError as exc:
+            log.error("closing the RPC client: %s", exc)
+        with self._lock:
+            unsettled = sum(s.num_posted for s in self._states)
+        if unsettled:
+            log.warning("closing the RPC client with %d posted requests of other threads unsettled", unsettled)
         with self._lock:
             for sock in self._all_sockets:
                 if sock.type == zmq.DEALER:

@@ -11,6 +11,9 @@ Requests (header fields; arrays) -> reply arrays:
 * ``meta`` () -> header ``machine_id, server_id, num_nodes, num_edges, node_range, edge_range``
 * ``pull`` (``policy, name``; ids int64) -> rows
 * ``push`` (``policy, name, mode`` "assign"|"add"; ids int64, rows of the tensor's dtype) -> (); main server only
+* ``adam_step`` (``policy, name`` of a float32 ``(N, D)`` table, ``state`` its ``(N, 2D + 1)`` float32
+  ``[m | v | t]`` rows, ``lr, beta1, beta2, eps``; unique ids int64, summed gradient rows float32 ``(n, D)``)
+  -> (); main server only: one sparse Adam step of those rows, state and weights (``distgnn.embedding``)
 * ``init_data`` (``policy, name, dtype, shape, init, low, high, seed``) -> (); main server only, idempotent
 * ``sample`` (``fanout, replace, seed, prob`` edge tensor name or None, ``edge_dir`` "in"; seeds int64)
   -> counts int64, neighbour global ids int64, global edge ids int64. On a typed partition the request
@@ -154,6 +157,40 @@ def handle_push(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
     return {}, []
 
 
+def handle_adam_step(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _require_main(state, "adam_step")
+    _arrays(arrays, 2, "adam_step")
+    policy, name, weight = _tensor(state, header)
+    moments = _tensor(state, {"policy": policy, "name": _field(header, "state", str)})[2]
+    lr, beta1, beta2, eps = (float(_field(header, key, float)) for key in ("lr", "beta1", "beta2", "eps"))
+    if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and math.isfinite(lr + eps)):
+        raise InputError(f"adam_step needs lr > 0, betas in [0, 1), eps > 0; got {lr}, {beta1}, {beta2}, {eps}")
+    if weight.dtype != np.float32 or weight.ndim != 2:
+        raise InputError(f"adam_step updates a 2-d float32 table; {name!r} is {weight.dtype}{list(weight.shape)}")
+    dim = weight.shape[1]
+    if moments.dtype != np.float32 or moments.shape[1:] != (2 * dim + 1,):
+        raise InputError(
+            f"adam_step state must be float32 rows of {2 * dim + 1} ([m | v | t] of {name!r}), "
+            f"got {moments.dtype}{list(moments.shape)}"
+        )
+    local = _local_ids(arrays[0], state.partition.owned_range(policy), "adam_step ids")
+    grad = arrays[1]
+    if grad.dtype != np.float32 or grad.shape != (len(local), dim):
+        raise ProtocolError(
+            f"adam_step gradient must be float32{[len(local), dim]}, got {grad.dtype}{list(grad.shape)}"
+        )
+    if len(np.unique(local)) != len(local):
+        raise InputError("adam_step ids must be unique (sum the gradients of repeated ids first)")
+    rows = moments[local]
+    m, v, t = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
+    m += (1 - beta1) * (grad - m)
+    v += (1 - beta2) * (grad * grad - v)
+    t += 1
+    moments[local] = rows
+    weight[local] -= lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
+    return {}, []
+
+
 def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     _require_main(state, "init_data")
     _arrays(arrays, 0, "init_data")
@@ -271,6 +308,7 @@ HANDLERS: dict[str, Callable[[ServerState, dict, list[np.ndarray]], Reply]] = {
     "meta": handle_meta,
     "pull": handle_pull,
     "push": handle_push,
+    "adam_step": handle_adam_step,
     "init_data": handle_init_data,
     "sample": handle_sample,
     "degrees": handle_degrees,
