@@ -25,6 +25,8 @@
 # typed    the CUDA tests of issue 15/16's typed and nn paths: the typed GPU sampler, the CUDA aggregation (mean,
 #          weighted sums, GAT against the CPU), GPU layer-wise inference (GraphSAGE and GAT); then
 #          examples/rgcn on synthetic-mag (--local: one server and one trainer, since --local starts one trainer per GPU; --sample-device cuda)
+# suite    every test file that touches CUDA, and the embedding, typed-model and link tests (the whole suite
+#          runs past one call's 10 minutes there)
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -53,6 +55,12 @@ if has tests; then
     tests/test_sampling_gpu.py tests/test_sampling_device.py tests/test_sampling_kernels.py tests/test_nn_aggregate_cuda.py \
     tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
+fi
+if has suite; then
+  # shellcheck disable=SC2046
+  timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=5 $(grep -l -i cuda tests/test_*.py) \
+    tests/test_embedding*.py tests/test_nn_hetero.py tests/test_link*.py tests/test_train_rgcn.py >"$OUT/pytest_suite.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_suite.log" | tail -25
 fi
 if has typed; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_sampling_hetero.py tests/test_nn_aggregate_cuda.py \
