@@ -62,6 +62,29 @@ def test_rel_graph_conv_matches_per_relation_means(num_bases, in_feats, out_feat
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("num_edges", [0, 40])
+def test_rel_graph_conv_with_relations_that_have_no_edges(num_edges):
+    # Edges of relations 0-2 only, of 6 (or none at all): the empty relations have no groups; output and
+    # gradients still equal the per-relation loop's (zero where nothing was used).
+    rng = np.random.default_rng(num_edges)
+    block = _typed_block(rng, 9, 25, num_edges, 3)
+    conv = RelGraphConv(4, 6, num_rels=6, num_bases=2)
+    x = torch.randn(25, 4, requires_grad=True)
+    out = conv(block, x)
+    expect = _per_relation_reference(conv, block, x)
+    torch.testing.assert_close(out, expect, rtol=1e-4, atol=1e-5)
+    params = [x, conv.coefficients]
+    grad, want = (
+        [
+            torch.zeros_like(p) if g is None else g
+            for g, p in zip(torch.autograd.grad(y.sum(), params, allow_unused=True), params, strict=True)
+        ]
+        for y in (out, expect)
+    )
+    for got, ref in zip(grad, want, strict=True):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+
+
 def test_rel_graph_conv_needs_a_typed_block():
     block = _typed_block(np.random.default_rng(0), 2, 4, 3, 1)
     with pytest.raises(ValueError, match="typed block"):

@@ -457,7 +457,7 @@ def run_typed_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: 
     torch.manual_seed(args.seed)
     raw = TypedLinkModel(g, args, target).to(device)
     torch.manual_seed(derive_seed(args.seed, rank, 1))
-    model = raw if world == 1 else DistributedDataParallel(raw, find_unused_parameters=True)
+    model = raw if world == 1 else DistributedDataParallel(raw)  # every parameter takes part in a step
     dense = [p for name, p in raw.named_parameters() if not name.startswith("inputs.local_embeddings")]
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = raw.inputs.sparse_optimizer("adam", args.sparse_lr)

@@ -167,7 +167,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     net = Net(g, args, target, num_classes).to(device)
     model = net
     if trainer.distributed:
-        model = DistributedDataParallel(net, find_unused_parameters=True)
+        # Every parameter takes part in an R-GCN step (TypedInput keeps absent types' projections in the graph);
+        # the MLP baseline leaves the other types' projections out.
+        model = DistributedDataParallel(net, find_unused_parameters=net.mlp_only)
     dense = [p for name, p in net.named_parameters() if not name.startswith("inputs.local_embeddings")]
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = None if args.model == "mlp" else net.inputs.sparse_optimizer(args.sparse_optimizer, args.sparse_lr)
