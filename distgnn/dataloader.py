@@ -81,7 +81,8 @@ class BatchPlan:
     def batches(self, epoch: int) -> list[np.ndarray]:
         order = self.seeds
         if self.shuffle:
-            order = order[np.random.default_rng(derive_seed(self.seed, epoch)).permutation(len(order))]
+            # Shuffles a copy: the same order as indexing by permutation(len(order)), without the gather.
+            order = np.random.default_rng(derive_seed(self.seed, epoch)).permutation(order)
         if self.drop_last:
             return [order[i * self.batch_size : (i + 1) * self.batch_size] for i in range(self.num_batches)]
         return np.array_split(order, self.num_batches) if self.num_batches else []

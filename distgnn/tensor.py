@@ -27,6 +27,7 @@ import distgnn.rpc.wire as wire
 from distgnn import shm
 from distgnn.context import DistContext, get_context
 from distgnn.errors import InputError
+from distgnn.rows import copy_rows
 
 # Remote pulls travel in requests of about this many bytes (see DistTensor.__getitem__).
 PULL_CHUNK_BYTES = 4 << 20
@@ -218,12 +219,25 @@ class DistTensor:
                 server = (ctx.read_server(m) + i) % ctx.config.num_servers
                 pending.append((part, client.send(m, "pull", fields, [ids[part]], server_id=server)))
         out = np.empty((len(ids), *self.shape[1:]), dtype=self._np_dtype)
+        # Rows scattered to their places are copied once each (numpy's out[positions] = ... takes two passes).
         local = groups.get(ctx.machine_id)
-        if local is not None:
-            out[local] = np.take(self._local, ids[local] - local_start, axis=0)
+        if isinstance(local, slice):
+            np.take(self._local, ids[local] - local_start, axis=0, out=out[local])
+        elif local is not None:
+            copy_rows(self._local, ids[local] - local_start, out, local)
         replies = client.wait([rid for _, rid in pending])
         for (part, _), reply in zip(pending, replies, strict=True):
-            out[part] = reply.arrays[0]
+            rows = reply.arrays[0]
+            expected = (*out[part].shape,) if isinstance(part, slice) else (len(part), *self.shape[1:])
+            if rows.shape != expected or rows.dtype != self._np_dtype:
+                raise InputError(
+                    f"{self.name}: a pull came back as {rows.dtype}{list(rows.shape)}, "
+                    f"expected {self._np_dtype}{list(expected)}"
+                )
+            if isinstance(part, slice):
+                out[part] = rows
+            else:
+                copy_rows(np.ascontiguousarray(rows), None, out, part)
         return torch.from_numpy(out)
 
     def __setitem__(self, ids: Any, rows: Any) -> None:

@@ -140,3 +140,20 @@ def test_pulls_split_into_many_chunks_reassemble_in_order(served, monkeypatch):
     rng = np.random.default_rng(11)
     for ids in (rng.integers(0, graph.num_nodes, 333), rng.integers(*graph.node_map[2], 50)):
         np.testing.assert_array_equal(t[torch.from_numpy(ids)].numpy(), graph.ndata["feat"][ids])
+
+
+def test_a_reply_of_the_wrong_row_shape_is_named_not_copied(served, monkeypatch):
+    # A server that answers a pull with rows of another width (a corrupt or foreign reply): the read names
+    # the tensor and both shapes rather than copying bytes into the wrong rows.
+    from distgnn.rpc.client import Reply
+
+    graph, _, contexts = served
+    client = contexts[0].client
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])
+    real_wait = client.wait
+    narrowed = lambda rids: [Reply(r.header, [r.arrays[0][:, :5]]) for r in real_wait(rids)]  # noqa: E731
+    monkeypatch.setattr(client, "wait", narrowed)
+    start, end = graph.node_map[0]
+    ids = np.array([start, end, graph.num_nodes - 1], dtype=np.int64)  # one local row, two remote
+    with pytest.raises(InputError, match=r"feat: a pull came back as float32\[1, 5\], expected float32\[1, 8\]"):
+        t[torch.from_numpy(ids)]

@@ -14,6 +14,7 @@
 
 #include "nn_ops.h"
 #include "relabel.h"
+#include "rows.h"
 #include "sample.h"
 
 // Hash of the sources, set by the build (distgnn/native/cpu.py), so a
@@ -219,6 +220,43 @@ void relu_dropout_backward(const py::array& out, const py::array& grad, const py
   distgnn::relu_dropout_backward(out_data, grad_data, grad_in_data, out.shape(0), scale, num_threads);
 }
 
+// Rows of a C-contiguous array (shape[0] rows of shape[1:]) as bytes; ValueError naming it otherwise.
+int64_t row_bytes_of(const py::array& a, const char* name) {
+  if (a.ndim() < 1) throw std::invalid_argument(std::string(name) + " must have at least 1 dimension");
+  if (!(a.flags() & py::array::c_style)) throw std::invalid_argument(std::string(name) + " must be C-contiguous");
+  int64_t bytes = a.itemsize();
+  for (py::ssize_t d = 1; d < a.ndim(); ++d) bytes *= a.shape(d);
+  return bytes;
+}
+
+const int64_t* optional_rows(const py::object& rows, const char* name, int64_t& n) {
+  if (rows.is_none()) return nullptr;
+  const auto array = rows.cast<py::array>();
+  const int64_t* data = vector_data<int64_t>(array, name, "int64");
+  if (n >= 0 && array.shape(0) != n)
+    throw std::invalid_argument(std::string(name) + " has " + std::to_string(array.shape(0)) + " entries, not " +
+                                std::to_string(n));
+  n = array.shape(0);
+  return data;
+}
+
+void copy_rows(const py::array& src, const py::object& src_rows, py::array& dst, const py::object& dst_rows,
+               int num_threads) {
+  const int64_t row_bytes = row_bytes_of(src, "src");
+  if (row_bytes_of(dst, "dst") != row_bytes || !src.dtype().is(dst.dtype()))
+    throw std::invalid_argument("src (" + dtype_name(src) + ") and dst (" + dtype_name(dst) +
+                                ") differ in dtype or row shape");
+  if (!dst.writeable()) throw std::invalid_argument("dst is read-only");
+  int64_t n = -1;
+  const int64_t* src_index = optional_rows(src_rows, "src_rows", n);
+  const int64_t* dst_index = optional_rows(dst_rows, "dst_rows", n);
+  if (n < 0) n = src.shape(0);
+  const char* src_data = static_cast<const char*>(src.data());
+  char* dst_data = static_cast<char*>(dst.mutable_data());
+  py::gil_scoped_release release;
+  distgnn::copy_rows(src_data, src.shape(0), src_index, dst_data, dst.shape(0), dst_index, n, row_bytes, num_threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu_kernels, m) {
@@ -229,6 +267,9 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         "Returns (counts, positions[, neighbors]), all int64; see distgnn.sampling.kernels.sample_neighbors.");
   m.def("take", &take, py::arg("values"), py::arg("positions"), py::arg("num_threads"),
         "values[positions] as int64, gathered in parallel; ValueError on an out-of-range position.");
+  m.def("copy_rows", &copy_rows, py::arg("src"), py::arg("src_rows"), py::arg("dst"), py::arg("dst_rows"),
+        py::arg("num_threads"),
+        "dst[dst_rows] = src[src_rows] row by row (None: rows 0..n-1), any dtype; ValueError on a bad row or shape.");
   m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
         "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
   m.def("mean_aggregate", &mean_aggregate, py::arg("indptr"), py::arg("indices"), py::arg("x"), py::arg("out"),
