@@ -15,7 +15,7 @@ from distgnn.rpc import RpcClient, wire
 from distgnn.rpc.auth import secure_client
 
 # No "shutdown" (a token holder may stop the server) and no "barrier" (its reply waits for other parties).
-OPS = ["meta", "pull", "push", "init_data", "sample", "degrees", "nope", ""]
+OPS = ["meta", "pull", "push", "init_data", "sample", "degrees", "find_edges", "nope", ""]
 FIELD_VALUES = [
     None,
     True,
@@ -102,7 +102,7 @@ def _random_message(rng) -> list[bytes]:
         return [msgpack.packb({**header, "arrays": specs}), rng.bytes(16)]
     if kind == 4:  # valid ops with ids far out of range or wrong dtype
         ids = rng.integers(-(2**62), 2**62, 5).astype(_pick(rng, ["int64", "int32", "float64", "uint64"]))
-        op = _pick(rng, ["pull", "degrees", "sample", "push"])
+        op = _pick(rng, ["pull", "degrees", "sample", "push", "find_edges"])
         fields = {"op": op, "rid": 5, "policy": "node", "name": "feat", "fanout": 3, "mode": "add"}
         arrays = [ids] if op != "push" else [ids, np.zeros((5, 8), np.float32)]
         return [bytes(f) for f in wire.encode(fields, arrays)]

@@ -80,6 +80,26 @@ def test_degrees_are_in_degrees(served):
         np.testing.assert_array_equal(got, expected[ids])
 
 
+@pytest.mark.parametrize("server", [0, 1])
+def test_find_edges_gives_each_edges_endpoints(served, server):
+    graph, _, client = served
+    rng = np.random.default_rng(10 + server)
+    for machine in range(2):
+        eids = rng.integers(*graph.edge_map[machine], 40).astype(np.int64)  # any order, repeats
+        src, dst = client.call(machine, "find_edges", arrays=[eids], server_id=server).arrays
+        np.testing.assert_array_equal(src, graph.src[eids])
+        np.testing.assert_array_equal(dst, graph.dst[eids])
+
+
+def test_find_edges_refuses_edges_of_another_partition_and_wrong_dtypes(served):
+    graph, _, client = served
+    foreign = np.array([graph.edge_map[1][0]], dtype=np.int64)
+    with pytest.raises(RpcError, match=rf"find_edges ids: id {foreign[0]} is not owned by this partition"):
+        client.call(0, "find_edges", arrays=[foreign])
+    with pytest.raises(RpcError, match="find_edges ids must be a 1-d int64 array"):
+        client.call(0, "find_edges", arrays=[np.zeros(3, np.int32)])
+
+
 @pytest.mark.parametrize("fanout, replace", [(3, False), (3, True), (-1, False), (0, False)])
 def test_sample_returns_real_in_edges(served, fanout, replace):
     graph, _, client = served

@@ -66,6 +66,10 @@ class RemoteSampling(Protocol):
         """``(counts, neighbour global ids, global edge ids)`` per handle, in order."""
         ...
 
+    def find_edges(self, eids_by_machine: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """``(source, destination)`` global node ids of each machine's own edges (one request per machine)."""
+        ...
+
 
 class GraphSource(Protocol):
     """What the sampler needs from a graph (a DistGraph is adapted by :func:`sampling_view`)."""
@@ -104,6 +108,14 @@ class _RpcSampling:
 
     def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         return [tuple(reply.arrays) for reply in self.client.wait(list(handles))]
+
+    def find_edges(self, eids_by_machine: dict[int, np.ndarray]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        rids = {
+            m: self.client.send(m, "find_edges", arrays=[eids], server_id=self.context.read_server(m))
+            for m, eids in eids_by_machine.items()
+        }
+        replies = self.client.wait(list(rids.values()))
+        return {m: (reply.arrays[0], reply.arrays[1]) for m, reply in zip(rids, replies, strict=True)}
 
 
 def sampling_view(g) -> tuple[LocalCSC, RemoteSampling | None]:

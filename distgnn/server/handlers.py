@@ -20,6 +20,9 @@ Requests (header fields; arrays) -> reply arrays:
   samples items instead: ``fanouts`` (one per edge type) and arrays seeds int64, edge type per seed int64;
   each (seed, edge type) item is a row of the typed CSC, all sampled in one kernel call.
 * ``degrees`` (ids int64) -> in-degrees int64
+* ``find_edges`` (edge ids int64, owned by this partition) -> source global ids int64, destination global ids
+  int64, any edge type (each id's CSC position: ``id - edge start`` with one edge type, else a lookup table
+  built at the first request)
 * ``barrier`` (``name, parties``) -> () once ``parties`` requests of that name arrived
 * ``shutdown`` () -> (); the server then exits
 """
@@ -54,6 +57,23 @@ class ServerState:
     config: JobConfig
     partition: shm.SharedPartition
     stopping: bool = False
+    # CSC position of each owned edge id (id - edge start), built at the first find_edges of a partition whose
+    # eids are not in id order (typed partitions: CSC order is destination, type, id); None until then.
+    edge_positions: np.ndarray | None = None
+
+    def positions_of_edges(self, offsets: np.ndarray) -> np.ndarray:
+        """CSC positions of owned edges given as ``id - edge start``."""
+        eids = self.partition.graph["eids"]
+        if self.edge_positions is None:
+            start = self.partition.edge_range[0]
+            if len(eids) == 0 or (
+                eids[0] == start and eids[-1] == start + len(eids) - 1 and (np.diff(eids) == 1).all()
+            ):
+                self.edge_positions = np.zeros(0, np.int64)  # the identity: ids in CSC order
+            else:
+                self.edge_positions = np.empty(len(eids), np.int64)
+                self.edge_positions[eids - start] = np.arange(len(eids), dtype=np.int64)
+        return offsets if len(self.edge_positions) == 0 else self.edge_positions[offsets]
 
     @property
     def is_main(self) -> bool:
@@ -298,6 +318,18 @@ def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -
     return {}, [(indptr[(local + 1) * k] - indptr[local * k]).astype(np.int64, copy=False)]
 
 
+def handle_find_edges(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 1, "find_edges")
+    part = state.partition
+    graph = part.graph
+    positions = state.positions_of_edges(_local_ids(arrays[0], part.edge_range, "find_edges ids"))
+    # A CSC row is a node (times the edge-type count on a typed partition, its types' rows adjacent).
+    rows = np.searchsorted(graph["indptr"], positions, side="right") - 1
+    dst = rows // part.num_etypes + part.node_range[0]
+    src = graph["local2global"][graph["indices"][positions]]
+    return {}, [src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)]
+
+
 def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     _arrays(arrays, 0, "shutdown")
     state.stopping = True
@@ -312,5 +344,6 @@ HANDLERS: dict[str, Callable[[ServerState, dict, list[np.ndarray]], Reply]] = {
     "init_data": handle_init_data,
     "sample": handle_sample,
     "degrees": handle_degrees,
+    "find_edges": handle_find_edges,
     "shutdown": handle_shutdown,
 }
