@@ -164,19 +164,23 @@ class DistGraph:
     def get_partition_book(self) -> RangePartitionBook:
         return self._book
 
-    def in_degrees(self, ids: Any) -> torch.Tensor:
-        """In-degree of each global node id (int64), local ones read from shared memory."""
+    def in_degrees(self, ids: Any, etype: str | tuple[str, str, str] | None = None) -> torch.Tensor:
+        """In-degree of each global node id (int64), local ones read from shared memory; with ``etype``, the
+        in-edges of that edge type only."""
         ids = as_ids(ids, self.num_nodes(), "node")
         out = np.empty(len(ids), dtype=np.int64)
         client, local = self.rpc, self.local_partition
+        k = local.num_etypes  # all edge types' rows of a node are consecutive
+        t = None if etype is None else self.get_partition_book().etype_id(etype)
         pending = []
         for m, positions in positions_by_owner(self.context.range_ends("node"), ids).items():
             if m == self.machine_id:
                 lids = ids[positions] - local.node_range[0]
-                k = local.num_etypes  # all edge types' rows of a node are consecutive
-                out[positions] = local.indptr[(lids + 1) * k] - local.indptr[lids * k]
+                first, last = (lids * k, (lids + 1) * k) if t is None else (lids * k + t, lids * k + t + 1)
+                out[positions] = local.indptr[last] - local.indptr[first]
             else:
-                rid = client.send(m, "degrees", arrays=[ids[positions]], server_id=self.context.read_server(m))
+                fields = {"etype": t}
+                rid = client.send(m, "degrees", fields, [ids[positions]], server_id=self.context.read_server(m))
                 pending.append((positions, rid))
         for (positions, _), reply in zip(pending, client.wait([rid for _, rid in pending]), strict=True):
             out[positions] = reply.arrays[0]

@@ -14,7 +14,7 @@ from distgnn.edge_dataloader import DistEdgeDataLoader
 from distgnn.errors import ConfigError, InputError
 from distgnn.evaluation import auc
 from distgnn.nn import RGCN, DotPredictor, MLPPredictor, TypedInput, TypedPredictor, bce_loss, margin_loss
-from distgnn.sampling.negative import DegreeBiased, PerSourceUniform, Uniform
+from distgnn.sampling.negative import DegreeBiased, NegativeSampler, PerSourceUniform, Uniform, type_in_degrees
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, split_by_type
 
 REV_WRITES = REVERSE_ETYPES[WRITES]
@@ -42,7 +42,7 @@ def _reverse_homo_eids(graph: HeteroGraph, g, etype, rev_etype, per_type: np.nda
     return g.get_partition_book().map_to_homo_eid(hits.astype(np.int64), rev_etype)
 
 
-@pytest.mark.parametrize("negative", [Uniform(2), PerSourceUniform(3)], ids=repr)
+@pytest.mark.parametrize("negative", [Uniform(2), PerSourceUniform(3), DegreeBiased(2)], ids=repr)
 def test_typed_pairs_are_the_seed_edges_with_negatives_of_their_type(mag, negative):
     graph, g = mag
     book = g.get_partition_book()
@@ -62,7 +62,7 @@ def test_typed_pairs_are_the_seed_edges_with_negatives_of_their_type(mag, negati
             np.testing.assert_array_equal(got_src.numpy(), src[per_type])
             np.testing.assert_array_equal(got_dst.numpy(), dst[per_type])
             neg_src, neg_dst = (t.numpy() for t in n.global_edges())
-            if isinstance(negative, Uniform):
+            if not isinstance(negative, PerSourceUniform):
                 np.testing.assert_array_equal(neg_src, np.repeat(got_src.numpy(), negative.k))
             else:
                 assert n.num_edges == negative.k * len(np.unique(got_src.numpy()))
@@ -111,6 +111,30 @@ def test_reverse_types_removes_each_seed_and_its_reverse_from_the_blocks(mag, ex
     assert reverse_hits == (0 if exclude == "reverse_types" else num_reverses)
 
 
+def test_typed_degree_biased_negatives_follow_the_in_degree_under_their_relation(mag):
+    graph, g = mag
+    book = g.get_partition_book()
+    sampler = DegreeBiased(50, power=0.75)
+    src, _ = _typed_edges(graph, g, WRITES)
+    etype = book.etype_id(WRITES)
+    _, neg_dst, neg_etypes = sampler.sample_typed(
+        g, src[:2000], src[:2000], np.full(2000, etype, np.int64), np.random.default_rng(0)
+    )
+    assert (neg_etypes == etype).all()
+    types, per_type = book.map_to_per_ntype(neg_dst)
+    assert (types == book.ntype_id("paper")).all()
+    # Expected: papers by their number of authors (in-degree under writes) ** 0.75, not by all in-edges.
+    degree = np.bincount(graph.edges[WRITES][1], minlength=graph.num_nodes["paper"]).astype(np.float64)
+    expected = degree**0.75 / (degree**0.75).sum()
+    seen = np.bincount(per_type, minlength=len(expected)) / len(per_type)
+    assert seen[degree == 0].sum() == 0
+    # Share of the draws per in-degree value (few bins, so 100k draws pin each share to ~0.5%).
+    _, bins = np.unique(degree, return_inverse=True)
+    seen_share, expected_share = np.bincount(bins, seen), np.bincount(bins, expected)
+    np.testing.assert_allclose(seen_share, expected_share, atol=0.01)
+    np.testing.assert_allclose(sampler.type_cdf(g, etype), np.cumsum(expected), rtol=1e-9)
+
+
 def test_bad_typed_input_fails_before_sampling(mag):
     _, g = mag
     sampler = NeighborSampler([2])
@@ -133,8 +157,12 @@ def test_bad_typed_input_fails_before_sampling(mag):
         DistEdgeDataLoader(g, torch.arange(5), sampler, exclude="reverse_types", reverse_etypes={WRITES: REV_WRITES})
     with pytest.raises(ConfigError, match="reverse_types"):
         DistEdgeDataLoader(g, seeds, sampler, exclude="reverse_id")
+
+    class UntypedNegatives(Uniform):
+        sample_typed = NegativeSampler.sample_typed  # a user's sampler that never learnt typed graphs
+
     with pytest.raises(ConfigError, match="typed negatives"):
-        DistEdgeDataLoader(g, seeds, sampler, DegreeBiased(1))
+        DistEdgeDataLoader(g, seeds, sampler, UntypedNegatives(1))
 
 
 def test_typed_predictor_scores_each_type_with_its_own_scorer_and_losses_take_dicts():
@@ -300,6 +328,12 @@ def _check_cluster_typed_loader(graph, json_path, g) -> None:
             dst_types, _ = book.map_to_per_ntype(neg[r1].global_edges()[1].numpy())
             assert (dst_types == book.ntype_id("b")).all()
     assert found_reverse > 0  # the toy graph has some a->b edges reversed by chance
+    # Degree-biased negatives read each edge type's in-degrees from both machines.
+    for t, etype in enumerate(ETYPES):
+        dst_type = book.ntype_id(etype[2])
+        nodes = book.map_to_homo_nid(np.arange(book.nodes.type_counts[dst_type]), etype[2])
+        expected = np.bincount(graph.edges[etype][1], minlength=graph.num_nodes[etype[2]])
+        np.testing.assert_array_equal(type_in_degrees(g, t), expected[orig_nid[nodes] - offsets[etype[2]]])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -78,6 +78,11 @@ def test_degrees_are_in_degrees(served):
         ids = np.arange(*ids, dtype=np.int64)
         got = client.call(machine, "degrees", arrays=[ids], server_id=1).arrays[0]
         np.testing.assert_array_equal(got, expected[ids])
+        # One edge type: its in-degrees are all of them; there is no second type.
+        got = client.call(machine, "degrees", {"etype": 0}, [ids], server_id=1).arrays[0]
+        np.testing.assert_array_equal(got, expected[ids])
+        with pytest.raises(RpcError, match=r"edge type id 1 is not in \[0, 1\)"):
+            client.call(machine, "degrees", {"etype": 1}, [ids])
 
 
 @pytest.mark.parametrize("server", [0, 1])

@@ -36,7 +36,11 @@ class NegativeSampler:
     """
 
     name = ""
-    typed = True  # has sample_typed, for heterogeneous graphs
+
+    @property
+    def typed(self) -> bool:
+        """Whether it samples negatives on a heterogeneous graph (its class overrides ``sample_typed``)."""
+        return type(self).sample_typed is not NegativeSampler.sample_typed
 
     def __init__(self, k: int):
         self.k = _check_k(k)
@@ -128,11 +132,12 @@ class DegreeBiased(NegativeSampler):
     """``k`` negatives per positive edge with destinations drawn proportionally to ``in_degree ** power``.
 
     The in-degrees of all nodes are fetched once per process (one request per machine) and kept as a
-    cumulative table; drawing is a binary search per negative. Layout as in :class:`Uniform`.
+    cumulative table; drawing is a binary search per negative. Layout as in :class:`Uniform`. On a
+    heterogeneous graph a negative of edge type ``src:rel:dst`` is a node of type ``dst`` drawn by its
+    in-degree under ``rel`` (its popularity as that relation's destination), one table per edge type.
     """
 
     name = "degree"
-    typed = False
 
     def __init__(self, k: int, power: float = 0.75):
         super().__init__(k)
@@ -140,6 +145,7 @@ class DegreeBiased(NegativeSampler):
             raise ConfigError(f"the degree exponent must be >= 0, got {power!r}")
         self.power = float(power)
         self._cdf: np.ndarray | None = None
+        self._type_cdfs: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -148,22 +154,46 @@ class DegreeBiased(NegativeSampler):
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["k"], state["power"])
 
+    def _normalised_cdf(self, degrees: np.ndarray, what: str) -> np.ndarray:
+        cdf = np.cumsum(degrees.astype(np.float64) ** self.power)
+        if len(cdf) == 0 or cdf[-1] <= 0:
+            raise ConfigError(f"degree-biased negative sampling needs {what} with at least one edge")
+        return cdf / cdf[-1]
+
     def cdf(self, g) -> np.ndarray:
         """``(N,)`` float64 cumulative sampling weight of the nodes (fetched on first use)."""
         with self._lock:
             if self._cdf is None or len(self._cdf) != g.num_nodes():
-                weights = all_in_degrees(g).astype(np.float64) ** self.power
-                cdf = np.cumsum(weights)
-                if len(cdf) == 0 or cdf[-1] <= 0:
-                    raise ConfigError("degree-biased negative sampling needs a graph with at least one edge")
-                self._cdf = cdf / cdf[-1]
+                self._cdf = self._normalised_cdf(all_in_degrees(g), "a graph")
             return self._cdf
+
+    def type_cdf(self, g, etype: int) -> np.ndarray:
+        """Cumulative sampling weight of edge type ``etype``'s destination nodes, in per-type id order."""
+        with self._lock:
+            if etype not in self._type_cdfs:
+                book = g.get_partition_book()
+                self._type_cdfs[etype] = self._normalised_cdf(
+                    type_in_degrees(g, etype), f"edge type {':'.join(book.canonical_etypes[etype])}"
+                )
+            return self._type_cdfs[etype]
 
     def sample(self, g, src, dst, rng):
         cdf = self.cdf(g)
         draws = rng.random(len(src) * self.k)
         neg_dst = np.minimum(np.searchsorted(cdf, draws, side="right"), len(cdf) - 1).astype(np.int64)
         return np.repeat(src, self.k), neg_dst
+
+    def sample_typed(self, g, src, dst, etypes, rng):
+        book = g.get_partition_book()
+        neg_etypes = np.repeat(etypes, self.k)
+        draws = rng.random(len(neg_etypes))
+        neg_dst = np.empty(len(neg_etypes), dtype=np.int64)
+        for t in np.unique(neg_etypes).tolist():  # one table and one vectorised draw per edge type
+            where = neg_etypes == t
+            cdf = self.type_cdf(g, t)
+            per_type = np.minimum(np.searchsorted(cdf, draws[where], side="right"), len(cdf) - 1).astype(np.int64)
+            neg_dst[where] = book.nodes.to_homogeneous(int(book.etype_dst[t]), per_type)
+        return np.repeat(src, self.k), neg_dst, neg_etypes
 
     def __repr__(self) -> str:
         return f"DegreeBiased({self.k}, power={self.power})"
@@ -175,12 +205,32 @@ def all_in_degrees(g) -> np.ndarray:
     if in_degrees is not None:
         degrees = in_degrees(torch.arange(g.num_nodes()))
         return degrees.numpy() if isinstance(degrees, torch.Tensor) else np.asarray(degrees)
+    local = _whole_csc(g)
+    return (local.indptr[local.num_etypes :: local.num_etypes] - local.indptr[: -1 : local.num_etypes]).astype(np.int64)
+
+
+def type_in_degrees(g, etype: int) -> np.ndarray:
+    """In-degree under edge type id ``etype`` of every node of its destination type, in per-type id order."""
+    book = g.get_partition_book()
+    dst_type = int(book.etype_dst[etype])
+    nodes = book.nodes.to_homogeneous(dst_type, np.arange(book.nodes.type_counts[dst_type], dtype=np.int64))
+    in_degrees = getattr(g, "in_degrees", None)
+    if in_degrees is not None:
+        degrees = in_degrees(torch.from_numpy(nodes), etype=book.canonical_etypes[etype])
+        return degrees.numpy() if isinstance(degrees, torch.Tensor) else np.asarray(degrees)
+    local = _whole_csc(g)
+    rows = (nodes - local.node_start) * local.num_etypes + etype
+    return (local.indptr[rows + 1] - local.indptr[rows]).astype(np.int64)
+
+
+def _whole_csc(g):
+    """The CSC of a graph held whole in this process (ConfigError for one that is not)."""
     from distgnn.sampling.neighbor import sampling_view
 
     local, remote = sampling_view(g)
-    if remote is not None or len(local.indptr) - 1 != g.num_nodes():
+    if remote is not None or (len(local.indptr) - 1) // local.num_etypes != g.num_nodes():
         raise ConfigError(f"cannot read all in-degrees of a {type(g).__name__}: it has no in_degrees()")
-    return np.diff(local.indptr).astype(np.int64)
+    return local
 
 
 SAMPLERS: dict[str, type[NegativeSampler]] = {cls.name: cls for cls in (Uniform, PerSourceUniform, DegreeBiased)}

@@ -19,7 +19,7 @@ Requests (header fields; arrays) -> reply arrays:
   -> counts int64, neighbour global ids int64, global edge ids int64. On a typed partition the request
   samples items instead: ``fanouts`` (one per edge type) and arrays seeds int64, edge type per seed int64;
   each (seed, edge type) item is a row of the typed CSC, all sampled in one kernel call.
-* ``degrees`` (ids int64) -> in-degrees int64
+* ``degrees`` (``etype`` id or None; ids int64) -> in-degrees int64 (of that edge type only, when given)
 * ``find_edges`` (edge ids int64, owned by this partition) -> source global ids int64, destination global ids
   int64, any edge type (each id's CSC position: ``id - edge start`` with one edge type, else a lookup table
   built at the first request)
@@ -315,7 +315,12 @@ def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -
     _arrays(arrays, 1, "degrees")
     local = _local_ids(arrays[0], state.partition.node_range, "degree ids")
     indptr, k = state.partition.graph["indptr"], state.partition.num_etypes  # a node's edge types are adjacent rows
-    return {}, [(indptr[(local + 1) * k] - indptr[local * k]).astype(np.int64, copy=False)]
+    etype = _field(header, "etype", (int, type(None)), None)
+    if etype is None:
+        return {}, [(indptr[(local + 1) * k] - indptr[local * k]).astype(np.int64, copy=False)]
+    if not 0 <= etype < k:
+        raise InputError(f"degrees: edge type id {etype} is not in [0, {k})")
+    return {}, [(indptr[local * k + etype + 1] - indptr[local * k + etype]).astype(np.int64, copy=False)]
 
 
 def handle_find_edges(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
