@@ -113,11 +113,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.target_etype:
         if not sampler.typed:
             p.error(f"--neg-sampler {args.neg_sampler} does not sample typed negatives; use uniform or per_source")
-        for flag in ("target_etype", "reverse_etype"):
-            if getattr(args, flag) is not None and len(getattr(args, flag).split(":")) != 3:
-                p.error(
-                    f"--{flag.replace('_', '-')} must be a canonical edge type src:rel:dst, got {getattr(args, flag)!r}"
-                )
+        for flag, value in (("--target-etype", args.target_etype), ("--reverse-etype", args.reverse_etype)):
+            if value is not None and len(value.split(":")) != 3:
+                p.error(f"{flag} must be a canonical edge type src:rel:dst, got {value!r}")
     return args
 
 
@@ -189,18 +187,6 @@ class TypedLinkModel(nn.Module):
         return self.scorer(h, pos), self.scorer(h, neg)
 
 
-def typed_seeds(trainer: job.Trainer, target: CanonicalEtype) -> torch.Tensor:
-    """This trainer's share of the target type's edges, as per-type ids (its own machine's first)."""
-    g = trainer.g
-    if not trainer.distributed:
-        return torch.arange(g.num_edges(target))
-    book = g.get_partition_book()
-    mask = np.zeros(g.num_edges(), dtype=bool)
-    for start, end in book.edges.type_ranges[:, book.etype_id(target)].tolist():
-        mask[start:end] = True
-    return book.map_to_per_etype(distgnn.edge_split(mask, book, force_even=True))[1]
-
-
 def embed_by_layers(raw: LinkModel, trainer: job.Trainer, args) -> Callable[[np.ndarray], torch.Tensor]:
     """Every node's embedding from layer-wise inference, in a node tensor every trainer reads (collective)."""
     g, device = trainer.g, trainer.device
@@ -237,30 +223,27 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
         if exclude == "reverse_id":
             exclude = "reverse_types" if reverse is not None else "self"
         raw = TypedLinkModel(g, args, target).to(device)
-        seeds = {target: typed_seeds(trainer, target)}
         loader_args = {"reverse_etypes": {target: reverse} if exclude == "reverse_types" else None}
     else:
         target = None
         raw = LinkModel(args, int(g.ndata["feat"].shape[1])).to(device)
-        seeds = torch.arange(g.num_edges())
-        if trainer.distributed:
-            seeds = distgnn.edge_split(np.ones(g.num_edges(), bool), book, force_even=True)
         # reverse_id excludes g.edata["reverse_eid"]; in the background the loader fetches the features too.
         loader_args = {"input_feats": ("feat",) if args.prefetch or args.num_workers else ()}
+    seeds = torch.arange(g.num_edges(target))  # this trainer's share of the (target type's) edges, its own first
+    if trainer.distributed:
+        seeds = distgnn.edge_split(np.ones(len(seeds), bool), book, force_even=True, etype=target)
     torch.manual_seed(derive_seed(args.seed, rank, 1))  # dropout differs per trainer, fixed per run
     # Every parameter takes part in a step (TypedInput keeps absent types' projections in the graph).
-    model = (
-        raw
-        if world == 1
-        else DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
-    )
+    model = raw
+    if world > 1:
+        model = DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
     dense = [p for name, p in raw.named_parameters() if not name.startswith("inputs.local_embeddings")]
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = raw.inputs.sparse_optimizer("adam", args.sparse_lr) if target else None
     loss_fn = bce_loss if args.loss == "bce" else margin_loss
     loader = DistEdgeDataLoader(
         g,
-        seeds,
+        {target: seeds} if target else seeds,
         NeighborSampler(args.fanouts),
         negative_sampler(args.neg_sampler, args.num_negs),
         exclude=exclude,
