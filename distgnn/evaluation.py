@@ -3,11 +3,13 @@
 Every held-out positive pair is scored against its own ``K`` negatives: ``pos`` is ``(P,)``,
 ``neg`` is ``(P, K)``. A positive's rank counts the negatives scored above it, ties as half
 (the mean of the optimistic and pessimistic rank), so a constant scorer gets no credit.
+:func:`held_out_metrics` scores a link split's validation and test pairs, each trainer its share,
+from any source of node embeddings (layer-wise inference, sampled blocks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -81,3 +83,48 @@ def gather_scores(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, t
 def dist_link_metrics(pos: torch.Tensor, neg: torch.Tensor, hits: Sequence[int] = (1, 10, 50)) -> dict[str, float]:
     """:func:`link_metrics` over the pairs of all trainers (collective; see :func:`gather_scores`)."""
     return link_metrics(*gather_scores(pos, neg), hits)
+
+
+def held_out_metrics(
+    embed: Callable[[np.ndarray], torch.Tensor],
+    predictor: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    held_out: Mapping[str, np.ndarray],
+    rank: int = 0,
+    world_size: int = 1,
+    rows_per_step: int = 10000,
+    hits: Sequence[int] = (1, 10, 50),
+) -> dict[str, float]:
+    """``{"val_mrr", "val_hits@k", "val_auc", "val_num_pairs", "test_...": ...}`` of a link split.
+
+    Each trainer scores ``np.array_split(pairs, world_size)[rank]`` of each split against their negatives,
+    a few pairs at a time (at most ``rows_per_step`` node embeddings per step), and the metrics are over all
+    trainers' pairs (:func:`dist_link_metrics`: collective, every trainer calls it). A split without pairs
+    is left out.
+
+    Args:
+        embed: ``(n,)`` int64 sorted unique node ids -> ``(n, d)`` their embeddings (on any one device).
+        predictor: ``predictor(h_src, h_dst)`` scores broadcast pairs of embeddings, ``(P, d)`` with ``(P, d)``
+            -> ``(P,)`` and ``(P, 1, d)`` with ``(P, K, d)`` -> ``(P, K)`` (as :class:`distgnn.nn.DotPredictor`).
+        held_out: ``{split}_pairs`` ``(P, 2)`` and ``{split}_negatives`` ``(P, K)`` int64 node ids for
+            ``split`` in val and test (:meth:`distgnn.data.link_split.LinkSplit.held_out`).
+    """
+    result = {}
+    for split in ("val", "test"):
+        if len(held_out[f"{split}_pairs"]) == 0:
+            continue
+        pairs = np.array_split(held_out[f"{split}_pairs"], world_size)[rank]
+        negs = np.array_split(held_out[f"{split}_negatives"], world_size)[rank]
+        step = max(1, rows_per_step // (negs.shape[1] + 2))  # pairs per step
+        pos_scores, neg_scores = [torch.zeros(0)], [torch.zeros(0, negs.shape[1])]
+        with torch.no_grad():
+            for start in range(0, len(pairs), step):
+                p, n = pairs[start : start + step], negs[start : start + step]
+                nodes, inverse = np.unique(np.concatenate([p[:, 0], p[:, 1], n.reshape(-1)]), return_inverse=True)
+                h = embed(nodes)
+                h = h[torch.from_numpy(inverse).to(h.device)]
+                h_src, h_dst, h_neg = h[: len(p)], h[len(p) : 2 * len(p)], h[2 * len(p) :].view(len(p), -1, h.shape[1])
+                pos_scores.append(predictor(h_src, h_dst).float().cpu())
+                neg_scores.append(predictor(h_src[:, None], h_neg).float().cpu())
+        metrics = dist_link_metrics(torch.cat(pos_scores), torch.cat(neg_scores), hits)
+        result.update({f"{split}_{k}": v for k, v in metrics.items()})
+    return result

@@ -88,6 +88,7 @@ def edge_split(
     rank: int | None = None,
     world_size: int | None = None,
     context: DistContext | None = None,
+    etype: str | tuple[str, str, str] | None = None,
 ) -> torch.Tensor:
     """The global ids of ``mask``'s edges that trainer ``rank`` of ``world_size`` trains on.
 
@@ -96,7 +97,7 @@ def edge_split(
 
     Args:
         mask: ``(num_edges,)`` bool-like (a ``DistTensor`` such as ``g.edata["train_mask"]``, a torch
-            tensor or a numpy array).
+            tensor or a numpy array); with ``etype`` one entry per edge of that type.
         partition_book: the graph's partition book.
         force_even: every trainer gets exactly ``len(edges) // world_size`` edges, its own machine's
             first: each machine's selected edges are cut into equal consecutive chunks for its trainers,
@@ -107,8 +108,10 @@ def edge_split(
             consecutive chunks instead. Otherwise (``force_even=False``) each trainer gets an equal
             share of the selected edges its machine owns (counts then differ between machines).
         rank, world_size: default to the context's.
+        etype: split edges of this type (of a heterogeneous graph), shared out as their homogeneous ids
+            are; the result is per-type ids.
     Returns:
-        ``(n,)`` int64 sorted global edge ids.
+        ``(n,)`` int64 sorted global edge ids (per-type ids with ``etype``).
     """
     if rank is None or world_size is None:
         ctx = context or get_context()
@@ -116,7 +119,20 @@ def edge_split(
         world_size = ctx.world_size if world_size is None else world_size
     if not 0 <= rank < world_size:
         raise InputError(f"rank {rank} out of range for world size {world_size}")
-    eids = np.flatnonzero(_full_mask(mask, partition_book.num_edges, "edge")).astype(np.int64)
+    if etype is None:
+        eids = np.flatnonzero(_full_mask(mask, partition_book.num_edges, "edge")).astype(np.int64)
+    else:
+        count = int(partition_book.edges.type_counts[partition_book.etype_id(etype)])
+        per_type = np.flatnonzero(_full_mask(mask, count, f"edge of type {etype}")).astype(np.int64)
+        eids = np.sort(partition_book.map_to_homo_eid(per_type, etype))
+    mine = _edge_share(eids, partition_book, force_even, rank, world_size)
+    return torch.from_numpy(mine if etype is None else partition_book.map_to_per_etype(mine)[1])
+
+
+def _edge_share(
+    eids: np.ndarray, partition_book: RangePartitionBook, force_even: bool, rank: int, world_size: int
+) -> np.ndarray:
+    """Trainer ``rank``'s share of the sorted homogeneous ``eids`` (see :func:`edge_split`), a new array."""
     num_parts = partition_book.num_partitions
     if not force_even:
         if world_size % num_parts:
@@ -126,11 +142,11 @@ def edge_split(
         per_machine = world_size // num_parts
         start, end = partition_book.edge_range(rank // per_machine)
         mine = eids[(eids >= start) & (eids < end)]
-        return torch.from_numpy(np.array_split(mine, per_machine)[rank % per_machine].copy())
+        return np.array_split(mine, per_machine)[rank % per_machine].copy()
     share = len(eids) // world_size
     if world_size % num_parts:
-        return torch.from_numpy(eids[rank * share : (rank + 1) * share].copy())
-    return torch.from_numpy(_local_first_share(eids, partition_book.edge_map[:, 1], share, rank, world_size))
+        return eids[rank * share : (rank + 1) * share].copy()
+    return _local_first_share(eids, partition_book.edge_map[:, 1], share, rank, world_size)
 
 
 def _local_first_share(ids: np.ndarray, range_ends: np.ndarray, share: int, rank: int, world_size: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from distgnn.data.synthetic_mag import (
     HAS_TOPIC,
     REVERSE_ETYPES,
     WRITES,
+    reverse_etype,
     synthetic_mag,
 )
 from distgnn.errors import InputError
@@ -128,3 +129,9 @@ def test_generate_write_chunked_read_back(tmp_path):
         got = materialize(back.ndata["paper"][name])
         assert got.dtype == array.dtype
         np.testing.assert_array_equal(got, array)
+
+
+def test_reverse_etype_names_the_reverse_either_way_round():
+    for forward, backward in REVERSE_ETYPES.items():
+        assert reverse_etype(forward) == backward and reverse_etype(backward) == forward
+    assert reverse_etype(CITES) is None and reverse_etype(("paper", "reads", "paper")) is None

@@ -8,7 +8,8 @@ import torch
 import torch.multiprocessing as mp
 
 from distgnn.errors import InputError
-from distgnn.evaluation import auc, dist_link_metrics, link_metrics, ranks
+from distgnn.evaluation import auc, dist_link_metrics, held_out_metrics, link_metrics, ranks
+from distgnn.nn import DotPredictor
 
 
 def test_ranks_count_negatives_above_and_half_the_ties():
@@ -67,3 +68,34 @@ def test_metrics_over_two_trainers_equal_those_of_all_pairs():
     expected = link_metrics(pos, neg, hits=(1, 5))
     for r in range(2):
         assert results[r] == pytest.approx(expected)
+
+
+def test_held_out_metrics_score_each_share_of_the_pairs_against_its_negatives():
+    rng = np.random.default_rng(0)
+    table = torch.from_numpy(rng.standard_normal((40, 8)).astype(np.float32))
+    held_out = {"val_pairs": np.zeros((0, 2), np.int64), "val_negatives": np.zeros((0, 5), np.int64)}
+    held_out.update(test_pairs=rng.integers(0, 40, (23, 2)), test_negatives=rng.integers(0, 40, (23, 5)))
+    looked_up = []
+
+    def embed(ids: np.ndarray) -> torch.Tensor:
+        looked_up.append(len(ids))
+        assert (np.diff(ids) > 0).all()  # sorted, each node once
+        return table[torch.from_numpy(ids)]
+
+    def direct(pairs: np.ndarray, negatives: np.ndarray) -> dict[str, float]:
+        src, dst, neg = table[pairs[:, 0]], table[pairs[:, 1]], table[negatives]
+        return link_metrics((src * dst).sum(-1), (src[:, None] * neg).sum(-1), hits=(1, 10, 50))
+
+    # 20 rows per step are 2 pairs (each with 5 negatives): 12 steps, the empty val split left out.
+    got = held_out_metrics(embed, DotPredictor(), held_out, rows_per_step=20)
+    assert len(looked_up) == 12 and max(looked_up) <= 14
+    expected = direct(held_out["test_pairs"], held_out["test_negatives"])
+    assert got.keys() == {f"test_{k}" for k in expected}
+    for key, value in expected.items():
+        assert got[f"test_{key}"] == pytest.approx(value)
+    # Trainer 1 of 2 scores the second share (in one process the metrics are its own).
+    second = held_out_metrics(embed, DotPredictor(), held_out, rank=1, world_size=2)
+    assert second["test_num_pairs"] == 11
+    assert second["test_mrr"] == pytest.approx(
+        direct(held_out["test_pairs"][12:], held_out["test_negatives"][12:])["mrr"]
+    )

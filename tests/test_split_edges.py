@@ -60,3 +60,26 @@ def test_bad_arguments_are_refused():
         edge_split(np.ones(20, bool), book, rank=2, world_size=2)
     with pytest.raises(InputError, match="one entry per edge"):
         edge_split(np.ones(19, bool), book, rank=0, world_size=2)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_edges_of_one_type_are_shared_out_as_their_homogeneous_ids(tmp_path, world_size):
+    from hetero_graphs import ETYPES, toy_hetero
+
+    from distgnn.partition import partition_graph
+    from distgnn.partition.format import read_meta
+
+    book = read_meta(partition_graph(toy_hetero(5), 2, tmp_path / "p", graph_name="g")).partition_book()
+    etype = ETYPES[0]
+    count = int(book.edges.type_counts[book.etype_id(etype)])
+    mask = np.random.default_rng(world_size).random(count) < 0.7
+    # The same edges picked by a homogeneous mask over the type's id ranges.
+    homo_mask = np.zeros(book.num_edges, dtype=bool)
+    homo_mask[book.map_to_homo_eid(np.flatnonzero(mask), etype)] = True
+    for rank in range(world_size):
+        got = edge_split(mask, book, rank=rank, world_size=world_size, etype=etype)
+        homo = edge_split(homo_mask, book, rank=rank, world_size=world_size)
+        np.testing.assert_array_equal(got.numpy(), book.map_to_per_etype(homo.numpy())[1])
+        assert mask[got.numpy()].all() and (np.diff(got.numpy()) > 0).all()
+    with pytest.raises(InputError, match="one entry per edge of type"):
+        edge_split(np.ones(count + 1, bool), book, rank=0, world_size=2, etype=etype)

@@ -3,8 +3,11 @@
 ``split_links`` treats a graph as undirected (the usual link-prediction setup on citation
 graphs), holds out a fraction of its node pairs for validation and test (both directions
 leave the training graph) and draws, for every held-out pair, the same ``K`` negative
-destinations for every run with the same seed. Held-out pairs are in the graph's original
-node ids; :func:`to_partition_ids` carries them into a partition's (reshuffled) ids.
+destinations for every run with the same seed. ``split_typed_links`` does the same for one
+edge type of a heterogeneous graph (directed pairs; their twins of the reverse type leave the
+training graph too). Held-out pairs are in the graph's original (homogeneous) node ids;
+:func:`to_partition_ids` carries them into a partition's (reshuffled) ids and
+:func:`partition_link_split` writes a split's partition with its held-out arrays beside it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from distgnn.data.graph import Graph
-from distgnn.errors import InputError
+from distgnn.data.hetero import CanonicalEtype, HeteroGraph, etype_str
+from distgnn.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +35,16 @@ class LinkSplit:
     """A link-prediction split of a graph.
 
     Attributes:
-        train: the training graph: every kept pair in both directions, edges ``[0, H)`` one way and
-            ``[H, 2H)`` the other (edge ``i``'s reverse is ``(i + H) % 2H``); the input's node data.
-        val_pairs, test_pairs: ``(n, 2)`` int64 held-out ``(src, dst)`` node pairs (``src < dst``).
+        train: the training graph. Of :func:`split_links`: every kept pair in both directions, edges
+            ``[0, H)`` one way and ``[H, 2H)`` the other (edge ``i``'s reverse is ``(i + H) % 2H``, the edge
+            array ``reverse_eid``); the input's node data. Of :func:`split_typed_links`: a HeteroGraph
+            without the held-out edges of the target type nor their reverse-type twins.
+        val_pairs, test_pairs: ``(n, 2)`` int64 held-out ``(src, dst)`` node pairs (``src < dst`` for
+            :func:`split_links`; homogeneous ids, types one after the other, for :func:`split_typed_links`).
         val_negatives, test_negatives: ``(n, K)`` int64 negative destinations of each held-out pair.
     """
 
-    train: Graph
+    train: Graph | HeteroGraph
     val_pairs: np.ndarray
     val_negatives: np.ndarray
     test_pairs: np.ndarray
@@ -55,12 +62,7 @@ def split_links(
     Deterministic in ``seed``. Raises InputError for fractions outside ``[0, 1)`` summing to 1 or more,
     or ``num_negatives < 1``.
     """
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise InputError(
-            f"held-out fractions must be in [0, 1) and sum below 1, got {val_fraction} and {test_fraction}"
-        )
-    if num_negatives < 1:
-        raise InputError(f"num_negatives must be >= 1, got {num_negatives}")
+    _check_split_args(val_fraction, test_fraction, num_negatives)
     n = graph.num_nodes
     lo = np.minimum(graph.src, graph.dst).astype(np.int64)
     hi = np.maximum(graph.src, graph.dst).astype(np.int64)
@@ -70,12 +72,14 @@ def split_links(
     num_val, num_test = int(len(keys) * val_fraction), int(len(keys) * test_fraction)
     pairs = np.stack([keys // n, keys % n], axis=1)
     val, test, kept = pairs[:num_val], pairs[num_val : num_val + num_test], pairs[num_val + num_test :]
+    one_way = np.arange(len(kept), dtype=np.int64)
     train = Graph(
         graph.name,
         n,
         np.concatenate([kept[:, 0], kept[:, 1]]),
         np.concatenate([kept[:, 1], kept[:, 0]]),
         ndata=dict(graph.ndata),
+        edata={"reverse_eid": np.concatenate([one_way + len(kept), one_way])},  # where exclude="reverse_id" looks
         num_classes=graph.num_classes,
     )
     return LinkSplit(
@@ -85,6 +89,65 @@ def split_links(
         test,
         rng.integers(0, n, size=(num_test, num_negatives), dtype=np.int64),
     )
+
+
+def split_typed_links(
+    graph: HeteroGraph,
+    target: CanonicalEtype,
+    reverse: CanonicalEtype | None = None,
+    val_fraction: float = 0.05,
+    test_fraction: float = 0.1,
+    num_negatives: int = 100,
+    seed: int = 0,
+) -> LinkSplit:
+    """Hold out ``val_fraction`` and ``test_fraction`` of the directed pairs of ``graph``'s edge type ``target``.
+
+    Every edge of a held-out pair leaves the training graph, and so does every edge of type ``reverse`` (when
+    given) that runs the other way between the same two nodes, or a model could read the answer off it. The
+    negatives of a pair are nodes of ``target``'s destination type. Held-out arrays are in ``graph``'s
+    homogeneous ids (:meth:`~distgnn.data.hetero.HeteroGraph.node_offsets`). Edge arrays of ``target`` and
+    ``reverse`` are dropped (they would no longer line up with the thinned edges). Deterministic in ``seed``.
+
+    Raises ConfigError for a graph with one edge type, an edge type it lacks, or a ``reverse`` that does not
+    lead back from ``target``'s destination type to its source type; InputError as :func:`split_links`.
+    """
+    _check_split_args(val_fraction, test_fraction, num_negatives)
+    if not isinstance(graph, HeteroGraph) or graph.is_homogeneous:
+        raise ConfigError(f"a target edge type needs a heterogeneous dataset; {graph.name} has one edge type")
+    for etype in (target, reverse):
+        if etype is not None and etype not in graph.canonical_etypes:
+            raise ConfigError(f"no edge type {etype_str(etype)} in {graph.name}; it has {graph.canonical_etypes}")
+    if reverse is not None and (reverse[0], reverse[2]) != (target[2], target[0]):
+        raise ConfigError(f"reverse edge type {etype_str(reverse)} does not lead back along {etype_str(target)}")
+    src, dst = (np.asarray(a, dtype=np.int64) for a in graph.edges[target])
+    n_dst = graph.num_nodes[target[2]]
+    keys = np.unique(src * n_dst + dst)  # directed pairs, repeats once
+    rng = np.random.default_rng(seed)
+    keys = keys[rng.permutation(len(keys))]
+    num_val, num_test = int(len(keys) * val_fraction), int(len(keys) * test_fraction)
+    held = keys[: num_val + num_test]
+    edges = dict(graph.edges)
+    keep = ~np.isin(src * n_dst + dst, held)
+    edges[target] = (src[keep], dst[keep])
+    if reverse is not None:
+        rsrc, rdst = (np.asarray(a, dtype=np.int64) for a in graph.edges[reverse])
+        keep = ~np.isin(rdst * n_dst + rsrc, held)
+        edges[reverse] = (rsrc[keep], rdst[keep])
+    edata = {e: arrays for e, arrays in graph.edata.items() if e not in (target, reverse)}
+    train = HeteroGraph(graph.name, graph.num_nodes, edges, graph.ndata, edata, graph.num_classes)
+    offsets = graph.node_offsets()
+    pairs = np.stack([held // n_dst + offsets[target[0]], held % n_dst + offsets[target[2]]], axis=1)
+    negatives = rng.integers(0, n_dst, size=(len(held), num_negatives), dtype=np.int64) + offsets[target[2]]
+    return LinkSplit(train, pairs[:num_val], negatives[:num_val], pairs[num_val:], negatives[num_val:])
+
+
+def _check_split_args(val_fraction: float, test_fraction: float, num_negatives: int) -> None:
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise InputError(
+            f"held-out fractions must be in [0, 1) and sum below 1, got {val_fraction} and {test_fraction}"
+        )
+    if num_negatives < 1:
+        raise InputError(f"num_negatives must be >= 1, got {num_negatives}")
 
 
 def reverse_edge_ids(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -133,16 +196,18 @@ def load_held_out(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
 def partition_link_split(
     split: LinkSplit, num_parts: int, out_dir: str | os.PathLike, graph_name: str, method: str = "metis", seed: int = 0
 ) -> Path:
-    """Partition ``split.train`` into ``out_dir``, with each edge's reverse as the edge array ``reverse_eid``
-    (the partitioner renumbers it, so trainers read it as ``g.edata["reverse_eid"]``, where
-    ``exclude="reverse_id"`` looks), and write the held-out arrays in new node ids under ``out_dir/link/``.
+    """Partition ``split.train`` into ``out_dir`` and write the held-out arrays in new node ids under
+    ``out_dir/link/`` (last, so their presence says the partition is complete). A homogeneous training graph
+    carries each edge's reverse as the edge array ``reverse_eid`` (the partitioner renumbers it, so trainers
+    read it as ``g.edata["reverse_eid"]``, where ``exclude="reverse_id"`` looks); a typed one (of
+    :func:`split_typed_links`) excludes reverses by edge type instead.
 
     Returns the partition JSON. :func:`load_link_partition` reads the held-out arrays back.
     """
     from distgnn.partition import partition_graph
     from distgnn.partition.format import load_orig_ids, read_meta
 
-    if "reverse_eid" not in split.train.edata:
+    if isinstance(split.train, Graph) and "reverse_eid" not in split.train.edata:
         split.train.edata["reverse_eid"] = reverse_edge_ids(split.train.src, split.train.dst)
     json_path = Path(
         partition_graph(

@@ -38,6 +38,17 @@ REVERSE_ETYPES: dict[CanonicalEtype, CanonicalEtype] = {
 _TABLE_RESOLUTION = 4
 
 
+def reverse_etype(etype: CanonicalEtype) -> CanonicalEtype | None:
+    """The edge type synthetic-mag holds reversing ``etype`` (either way round: ``writes`` and ``rev_writes``
+    name each other), or None where it holds none (``paper:cites:paper``, or a type it does not have)."""
+    for forward, backward in REVERSE_ETYPES.items():
+        if etype == forward:
+            return backward
+        if etype == backward:
+            return forward
+    return None
+
+
 class _WeightedByClass:
     """Weighted draws of nodes of one type, from one class or from all of them.
 
