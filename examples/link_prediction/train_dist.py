@@ -109,13 +109,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     if args.loss == "margin" and args.neg_sampler == "per_source":
         p.error("--loss margin pairs each edge with its own negatives; per_source negatives are shared (use bce)")
-    sampler = negative_sampler(args.neg_sampler, args.num_negs)  # a bad k fails here, before any process starts
-    if args.target_etype:
-        if not sampler.typed:
-            p.error(f"--neg-sampler {args.neg_sampler} does not sample typed negatives; use uniform or per_source")
-        for flag, value in (("--target-etype", args.target_etype), ("--reverse-etype", args.reverse_etype)):
-            if value is not None and len(value.split(":")) != 3:
-                p.error(f"{flag} must be a canonical edge type src:rel:dst, got {value!r}")
+    negative_sampler(args.neg_sampler, args.num_negs)  # a bad k fails here, before any process starts
+    for flag, value in (("--target-etype", args.target_etype), ("--reverse-etype", args.reverse_etype)):
+        if value is not None and len(value.split(":")) != 3:
+            p.error(f"{flag} must be a canonical edge type src:rel:dst, got {value!r}")
     return args
 
 
