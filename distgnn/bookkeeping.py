@@ -2,8 +2,8 @@
 
 :func:`add_bookkeeping_args` gives a script the flags of :mod:`distgnn.checkpoint` and :mod:`distgnn.metrics`
 (``--checkpoint-dir --checkpoint-every --checkpoint-keep --resume --run-dir --metrics-every --tensorboard``).
-A :class:`Bookkeeper` resumes from a checkpoint when it is made, says which epochs and how many batches are
-left, and after each step and epoch logs metrics and saves checkpoints. Without ``--checkpoint-dir`` and
+A :class:`Bookkeeper` resumes from a checkpoint when it is made (rank 0 prints ``resumed from PATH (step N)``), says
+which epochs and how many batches are left, and after each step and epoch logs metrics and saves checkpoints. Without ``--checkpoint-dir`` and
 ``--run-dir`` it does nothing but count steps. Every call is collective (made on every rank).
 """
 
@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from distgnn.checkpoint import Position, add_checkpoint_args, checkpointer_from_args
 from distgnn.embedding import DistEmbedding
 from distgnn.graph import DistGraph
 from distgnn.metrics import RpcTraffic, add_metrics_args, metrics_from_args
-from distgnn.training import EpochSummary
+from distgnn.training import EpochMeter, EpochSummary
 
 
 def add_bookkeeping_args(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +42,7 @@ class Bookkeeper:
     the Bookkeeper (it restores their state when resuming), then loop::
 
         for epoch in books.epochs(args.epochs):
-            meter = EpochMeter(epoch, books.batches_in(epoch), ...)
+            meter = books.meter(epoch, device, show_progress=...)
             for ... in meter.steps(loader, inputs):
                 ...  # forward, backward, optimizer steps
                 books.step_done(epoch, loss)
@@ -77,10 +78,13 @@ class Bookkeeper:
             embeddings=list(embeddings),
         )
         self.batches_per_epoch = batches_per_epoch
+        self._sync_timing = bool(getattr(args, "sync_timing", False))
         self.position = Position()
         if self.checkpointer:
             self.position = self.checkpointer.resume(args.resume, **self._state, batches_per_epoch=batches_per_epoch)
         self.step = self.position.step
+        if self.position.path and (not dist.is_initialized() or dist.get_rank() == 0):
+            print(f"resumed from {self.position.path} (step {self.step})", flush=True)
 
     def epochs(self, num_epochs: int) -> range:
         """The epochs still to run (all of them on a fresh start)."""
@@ -90,6 +94,12 @@ class Bookkeeper:
         """Batches ``epoch`` still has: fewer in the epoch a checkpoint was taken in (the loader continues
         at the batch after it)."""
         return self.batches_per_epoch - (self.position.batch if epoch == self.position.epoch else 0)
+
+    def meter(self, epoch: int, device: torch.device, show_progress: bool = False) -> EpochMeter:
+        """The :class:`~distgnn.training.EpochMeter` of ``epoch``: its remaining batches, ``--sync-timing``."""
+        return EpochMeter(
+            epoch, self.batches_in(epoch), device, sync_timing=self._sync_timing, show_progress=show_progress
+        )
 
     def step_done(self, epoch: int, loss: torch.Tensor) -> None:
         """After a batch's optimizer steps: count it, log it every ``--metrics-every`` steps and save a

@@ -45,7 +45,7 @@ from distgnn.datasets import add_dataset_args
 from distgnn.inference import accuracy_by_mask, layerwise_inference
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
-from distgnn.training import EpochMeter, TrainingLog, all_reduce
+from distgnn.training import TrainingLog, all_reduce
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -131,14 +131,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     try:
         books = Bookkeeper(args, g, model=model, optimizer=optimizer, loader=loader, batches_per_epoch=num_batches)
         with books:  # resumes from --resume; saves and logs as the flags ask
-            if books.position.path and trainer.rank == 0:
-                print(f"resumed from {books.position.path} (step {books.step})", flush=True)
             for epoch in books.epochs(args.epochs):
                 model.train()
-                todo = books.batches_in(epoch)  # fewer in the epoch a checkpoint was taken in
-                meter = EpochMeter(
-                    epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
-                )
+                meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (_, seeds, blocks), x, y in meter.steps(batches, features.inputs):
                     logits = model(blocks, x)
                     loss = F.cross_entropy(logits, y)

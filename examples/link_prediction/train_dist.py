@@ -75,7 +75,7 @@ from distgnn.nn import (
 )
 from distgnn.sampling.negative import SAMPLERS, negative_sampler
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed, split_by_type
-from distgnn.training import EpochMeter, TrainingLog
+from distgnn.training import TrainingLog
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -274,14 +274,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
             embeddings=list(raw.inputs.embeddings.values()) if target and trainer.distributed else [],
         )
         with books:  # resumes from --resume; saves and logs as the flags ask
-            if books.position.path and rank == 0:
-                print(f"resumed from {books.position.path} (step {books.step})", flush=True)
             for epoch in books.epochs(args.epochs):
                 model.train()
-                todo = books.batches_in(epoch)  # fewer in the epoch a checkpoint was taken in
-                meter = EpochMeter(
-                    epoch, todo, device, sync_timing=args.sync_timing, show_progress=trainer.show_progress
-                )
+                meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
                     loss = loss_fn(*model(x, blocks, pos, neg))
                     optimizer.zero_grad()

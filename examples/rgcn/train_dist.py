@@ -39,7 +39,7 @@ from distgnn.errors import ConfigError
 from distgnn.inference import layerwise_inference, typed_input_rows
 from distgnn.nn import RGCN, TypedInput
 from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.training import EpochMeter, TrainingLog, all_reduce
+from distgnn.training import TrainingLog, all_reduce
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -207,17 +207,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             embeddings=list(net.inputs.embeddings.values()) if trainer.distributed else [],
         )
         with books:  # resumes from --resume; saves and logs as the flags ask
-            if books.position.path and trainer.rank == 0:
-                print(f"resumed from {books.position.path} (step {books.step})", flush=True)
             for epoch in books.epochs(args.epochs):
                 net.train()
-                meter = EpochMeter(
-                    epoch,
-                    books.batches_in(epoch),
-                    device,
-                    sync_timing=args.sync_timing,
-                    show_progress=trainer.show_progress,
-                )
+                meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
                     optimizer.zero_grad()
                     if sparse is not None:
