@@ -3,15 +3,13 @@
 A name is a kind, optionally followed by ``:ARGUMENT`` (``npz:graph.npz``); each kind is registered once
 (:func:`register`) with its loader and the graph name its partitions get, so heterogeneous kinds
 (``synthetic-mag``, ``chunked:PATH/metadata.json``) sit beside these without touching the dispatch.
-:func:`ensure_partition` reuses a matching partition in a work directory or writes one.
+:func:`distgnn.partition.prepare.ensure_partition` (the partition tool) reuses a matching partition in a work
+directory or writes one.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.errors import ConfigError, PartitionFormatError
-
-log = logging.getLogger(__name__)
+from distgnn.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -128,30 +124,6 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     group.add_argument("--synthetic-classes", type=int, default=16, help="synthetic, synthetic-mag: classes")
     group.add_argument("--num-papers", type=int, default=20000, help="synthetic-mag: papers")
     return group
-
-
-def ensure_partition(spec: DatasetSpec, num_parts: int, method: str, workdir: str | os.PathLike) -> Path:
-    """The partition JSON of ``spec`` in ``workdir/<graph>-<method>-<num_parts>/``, partitioning only when
-    no partition of the same graph name, method and part count is there (an unreadable one is rewritten)."""
-    from distgnn.partition import partition_graph
-    from distgnn.partition.format import read_meta
-
-    name = graph_name(spec)
-    out_dir = Path(workdir) / f"{name}-{method}-{num_parts}"
-    json_path = out_dir / f"{name}.json"
-    if json_path.exists():
-        try:
-            meta = read_meta(json_path)
-            if (meta.graph_name, meta.part_method, meta.num_parts) == (name, method, num_parts):
-                log.info("reusing partition %s", json_path)
-                return json_path
-        except PartitionFormatError as exc:
-            log.info("re-partitioning: %s", exc)
-    start = time.perf_counter()
-    g = load_dataset(spec)
-    path = partition_graph(g, num_parts, out_dir, graph_name=name, method=method, overwrite=True)
-    log.info("partitioned %s into %d parts in %.1fs: %s", name, num_parts, time.perf_counter() - start, path)
-    return Path(path)
 
 
 def _planetoid(spec: DatasetSpec) -> Any:

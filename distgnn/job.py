@@ -35,7 +35,7 @@ import torch.distributed as dist
 import distgnn
 from distgnn.allocator import keep_freed_memory
 from distgnn.cluster import LocalCluster, _die_with_parent
-from distgnn.datasets import DatasetSpec, ensure_partition, load_dataset
+from distgnn.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
 from distgnn.launch.failure import ExitWatch
 from distgnn.partition.format import read_meta
@@ -90,7 +90,7 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
 def log_to_stderr() -> None:
     """Show what the job and dataset modules report (partitioning, a failed process) on stderr, for CLIs."""
     logging.basicConfig(format="%(message)s")
-    for name in (__name__, "distgnn.datasets"):
+    for name in (__name__, "distgnn.partition.prepare"):
         logging.getLogger(name).setLevel(logging.INFO)
 
 
@@ -125,18 +125,20 @@ def _stream(source: Any, log_path: Path) -> None:
     source.close()
 
 
-def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
-    """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host.
+def run_local(
+    script: str | os.PathLike, argv: list[str], args: argparse.Namespace, part_config: str | os.PathLike
+) -> int:
+    """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host, on the
+    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`).
 
-    ``args`` carries the job flags of :func:`add_job_args` and the dataset flags of
-    :func:`distgnn.datasets.add_dataset_args`. Returns 0 when every trainer succeeded, else the exit code of
+    ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
     the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
     """
     previous = signal.getsignal(signal.SIGTERM)
     # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        return _run_local(Path(script), argv, args)
+        return _run_local(Path(script), argv, args, Path(part_config))
     except KeyboardInterrupt:
         log.error("interrupted: stopped the job")
         return 128 + signal.SIGINT
@@ -144,8 +146,7 @@ def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespa
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_local(script: Path, argv: list[str], args: argparse.Namespace) -> int:
-    part_config = ensure_partition(DatasetSpec.from_args(args), args.num_parts, args.part_method, args.workdir)
+def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path) -> int:
     world = args.num_parts * args.trainers_per_machine
     threads = torch_threads(args, world)
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]

@@ -10,7 +10,6 @@ from distgnn.data.graph import Graph
 from distgnn.data.link_split import (
     load_held_out,
     load_link_partition,
-    partition_link_split,
     save_held_out,
     split_links,
     split_typed_links,
@@ -18,6 +17,7 @@ from distgnn.data.link_split import (
 )
 from distgnn.data.synthetic_mag import CITES, REVERSE_ETYPES, WRITES, synthetic_mag
 from distgnn.errors import ConfigError, InputError
+from distgnn.partition.prepare import partition_link_split
 
 REV_WRITES = REVERSE_ETYPES[WRITES]
 

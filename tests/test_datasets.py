@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from distgnn import datasets
-from distgnn.datasets import DatasetSpec, ensure_partition, graph_name, load_dataset
+from distgnn.datasets import DatasetSpec, graph_name, load_dataset
 from distgnn.errors import ConfigError
+from distgnn.partition.prepare import ensure_partition
 
 CORA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "planetoid").resolve()
 SMALL = DatasetSpec("synthetic", num_nodes=300, avg_degree=4, feat_dim=8, num_classes=3, seed=5)
@@ -69,7 +70,7 @@ def test_planetoid_features_are_row_normalised() -> None:
 
 
 def test_ensure_partition_reuses_a_matching_partition_and_rewrites_other_ones(tmp_path, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="distgnn.datasets")
+    caplog.set_level(logging.INFO, logger="distgnn.partition.prepare")
     first = ensure_partition(SMALL, 2, "random", tmp_path)
     assert first == tmp_path / "synthetic-n300-d4-f8-c3-s5-random-2" / "synthetic-n300-d4-f8-c3-s5.json"
     assert "partitioned synthetic-n300-d4-f8-c3-s5 into 2 parts" in caplog.text

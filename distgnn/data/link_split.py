@@ -7,12 +7,11 @@ destinations for every run with the same seed. ``split_typed_links`` does the sa
 edge type of a heterogeneous graph (directed pairs; their twins of the reverse type leave the
 training graph too). Held-out pairs are in the graph's original (homogeneous) node ids;
 :func:`to_partition_ids` carries them into a partition's (reshuffled) ids and
-:func:`partition_link_split` writes a split's partition with its held-out arrays beside it.
+:func:`distgnn.partition.prepare.partition_link_split` writes a split's partition with its held-out arrays beside it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,6 @@ import numpy as np
 from distgnn.data.graph import Graph
 from distgnn.data.hetero import CanonicalEtype, HeteroGraph, etype_str
 from distgnn.errors import ConfigError, InputError
-
-log = logging.getLogger(__name__)
 
 HELD_OUT = ("val_pairs", "val_negatives", "test_pairs", "test_negatives")
 # Beside a partition's JSON: the held-out arrays and reverse edge ids, in the partition's new ids.
@@ -193,39 +190,12 @@ def load_held_out(out_dir: str | os.PathLike) -> dict[str, np.ndarray]:
     return {name: np.load(out / f"{name}.npy", allow_pickle=False) for name in HELD_OUT}
 
 
-def partition_link_split(
-    split: LinkSplit, num_parts: int, out_dir: str | os.PathLike, graph_name: str, method: str = "metis", seed: int = 0
-) -> Path:
-    """Partition ``split.train`` into ``out_dir`` and write the held-out arrays in new node ids under
-    ``out_dir/link/`` (last, so their presence says the partition is complete). A homogeneous training graph
-    carries each edge's reverse as the edge array ``reverse_eid`` (the partitioner renumbers it, so trainers
-    read it as ``g.edata["reverse_eid"]``, where ``exclude="reverse_id"`` looks); a typed one (of
-    :func:`split_typed_links`) excludes reverses by edge type instead.
-
-    Returns the partition JSON. :func:`load_link_partition` reads the held-out arrays back.
-    """
-    from distgnn.partition import partition_graph
-    from distgnn.partition.format import load_orig_ids, read_meta
-
-    if isinstance(split.train, Graph) and "reverse_eid" not in split.train.edata:
-        split.train.edata["reverse_eid"] = reverse_edge_ids(split.train.src, split.train.dst)
-    json_path = Path(
-        partition_graph(
-            split.train, num_parts, out_dir, graph_name=graph_name, method=method, seed=seed, overwrite=True
-        )
-    )
-    orig_nid, _ = load_orig_ids(read_meta(json_path), mmap=False)
-    held_out = {name: to_partition_ids(orig_nid, arr) for name, arr in split.held_out().items()}
-    save_held_out(LinkSplit(split.train, **held_out), json_path.parent / LINK_DIR)
-    log.info("wrote the link split of %s beside %s", graph_name, json_path)
-    return json_path
-
-
 def load_link_partition(part_config: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The held-out arrays (new ids) :func:`partition_link_split` wrote beside ``part_config``."""
+    """The held-out arrays (new ids) :func:`distgnn.partition.prepare.partition_link_split` wrote beside
+    ``part_config``."""
     link_dir = Path(part_config).parent / LINK_DIR
     if not link_dir.is_dir():
         raise InputError(
-            f"no link split beside {part_config} ({link_dir} is missing); write it with partition_link_split"
+            f"no link split beside {part_config} ({link_dir} is missing); write it with distgnn.partition.prepare.partition_link_split"
         )
     return load_held_out(link_dir)

@@ -44,6 +44,7 @@ from distgnn.dataloader import DistNodeDataLoader
 from distgnn.datasets import add_dataset_args
 from distgnn.inference import accuracy_by_mask, layerwise_inference
 from distgnn.nn import GAT, MLP, GraphSAGE
+from distgnn.partition.prepare import job_partition
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
 from distgnn.training import TrainingLog, all_reduce
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     job.log_to_stderr()
     if args.local:
-        return job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, job_partition(args))  # partitions on the first run
     with job.start_trainer(args) as trainer:
         result = run_trainer(trainer, args)
     if trainer.rank == 0:

@@ -10,7 +10,7 @@ scores its share of the pairs; MRR, hits@k and AUC are over all of them.
 * ``--local``: the whole job on this host: split and partition the training graph into
   ``--workdir`` (reused when there), start a LocalCluster, spawn the trainers, stop everything.
 * no flag: one trainer of a job started by ``distgnn-launch`` (or by ``--local``) on a partition
-  written by :func:`distgnn.data.link_split.partition_link_split`.
+  written by :func:`distgnn.partition.prepare.partition_link_split`.
 * ``--single``: the same loader, model and evaluation on the whole training graph in this process.
 
 On a heterogeneous graph (``--dataset synthetic-mag`` or ``chunked:...``) ``--target-etype src:rel:dst``
@@ -53,7 +53,6 @@ from distgnn.data.link_split import (
     LINK_DIR,
     LinkSplit,
     load_link_partition,
-    partition_link_split,
     split_links,
     split_typed_links,
 )
@@ -73,6 +72,7 @@ from distgnn.nn import (
     margin_loss,
     score_pairs,
 )
+from distgnn.partition.prepare import partition_link_split
 from distgnn.sampling.negative import SAMPLERS, negative_sampler
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed, split_by_type
 from distgnn.training import TrainingLog
@@ -133,8 +133,8 @@ def link_split(args: argparse.Namespace) -> LinkSplit:
     return split_typed_links(graph, target, reverse_etype_of(args, target), *fractions)
 
 
-def prepare_local(args: argparse.Namespace) -> None:
-    """Split and partition the training graph where the local runner looks for the partition (reused when there)."""
+def prepare_local(args: argparse.Namespace) -> Path:
+    """The partition JSON of the split training graph in ``--workdir`` (split and partitioned when not there)."""
     name = graph_name(DatasetSpec.from_args(args))
     tag = f"v{args.val_fraction:g}-t{args.test_fraction:g}-k{args.eval_negatives}-s{args.seed}"
     if args.target_etype:
@@ -142,7 +142,8 @@ def prepare_local(args: argparse.Namespace) -> None:
     args.workdir = str(Path(args.workdir) / f"split-{tag}")
     out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
     if not (out_dir / LINK_DIR / f"{HELD_OUT[-1]}.npy").exists():  # written last
-        partition_link_split(link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
+        return partition_link_split(link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
+    return out_dir / f"{name}.json"
 
 
 class LinkModel(nn.Module):
@@ -324,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     job.log_to_stderr()
     if args.local:
-        prepare_local(args)
-        return job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, prepare_local(args))
     if args.single:
         split = link_split(args)
         trainer = job.Trainer(InProcessGraph(split.train), torch.device(args.device), 0, 1, None, False)

@@ -38,6 +38,7 @@ from distgnn.datasets import add_dataset_args
 from distgnn.errors import ConfigError
 from distgnn.inference import layerwise_inference, typed_input_rows
 from distgnn.nn import RGCN, TypedInput
+from distgnn.partition.prepare import job_partition
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.training import TrainingLog, all_reduce
 
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     job.log_to_stderr()
     if args.local:
-        return job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, job_partition(args))  # partitions on the first run
     with job.start_trainer(args) as trainer:
         result = run_trainer(trainer, args)
     if trainer.rank == 0:

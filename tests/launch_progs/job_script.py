@@ -15,6 +15,7 @@ import time
 
 from distgnn import job
 from distgnn.datasets import add_dataset_args
+from distgnn.partition.prepare import job_partition
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     job.log_to_stderr()
     if args.local:
-        return job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, job_partition(args))
     rank = int(os.environ.get("RANK", "0"))
     if rank == args.fail_rank:
         print(f"trainer {rank} gives up on purpose", file=sys.stderr, flush=True)
