@@ -1,8 +1,9 @@
 """Builds (on first use) and loads distgnn's CUDA extensions from ``csrc/cuda``.
 
-Two extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
-and host-memory helpers; :func:`gather_kernels`) and the graph kernels (``distgnn_graph_cuda``: neighbour
-sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`).
+Three extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
+and host-memory helpers; :func:`gather_kernels`), the graph kernels (``distgnn_graph_cuda``: neighbour
+sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`) and the temporal sampler
+(``distgnn_temporal_cuda``; :func:`temporal_kernels`).
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
 minute) and later processes load the cached library. :func:`cuda_extension` does this for each of them.
@@ -27,6 +28,8 @@ GATHER_SOURCES = ("binding.cpp", "gather.cu", "gather_cached.cu", "plan.cu")
 GATHER_EXTENSION = "distgnn_gather_cuda"
 GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 GRAPH_EXTENSION = "distgnn_graph_cuda"
+TEMPORAL_SOURCES = ("temporal_sample.cu",)
+TEMPORAL_EXTENSION = "distgnn_temporal_cuda"
 
 
 def build_directory(prefix: str = "gather") -> Path:
@@ -99,3 +102,9 @@ def graph_kernels() -> ModuleType:
     """The compiled graph extension (sampling, relabel, mean aggregation); raises ExtensionBuildError when CUDA
     is absent or the build failed."""
     return cuda_extension(GRAPH_EXTENSION, GRAPH_SOURCES, "graph")
+
+
+def temporal_kernels() -> ModuleType:
+    """The compiled temporal sampling extension; raises ExtensionBuildError when CUDA is absent or the build
+    failed."""
+    return cuda_extension(TEMPORAL_EXTENSION, TEMPORAL_SOURCES, "temporal")
