@@ -267,6 +267,7 @@ class TGN(nn.Module):
     def forward(
         self,
         memory: NodeMemory,
+        memory_index: torch.Tensor,
         nodes: torch.Tensor,
         root_index: torch.Tensor,
         root_times: torch.Tensor,
@@ -276,14 +277,15 @@ class TGN(nn.Module):
         mask: torch.Tensor,
         num_events: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One batch: memory of the distinct ``nodes`` [U] read, roots embedded (see :meth:`embed`; roots are
+        """One batch: memory of the distinct ``nodes`` [U] read (rows ``memory_index`` [U] of ``memory``: the
+        nodes themselves, or 0..U-1 of a view holding just them), roots embedded (see :meth:`embed`; roots are
         the B sources, the B destinations, then B * q negative destinations, event by event), pairs scored.
 
         Returns:
             pos: [B] logits of (source, destination); neg: [B, q] logits of (source, negative);
             memory_rows: [U, m] the memory read (what :meth:`NodeMemory.write_memory` takes after the step).
         """
-        memory_rows = self.read_memory(memory, nodes)
+        memory_rows = self.read_memory(memory, memory_index)
         features = self.node_features(nodes, memory_rows)
         z = self.embed(features, root_index, root_times, nbr_index, nbr_times, nbr_feat, mask)
         z_src, z_dst, z_neg = z[:num_events], z[num_events : 2 * num_events], z[2 * num_events :]

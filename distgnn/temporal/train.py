@@ -29,6 +29,8 @@ from distgnn.errors import ConfigError
 from distgnn.evaluation import auc, ranks
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal.graph import TemporalCSR
+from distgnn.temporal.memory_group import MemoryGroup
+from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
 
 MRR_NEGATIVES = 49
@@ -88,6 +90,8 @@ class TGNRunner:
         device: where the model, memory and sampler run.
         k: neighbours per root (most recent).
         seed: negatives' random stream.
+        num_threads: the sampler's CPU threads.
+        group: the mini-batch-parallel group whose owner holds the memory copy (None: this runner holds it).
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class TGNRunner:
         k: int = 10,
         seed: int = 0,
         num_threads: int | None = None,
+        group: MemoryGroup | None = None,
     ):
         self.model, self.device = model, device
         self.src = torch.from_numpy(events.src).to(device)
@@ -108,7 +113,9 @@ class TGNRunner:
         self.edge_dim = events.feat_dim
         self.dst_low, self.dst_high = int(events.dst.min()), int(events.dst.max())
         self.sampler = TemporalSampler(csr, k, device=device, num_threads=num_threads)
-        self.memory: NodeMemory = model.new_memory(device)
+        self.group = group
+        # Without a group the runner holds its memory copy; in a group only the owner does.
+        self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
 
     def negatives(self, count: int, per_event: int) -> torch.Tensor:
@@ -116,18 +123,35 @@ class TGNRunner:
         draw = torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=self.generator)
         return draw.to(self.device)
 
-    def forward(self, begin: int, end: int, negatives: torch.Tensor, net: torch.nn.Module | None = None) -> BatchOutput:
+    def reset_memory(self) -> None:
+        """Back to the stream's start (in a group, the owner resets the copy)."""
+        if self.memory is not None:
+            self.memory.reset()
+
+    def forward(
+        self,
+        begin: int,
+        end: int,
+        negatives: torch.Tensor,
+        net: torch.nn.Module | None = None,
+        cutoff: int | None = None,
+    ) -> BatchOutput:
         """Scores of events ``[begin, end)`` and of their sources against ``negatives`` [B, q].
 
-        ``net`` is what the batch runs through: the DDP wrapper of the model in a distributed job (so its
-        gradient hooks fire), else the model itself (default)."""
+        Args:
+            net: what the batch runs through: the DDP wrapper of the model in a distributed job (so its
+                gradient hooks fire), else the model itself (default).
+            cutoff: index of the event whose time bounds the sampled neighbours (strictly before it):
+                the start of the whole batch when ``[begin, end)`` is one trainer's share of it (default
+                ``begin``).
+        """
         net = self.model if net is None else net
         src, dst, t = self.src[begin:end], self.dst[begin:end], self.time[begin:end]
         num_events, per_event = negatives.shape
         roots = torch.cat([src, dst, negatives.flatten()])
         root_times = torch.cat([t, t, t.repeat_interleave(per_event)])
-        cutoff = self.time[begin].expand(len(roots)).contiguous()
-        hop = self.sampler.sample(roots, cutoff)[0]
+        cutoff_times = self.time[begin if cutoff is None else cutoff].expand(len(roots)).contiguous()
+        hop = self.sampler.sample(roots, cutoff_times)[0]
         filled = torch.where(hop.mask, hop.neighbors, roots.unsqueeze(1))
         nodes, inverse = torch.unique(torch.cat([roots, filled.flatten()]), return_inverse=True)
         if self.feat is not None:
@@ -136,27 +160,46 @@ class TGNRunner:
             nbr_feat = torch.zeros(*hop.mask.shape, 0, device=self.device)
         root_index = inverse[: len(roots)]
         nbr_index = inverse[len(roots) :].view_as(hop.neighbors)
+        if self.group is None:
+            memory, memory_index = self.memory, nodes
+        else:
+            memory, memory_index = self.group.read(nodes), torch.arange(len(nodes))
         pos, neg, memory_rows = net(
-            self.memory, nodes, root_index, root_times, nbr_index, hop.times, nbr_feat, hop.mask, num_events
+            memory, memory_index, nodes, root_index, root_times, nbr_index, hop.times, nbr_feat, hop.mask, num_events
         )
-        memory = self.memory
         feat = None if self.feat is None else self.feat[begin:end]
+        group, own = self.group, self.memory
 
         def commit() -> None:
-            memory.write_memory(nodes, memory_rows)
             rows = memory_rows.detach()
             src_rows, dst_rows = rows[root_index[:num_events]], rows[root_index[num_events : 2 * num_events]]
-            memory.store_mail(src, dst, t, src_rows, dst_rows, feat)
+            if group is not None:
+                group.commit(nodes, rows, src, dst, t, src_rows, dst_rows, feat)
+                return
+            own.write_memory(nodes, rows)
+            own.store_mail(src, dst, t, src_rows, dst_rows, feat)
 
         return BatchOutput(pos, neg, commit)
 
     def train_batch(
-        self, begin: int, end: int, optimizer: torch.optim.Optimizer, net: torch.nn.Module | None = None
+        self,
+        begin: int,
+        end: int,
+        optimizer: torch.optim.Optimizer,
+        net: torch.nn.Module | None = None,
+        share: tuple[int, int] = (0, 1),
     ) -> float:
-        """One training step on events ``[begin, end)`` against one random destination each; returns the loss.
+        """One training step on the batch ``[begin, end)`` against one random destination per event; returns
+        the loss.
 
-        ``net``: as in :meth:`forward`."""
-        out = self.forward(begin, end, self.negatives(end - begin, 1), net)
+        Args:
+            net: as in :meth:`forward`.
+            share: ``(s, i)``: this trainer takes the s-th of i contiguous shares of the batch (mini-batch
+                parallelism); the negatives are drawn for the whole batch, as one trainer would.
+        """
+        negatives = self.negatives(end - begin, 1)
+        first, stop = share_of_batch(begin, end, *share)
+        out = self.forward(first, stop, negatives[first - begin : stop - begin], net, cutoff=begin)
         loss = F.binary_cross_entropy_with_logits(out.pos, torch.ones_like(out.pos))
         loss = loss + F.binary_cross_entropy_with_logits(out.neg, torch.zeros_like(out.neg))
         optimizer.zero_grad()
@@ -168,7 +211,17 @@ class TGNRunner:
     @torch.no_grad()
     def evaluate(self, ranges: list[tuple[int, int]], mrr: bool = False) -> dict[str, float]:
         """AP and AUC (per batch against one random destination each, averaged) over ``ranges``, and with
-        ``mrr`` the mean reciprocal rank against 49 random destinations; the memory moves through them."""
+        ``mrr`` the mean reciprocal rank against 49 random destinations; the memory moves through them.
+        Runs on the trainer holding the memory copy (alone, outside its group's collectives)."""
+        if self.memory is None:
+            raise ConfigError("evaluation runs on the trainer that owns the memory copy")
+        group, self.group = self.group, None
+        try:
+            return self._evaluate(ranges, mrr)
+        finally:
+            self.group = group
+
+    def _evaluate(self, ranges: list[tuple[int, int]], mrr: bool) -> dict[str, float]:
         aps, aucs, reciprocal = [], [], []
         for begin, end in ranges:
             per_event = 1 + (MRR_NEGATIVES if mrr else 0)
@@ -204,15 +257,18 @@ def train_epoch(
     optimizer: torch.optim.Optimizer,
     net: torch.nn.Module | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    share: tuple[int, int] = (0, 1),
+    reset: bool = True,
 ) -> tuple[float, EpochTiming]:
-    """Trains over ``ranges`` in order from a reset memory (``net`` as in :meth:`TGNRunner.forward`); returns
-    the mean loss and the timing."""
-    runner.memory.reset()
+    """Trains over ``ranges`` in order, from a reset memory unless ``reset`` is False (a resumed epoch);
+    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing."""
+    if reset:
+        runner.reset_memory()
     runner.model.train()
     start = time.perf_counter()
     losses = []
     for step, (begin, end) in enumerate(ranges):
-        losses.append(runner.train_batch(begin, end, optimizer, net))
+        losses.append(runner.train_batch(begin, end, optimizer, net, share))
         if on_step is not None:
             on_step(step, losses[-1])
     elapsed = time.perf_counter() - start
