@@ -126,6 +126,41 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     return group
 
 
+def add_link_split_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The flags of a link-prediction split of the dataset (:func:`load_link_split`)."""
+    group = parser.add_argument_group("link split")
+    group.add_argument("--val-fraction", type=float, default=0.05)
+    group.add_argument("--test-fraction", type=float, default=0.1)
+    group.add_argument("--eval-negatives", type=int, default=100, help="negatives per held-out pair (fixed by seed)")
+    group.add_argument("--target-etype", help="edge type to predict, src:rel:dst (a typed dataset needs it)")
+    group.add_argument("--reverse-etype", help="its reverse edge type (default: synthetic-mag's, if any)")
+    return group
+
+
+def link_reverse_etype(args: argparse.Namespace, target: tuple[str, str, str]) -> tuple[str, str, str] | None:
+    """``--reverse-etype``, or synthetic-mag's reverse of ``target``, or None."""
+    from distgnn.data.hetero import parse_etype
+    from distgnn.data.synthetic_mag import reverse_etype
+
+    if args.reverse_etype:
+        return parse_etype(args.reverse_etype)
+    return reverse_etype(target) if DatasetSpec.from_args(args).kind == "synthetic-mag" else None
+
+
+def load_link_split(args: argparse.Namespace) -> Any:
+    """The dataset's :class:`~distgnn.data.link_split.LinkSplit` by the flags of :func:`add_dataset_args` and
+    :func:`add_link_split_args`: its undirected pairs, or with ``--target-etype`` that type's directed pairs."""
+    from distgnn.data.hetero import parse_etype
+    from distgnn.data.link_split import split_links, split_typed_links
+
+    graph = load_dataset(DatasetSpec.from_args(args))
+    fractions = (args.val_fraction, args.test_fraction, args.eval_negatives, args.seed)
+    if not args.target_etype:
+        return split_links(graph, *fractions)
+    target = parse_etype(args.target_etype)
+    return split_typed_links(graph, target, link_reverse_etype(args, target), *fractions)
+
+
 def _planetoid(spec: DatasetSpec) -> Any:
     from distgnn.data import load_planetoid
 

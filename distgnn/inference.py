@@ -13,14 +13,16 @@ single feature tensor covers every type.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from distgnn.errors import InputError
-from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed, split_by_type
 from distgnn.training import all_reduce
 
 
@@ -85,6 +87,42 @@ def typed_input_rows(g: Any, inputs: torch.nn.Module, device: torch.device) -> C
         return inputs(split_by_type(book, block.src_nids), block.src_ntypes, device)
 
     return rows
+
+
+def embedding_lookup(
+    model: torch.nn.Module,
+    g: Any,
+    nodes: torch.Tensor,
+    features: Any,
+    batch_size: int,
+    device: torch.device,
+    new_buffer: Callable[[int, int], Any],
+) -> Callable[[np.ndarray], torch.Tensor]:
+    """Every node's last-layer embedding by :func:`layerwise_inference` (arguments as there), kept in a node
+    tensor every trainer reads; returns ``lookup(ids)``: the ``(len(ids), d)`` rows of numpy ``ids`` on
+    ``device`` (e.g. for :func:`distgnn.evaluation.held_out_metrics`). Collective."""
+    table = new_buffer(model.num_layers, model.layer_dims[-1])
+    table[nodes] = layerwise_inference(model, g, nodes, features, batch_size, device, new_buffer)
+    _barrier()  # every trainer's embeddings written before any are read
+    return lambda ids: table[torch.from_numpy(ids)].to(device)
+
+
+def sampled_embedding_lookup(
+    embed: Callable[[Any, list], torch.Tensor], g: Any, fanouts: list, seed: int, device: torch.device
+) -> Callable[[np.ndarray], torch.Tensor]:
+    """``lookup(ids)``: embeddings of numpy node ``ids`` from their sampled blocks (``fanouts``, a fresh seeded
+    stream per call), by ``embed(input_nodes, blocks)`` with the blocks on ``device`` and, on a typed graph,
+    ``input_nodes`` as ``{ntype: per-type ids}`` (e.g. a typed model's ``TypedInput`` and R-GCN). For models
+    that have no layer-wise form, at the cost of recomputing shared neighbourhoods."""
+    sampler, book, calls = NeighborSampler(fanouts), g.get_partition_book(), itertools.count()
+
+    def lookup(ids: np.ndarray) -> torch.Tensor:
+        input_nodes, _, blocks = sampler.sample_blocks(g, ids, derive_seed(seed, 2, next(calls)))
+        if not book.is_homogeneous:
+            input_nodes = {t: nids.to(device) for t, nids in split_by_type(book, input_nodes).items()}
+        return embed(input_nodes, [b.to(device) for b in blocks])
+
+    return lookup
 
 
 def _barrier() -> None:

@@ -2,7 +2,8 @@
 
 :func:`ensure_partition` reuses a partition of a dataset in a work directory (same graph name, method and part
 count) or writes one (:func:`job_partition`: the one a script's job flags name); :func:`partition_link_split` partitions a link split's training graph and writes its
-held-out pairs, in the partition's node ids, beside it. Part of the partition tool, so the runtime
+held-out pairs, in the partition's node ids, beside it (:func:`link_job_partition`: the split a script's
+flags name, reused after the first run). Part of the partition tool, so the runtime
 (``distgnn/``) keeps to reading the format.
 """
 
@@ -14,8 +15,8 @@ import time
 from pathlib import Path
 
 from distgnn.data.graph import Graph
-from distgnn.data.link_split import LINK_DIR, LinkSplit, reverse_edge_ids, save_held_out, to_partition_ids
-from distgnn.datasets import DatasetSpec, graph_name, load_dataset
+from distgnn.data.link_split import HELD_OUT, LINK_DIR, LinkSplit, reverse_edge_ids, save_held_out, to_partition_ids
+from distgnn.datasets import DatasetSpec, graph_name, load_dataset, load_link_split
 from distgnn.errors import PartitionFormatError
 from distgnn.partition.format import load_orig_ids, read_meta
 from distgnn.partition.partitioner import partition_graph
@@ -48,6 +49,21 @@ def job_partition(args) -> Path:
     """:func:`ensure_partition` of the dataset and job flags (``distgnn.datasets.add_dataset_args``,
     ``distgnn.job.add_job_args``: ``--num-parts --part-method --workdir``)."""
     return ensure_partition(DatasetSpec.from_args(args), args.num_parts, args.part_method, args.workdir)
+
+
+def link_job_partition(args) -> Path:
+    """The partition of the link split that the dataset, link-split and job flags name
+    (:func:`distgnn.datasets.load_link_split`), in ``--workdir/split-<split>/``: split and partitioned on the
+    first run, reused after (its held-out arrays, written last, say it is complete)."""
+    name = graph_name(DatasetSpec.from_args(args))
+    tag = f"v{args.val_fraction:g}-t{args.test_fraction:g}-k{args.eval_negatives}-s{args.seed}"
+    if args.target_etype:
+        tag += "-" + args.target_etype.replace(":", "_") + (f"-r{args.reverse_etype}" if args.reverse_etype else "")
+    out_dir = Path(args.workdir) / f"split-{tag}" / f"{name}-{args.part_method}-{args.num_parts}"
+    if (out_dir / LINK_DIR / f"{HELD_OUT[-1]}.npy").exists():
+        log.info("reusing partition %s", out_dir / f"{name}.json")
+        return out_dir / f"{name}.json"
+    return partition_link_split(load_link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
 
 
 def partition_link_split(

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from distgnn import job
+from distgnn.datasets import load_link_split
 from distgnn.errors import ConfigError
 from distgnn.sampling.neighbor import InProcessGraph
 
@@ -35,7 +36,7 @@ def load_example():
 
 def train_single(example, argv: list[str]) -> dict:
     args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
-    split = example.link_split(args)
+    split = load_link_split(args)
     trainer = job.Trainer(InProcessGraph(split.train), torch.device("cpu"), 0, 1, None, False)
     return example.run_trainer(trainer, args, split.held_out())
 
@@ -117,11 +118,11 @@ def test_bad_typed_flags_fail_before_any_process_starts() -> None:
     with pytest.raises(SystemExit):
         example.parse_args([*MAG, "--target-etype=cites"])
     with pytest.raises(ConfigError, match="no edge type"):
-        example.link_split(example.parse_args([*MAG, "--target-etype=paper:reads:paper"]))
+        load_link_split(example.parse_args([*MAG, "--target-etype=paper:reads:paper"]))
     with pytest.raises(ConfigError, match="heterogeneous dataset"):
-        example.link_split(example.parse_args([*SMALL, "--target-etype=_N:_E:_N"]))
+        load_link_split(example.parse_args([*SMALL, "--target-etype=_N:_E:_N"]))
     with pytest.raises(ConfigError, match="does not lead back"):
-        example.link_split(
+        load_link_split(
             example.parse_args([*MAG, "--target-etype=author:writes:paper", "--reverse-etype=paper:cites:paper"])
         )
 

@@ -204,8 +204,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             optimizer=optimizer,
             loader=loader,
             batches_per_epoch=num_batches,
-            sparse_optimizers=[sparse] if sparse else [],
-            embeddings=list(net.inputs.embeddings.values()) if trainer.distributed else [],
+            sparse_optimizers=[sparse] if sparse else [],  # with their embeddings
         )
         with books:  # resumes from --resume; saves and logs as the flags ask
             for epoch in books.epochs(args.epochs):
