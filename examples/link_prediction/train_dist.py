@@ -24,15 +24,14 @@ scored from sampled blocks (``--fanouts``) rather than layer-wise inference.
 Rank 0 prints one line per epoch and finally ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N``
 saves the model, the optimizers (and the node embeddings of a typed graph), the loader's position and the RNG
 states; ``--resume auto`` continues from the latest; ``--run-dir`` writes metrics as JSON lines. The split,
-the evaluation, the epoch accounting and the checkpoints live in distgnn (``distgnn.datasets.load_link_split``,
-``distgnn.partition.prepare``, ``distgnn.evaluation``, ``distgnn.inference``, ``distgnn.training``,
-``distgnn.bookkeeping``); this file is the models and their loop.
+the evaluation, the epoch accounting and the checkpoints live in distgnn (``distgnn.data.datasets.load_link_split``,
+``distgnn.partition.prepare``, ``distgnn.train.evaluation``, ``distgnn.train.inference``, ``distgnn.train.epoch``,
+``distgnn.train.bookkeeping``); this file is the models and their loop.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -42,14 +41,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
-from distgnn import job
-from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.data.datasets import add_dataset_args, add_link_split_args, link_reverse_etype, load_link_split
 from distgnn.data.hetero import CanonicalEtype, etype_str, parse_etype
 from distgnn.data.link_split import load_link_partition
-from distgnn.datasets import add_dataset_args, add_link_split_args, link_reverse_etype, load_link_split
-from distgnn.edge_dataloader import DistEdgeDataLoader
-from distgnn.evaluation import held_out_metrics
-from distgnn.inference import embedding_lookup, sampled_embedding_lookup
+from distgnn.loader.edge import DistEdgeDataLoader
 from distgnn.nn import (
     RGCN,
     DotPredictor,
@@ -63,8 +58,12 @@ from distgnn.nn import (
 )
 from distgnn.partition.prepare import link_job_partition
 from distgnn.sampling.negative import SAMPLERS, negative_sampler
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed
-from distgnn.training import TrainingLog
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.train import job
+from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.epoch import TrainingLog
+from distgnn.train.evaluation import held_out_metrics
+from distgnn.train.inference import embedding_lookup, sampled_embedding_lookup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,7 +83,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     link.add_argument("--exclude", default="reverse_id", choices=("reverse_id", "self", "none"))
     link.add_argument("--predictor", default="dot", choices=("dot", "mlp"))
     link.add_argument("--loss", default="bce", choices=("bce", "margin"))
-    link.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     link.add_argument("--sparse-lr", type=float, default=0.01, help="learning rate of a typed graph's node embeddings")
     add_link_split_args(p)
     add_bookkeeping_args(p)
@@ -139,7 +137,7 @@ class TypedLinkModel(nn.Module):
         return self.scorer(h, pos), self.scorer(h, neg)
 
 
-def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[str, np.ndarray]) -> dict:
+def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     """Train and evaluate on ``trainer.g``: GraphSAGE on a homogeneous graph, R-GCN with ``--target-etype``."""
     g, device, rank, world = trainer.g, trainer.device, trainer.rank, trainer.world_size
     book = g.get_partition_book()
@@ -168,6 +166,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     dense = [p for name, p in raw.named_parameters() if not name.startswith("inputs.local_embeddings")]
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = raw.inputs.sparse_optimizer("adam", args.sparse_lr) if target else None
+    optimizers = [optimizer, *([sparse] if sparse else [])]
     loss_fn = bce_loss if args.loss == "bce" else margin_loss
     loader = DistEdgeDataLoader(
         g,
@@ -209,13 +208,11 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
                     loss = loss_fn(*model(x, blocks, pos, neg))
-                    optimizer.zero_grad()
-                    if sparse is not None:
-                        sparse.zero_grad()
+                    for opt in optimizers:
+                        opt.zero_grad()
                     loss.backward()
-                    optimizer.step()
-                    if sparse is not None:
-                        sparse.step()
+                    for opt in optimizers:
+                        opt.step()
                     positives = pos[target].num_edges if target else pos.num_edges
                     meter.step_done(loss, positives, sum(b.num_edges for b in blocks))
                     books.step_done(epoch, loss)
@@ -226,13 +223,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     finally:
         loader.close()
     result = {
-        "dataset": args.dataset,
+        **trainer.result_fields(args, num_batches),
         **({"target_etype": etype_str(target)} if target else {}),
-        "device": str(device),
-        "num_trainers": world,
-        "num_parts": book.num_partitions,
-        "epochs": args.epochs,
-        "batches_per_epoch": num_batches,
         "neg_sampler": args.neg_sampler,
         "num_negs": args.num_negs,
         "exclude": exclude or "none",
@@ -248,28 +240,16 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
         else:
             nodes, feat = trainer.inference_nodes(), g.ndata["feat"]
             embed = embedding_lookup(raw.encoder, g, nodes, feat, args.eval_batch_size, device, trainer.new_buffer)
+        # The held-out pairs: written beside the partition, or split again (the same, by seed) with --single.
+        held_out = load_link_partition(g.part_config) if trainer.distributed else load_link_split(args).held_out()
         result.update(held_out_metrics(embed, raw.predictor, held_out, rank, world, args.eval_batch_size))
         result["eval_time_s"] = time.perf_counter() - start
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    job.log_to_stderr()
-    if args.local:
-        return job.run_local(__file__, argv, args, link_job_partition(args))  # splits and partitions once
-    if args.single:
-        split = load_link_split(args)
-        trainer = job.Trainer(InProcessGraph(split.train), torch.device(args.device), 0, 1, None, False)
-        torch.set_num_threads(job.torch_threads(args, 1))
-        result = run_trainer(trainer, args, split.held_out())
-    else:
-        with job.start_trainer(args) as trainer:
-            result = run_trainer(trainer, args, load_link_partition(trainer.g.part_config))
-    if trainer.rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    train_graph = lambda args: load_link_split(args).train  # noqa: E731  (--single trains on the split's graph)
+    return job.main(__file__, argv, parse_args, link_job_partition, run_trainer, train_graph)
 
 
 if __name__ == "__main__":
