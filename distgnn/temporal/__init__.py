@@ -2,7 +2,8 @@
 
 The time-sorted CSR (:mod:`.graph`), the temporal sampler (:mod:`.sampler`, C++ and CUDA kernels behind one
 dispatch point, numpy reference in :mod:`.reference`), the training loop and its evaluation
-(:mod:`.train`) and the parallel configuration (:mod:`.parallel`).
+(:mod:`.train`), DistTGL's parallelisms (:mod:`.parallel`, :mod:`.memory_group`) and the job (:mod:`.job`).
+May import every component but snapshot.
 """
 
 from distgnn.temporal.graph import TemporalCSR, build_temporal_csr

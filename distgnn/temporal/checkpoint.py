@@ -1,7 +1,7 @@
 """Checkpoints of temporal training: weights, optimizer, every memory copy's memory and mailbox, the position.
 
 A checkpoint is a ``step-<n>`` directory of plain ``.npy`` files and a ``manifest.json`` listing each file's
-size and sha256 (the files layer of :mod:`distgnn.checkpoint_io`: staged, then renamed into place, nothing
+size and sha256 (the files layer of :mod:`distgnn.store.checkpoint_files`: staged, then renamed into place, nothing
 pickled). Rank 0 writes the weights, the optimizer state and the manifest; each memory copy's owner writes its
 copy (``memory<c>.<field>.npy``); every trainer writes its negative sampler's random state
 (``rng<rank>.npy``). The position says where training stopped: epoch and batch within the epoch.
@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distgnn.checkpoint_io import (
+from distgnn.errors import CheckpointError
+from distgnn.nn.temporal import NodeMemory
+from distgnn.store.checkpoint_files import (
     checkpoint_name,
     commit_staging,
     prepare_staging,
@@ -26,8 +28,6 @@ from distgnn.checkpoint_io import (
     remove_checkpoint,
     write_new_file,
 )
-from distgnn.errors import CheckpointError
-from distgnn.nn.temporal import NodeMemory
 
 MANIFEST = "manifest.json"
 

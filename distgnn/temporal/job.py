@@ -32,16 +32,16 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from distgnn.cluster import _die_with_parent
 from distgnn.data.events import EventStream, read_events, synthetic_events
 from distgnn.errors import ConfigError
-from distgnn.metrics import metrics_from_args
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import checkpoint, parallel
 from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.train.cluster import _die_with_parent
+from distgnn.train.metrics import metrics_from_args
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--heads", type=int, default=2)
     model.add_argument("--neighbors", type=int, default=10, help="most recent neighbours per node")
     model.add_argument("--static-memory-dim", type=int, default=0, help="DistTGL's static node memory (0: off)")
-    model.add_argument("--no-eval", action="store_true", help="skip validation and test")
     parallel.add_parallel_args(parser)
 
 

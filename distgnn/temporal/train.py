@@ -26,12 +26,12 @@ import torch.nn.functional as F
 
 from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
-from distgnn.evaluation import auc, ranks
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal.graph import TemporalCSR
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
+from distgnn.train.evaluation import auc, ranks
 
 MRR_NEGATIVES = 49
 

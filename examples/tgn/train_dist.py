@@ -22,11 +22,11 @@ import json
 import os
 import sys
 
-from distgnn import job
-from distgnn.checkpoint import add_checkpoint_args
 from distgnn.errors import DistGNNError
-from distgnn.metrics import add_metrics_args
 from distgnn.temporal import job as temporal_job
+from distgnn.train import job
+from distgnn.train.checkpoint import add_checkpoint_args
+from distgnn.train.metrics import add_metrics_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
