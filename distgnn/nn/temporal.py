@@ -141,44 +141,51 @@ class TemporalAttention(nn.Module):
     """One temporal graph-attention layer (multi-head, TGN's embedding module).
 
     A root attends over its k sampled neighbours: query from the root's features and ``time_enc(0)``, keys and
-    values from each neighbour's features, the event's features and ``time_enc(root_time - event_time)``;
+    values from each neighbour's features plus one shared projection of the event's features and
+    ``time_enc(root_time - event_time)``;
     the heads' output plus a projection of the root's features is the embedding. A root without neighbours
-    gets the projection alone.
+    gets the projection alone. Node features are projected once per distinct node, then gathered.
 
-    ``forward(h_root [R, f], h_nbr [R, k, f], edge_feat [R, k, d_e], delta [R, k], mask [R, k] bool)``
-    -> ``[R, out_dim]``.
+    ``forward(features [U, f], root_index [R], nbr_index [R, k], edge_feat [R, k, d_e], delta [R, k],
+    mask [R, k] bool)`` -> ``[R, out_dim]``; rows of ``features`` are the batch's distinct nodes.
     """
 
     def __init__(self, in_dim: int, edge_dim: int, time_dim: int, out_dim: int, heads: int = 2):
         super().__init__()
-        self.heads, self.head_dim = heads, out_dim // heads
+        self.heads, self.head_dim, self.out_dim = heads, out_dim // heads, out_dim
         if self.head_dim * heads != out_dim:
             raise ValueError(f"out_dim {out_dim} must be a multiple of heads {heads}")
         self.time = TimeEncoder(time_dim)
-        self.query = nn.Linear(in_dim + time_dim, out_dim)
-        self.key_value = nn.Linear(in_dim + edge_dim + time_dim, 2 * out_dim)
-        self.root = nn.Linear(in_dim, out_dim)
+        self.query_time = nn.Linear(time_dim, out_dim, bias=False)
+        self.root = nn.Linear(in_dim, 2 * out_dim)  # the query's node part and the root's own projection
+        self.key_value_node = nn.Linear(in_dim, 2 * out_dim)
+        # One projection of the event (features, encoded time) joins both key and value (as TransformerConv's
+        # edge term), which halves the layer's largest product: one row per sampled neighbour.
+        self.event = nn.Linear(edge_dim + time_dim, out_dim, bias=False)
         self.out = nn.Linear(out_dim, out_dim)
 
     def forward(
         self,
-        h_root: torch.Tensor,
-        h_nbr: torch.Tensor,
+        features: torch.Tensor,
+        root_index: torch.Tensor,
+        nbr_index: torch.Tensor,
         edge_feat: torch.Tensor,
         delta: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
         num_roots, k = mask.shape
-        zero_time = self.time(h_root.new_zeros(num_roots))
-        q = self.query(torch.cat([h_root, zero_time], 1)).view(num_roots, 1, self.heads, self.head_dim)
-        kv = self.key_value(torch.cat([h_nbr, edge_feat, self.time(delta)], 2))
-        key, value = kv.view(num_roots, k, 2, self.heads, self.head_dim).unbind(2)
+        query_node, own = self.root(features[root_index]).split(self.out_dim, 1)
+        query = query_node + self.query_time(self.time(features.new_zeros(1)))
+        q = query.view(num_roots, 1, self.heads, self.head_dim)
+        shape = (num_roots, k, 2, self.heads, self.head_dim)
+        event = self.event(torch.cat([edge_feat, self.time(delta)], 2)).view(num_roots, k, 1, self.heads, self.head_dim)
+        key, value = (self.key_value_node(features)[nbr_index].view(shape) + event).unbind(2)
         scores = (q * key).sum(-1) / math.sqrt(self.head_dim)  # [R, k, heads]
         scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
         weights = torch.softmax(scores, dim=1)
         weights = torch.nan_to_num(weights, nan=0.0)  # a root without neighbours attends to nothing
         attended = (weights.unsqueeze(-1) * value).sum(1).reshape(num_roots, -1)
-        return self.out(attended) + self.root(h_root)
+        return self.out(attended) + own
 
 
 class LinkPredictor(nn.Module):
@@ -262,7 +269,7 @@ class TGN(nn.Module):
         ``mask`` is False) at ``nbr_times`` float64 [R, k] with event features ``nbr_feat`` [R, k, d_e].
         -> [R, embedding_dim]."""
         delta = (root_times.unsqueeze(1) - nbr_times).masked_fill(~mask, 0.0)
-        return self.attention(features[root_index], features[nbr_index], nbr_feat, delta, mask)
+        return self.attention(features, root_index, nbr_index, nbr_feat, delta, mask)
 
     def forward(
         self,
@@ -275,11 +282,13 @@ class TGN(nn.Module):
         nbr_times: torch.Tensor,
         nbr_feat: torch.Tensor,
         mask: torch.Tensor,
+        pairs: torch.Tensor,
         num_events: int,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One batch: memory of the distinct ``nodes`` [U] read (rows ``memory_index`` [U] of ``memory``: the
-        nodes themselves, or 0..U-1 of a view holding just them), roots embedded (see :meth:`embed`; roots are
-        the B sources, the B destinations, then B * q negative destinations, event by event), pairs scored.
+        nodes themselves, or 0..U-1 of a view holding just them), the distinct roots embedded (see
+        :meth:`embed`), pairs scored: ``pairs`` [B * (2 + q)] gives the root of the B sources, the B
+        destinations, then the B * q negative destinations (event by event).
 
         Returns:
             pos: [B] logits of (source, destination); neg: [B, q] logits of (source, negative);
@@ -287,7 +296,7 @@ class TGN(nn.Module):
         """
         memory_rows = self.read_memory(memory, memory_index)
         features = self.node_features(nodes, memory_rows)
-        z = self.embed(features, root_index, root_times, nbr_index, nbr_times, nbr_feat, mask)
+        z = self.embed(features, root_index, root_times, nbr_index, nbr_times, nbr_feat, mask)[pairs]
         z_src, z_dst, z_neg = z[:num_events], z[num_events : 2 * num_events], z[2 * num_events :]
         pos = self.predictor(z_src, z_dst)
         z_neg = z_neg.view(num_events, -1, z.shape[1])

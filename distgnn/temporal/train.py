@@ -147,9 +147,9 @@ class TGNRunner:
         """
         net = self.model if net is None else net
         src, dst, t = self.src[begin:end], self.dst[begin:end], self.time[begin:end]
-        num_events, per_event = negatives.shape
-        roots = torch.cat([src, dst, negatives.flatten()])
-        root_times = torch.cat([t, t, t.repeat_interleave(per_event)])
+        num_events = negatives.shape[0]
+        # Each distinct node is embedded once, at the batch's cutoff time (the start of the whole batch).
+        roots, pairs = torch.unique(torch.cat([src, dst, negatives.flatten()]), return_inverse=True)
         cutoff_times = self.time[begin if cutoff is None else cutoff].expand(len(roots)).contiguous()
         hop = self.sampler.sample(roots, cutoff_times)[0]
         filled = torch.where(hop.mask, hop.neighbors, roots.unsqueeze(1))
@@ -165,14 +165,25 @@ class TGNRunner:
         else:
             memory, memory_index = self.group.read(nodes), torch.arange(len(nodes))
         pos, neg, memory_rows = net(
-            memory, memory_index, nodes, root_index, root_times, nbr_index, hop.times, nbr_feat, hop.mask, num_events
+            memory,
+            memory_index,
+            nodes,
+            root_index,
+            cutoff_times,
+            nbr_index,
+            hop.times,
+            nbr_feat,
+            hop.mask,
+            pairs,
+            num_events,
         )
+        event_rows = root_index[pairs[: 2 * num_events]]  # rows of `nodes` holding each source, destination
         feat = None if self.feat is None else self.feat[begin:end]
         group, own = self.group, self.memory
 
         def commit() -> None:
             rows = memory_rows.detach()
-            src_rows, dst_rows = rows[root_index[:num_events]], rows[root_index[num_events : 2 * num_events]]
+            src_rows, dst_rows = rows[event_rows[:num_events]], rows[event_rows[num_events:]]
             if group is not None:
                 group.commit(nodes, rows, src, dst, t, src_rows, dst_rows, feat)
                 return
