@@ -39,6 +39,7 @@ class EventStream:
         num_nodes: number of nodes, ``max id + 1`` (ids are used as given).
         label: float32 [E] per-event label, or None.
         feat: float32 [E, d] per-event features, or None.
+        name: what the stream is called (the dataset name it was loaded by; empty if none).
     """
 
     src: np.ndarray
@@ -47,6 +48,7 @@ class EventStream:
     num_nodes: int
     label: np.ndarray | None = None
     feat: np.ndarray | None = None
+    name: str = ""
 
     def __post_init__(self) -> None:
         n = self.src.shape[0]
@@ -81,6 +83,7 @@ class EventStream:
             self.num_nodes,
             None if self.label is None else self.label[start:stop],
             None if self.feat is None else self.feat[start:stop],
+            self.name,
         )
 
 

@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from distgnn.data.events import EventStream, read_events, synthetic_events
+from distgnn.data.datasets import DatasetSpec, load_dataset
+from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import checkpoint, parallel
@@ -69,19 +70,11 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_stream(spec: str, bipartite: bool = False, seed: int = 0) -> EventStream:
-    """The stream ``--dataset`` names."""
-    kind, _, rest = spec.partition(":")
-    if kind == "events" and rest:
-        return read_events(rest, bipartite=bipartite)
-    if kind == "synthetic-events":
-        try:
-            nodes, events = (int(v) for v in rest.split(":"))
-        except ValueError:
-            raise ConfigError(
-                f"--dataset {spec}: expected synthetic-events:NODES:EVENTS, e.g. synthetic-events:2000:60000"
-            ) from None
-        return synthetic_events(nodes, events, seed)
-    raise ConfigError(f"--dataset {spec}: expected events:PATH or synthetic-events:NODES:EVENTS")
+    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`)."""
+    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite))
+    if not isinstance(stream, EventStream):
+        raise ConfigError(f"--dataset {spec} is a graph, not an event stream: use events:PATH or synthetic-events:N:E")
+    return stream
 
 
 @dataclass

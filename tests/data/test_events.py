@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from distgnn.data.events import EventStream, read_events, synthetic_events
-from distgnn.errors import InputError
+from distgnn.errors import ConfigError, InputError
 
 COLLEGE_MSG = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "snap" / "CollegeMsg.txt"
 
@@ -126,3 +126,17 @@ def test_synthetic_events_signal_and_determinism():
     assert repeat > 5 * baseline + 0.05
     with pytest.raises(InputError, match="num_nodes"):
         synthetic_events(4, 10, num_communities=16)
+
+
+def test_dataset_kinds_name_event_streams(tmp_path):
+    from distgnn.data.datasets import DatasetSpec, graph_name, load_dataset
+
+    path = write(tmp_path, "u,i,ts\n0,0,1\n2,1,2\n", "clicks.csv")
+    events = load_dataset(DatasetSpec(f"events:{path}", bipartite=True))
+    assert isinstance(events, EventStream) and events.num_nodes == 5 and events.name == "clicks"
+    assert graph_name(DatasetSpec(f"events:{path}")) == "clicks"
+    spec = DatasetSpec("synthetic-events:100:500", seed=2)
+    np.testing.assert_array_equal(load_dataset(spec).dst, synthetic_events(100, 500, seed=2).dst)
+    assert graph_name(spec) == "synthetic-events-n100-e500-s2"
+    with pytest.raises(ConfigError, match="NODES:EVENTS"):
+        load_dataset(DatasetSpec("synthetic-events:100"))
