@@ -6,7 +6,8 @@ reads the rows its share of a batch needs and, after the step, hands back its wr
 of the group (gather to the owner, scatter back). The owner applies the writes share by share in batch order,
 so the copy ends exactly as one trainer running the whole batch would leave it: a node read by two shares
 reads the same stored rows and the same weights, so both write the same value, and mail is stored in event
-order. Rows travel as one float64 matrix per message (int64 ids and float32 values are exact in it).
+order. Rows travel as one float64 matrix per message (int64 ids and float32 values are exact in it), on the
+host (gloo), whatever device the trainers compute on.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ class MemoryGroup:
         (collective over the group)."""
         m, mail_width = self.memory_dim, 2 * self.memory_dim + self.edge_dim
         width = m + mail_width + 3
-        asked = self._gather(nodes.to(torch.float64).unsqueeze(1))
+        asked = self._gather(nodes.cpu().to(torch.float64).unsqueeze(1))
         replies = None
         if self.is_owner:
             replies = []
             for ids in asked:
-                ids = ids[:, 0].long()
                 mem = self.memory
+                ids = ids[:, 0].long().to(mem.memory.device)
                 replies.append(
                     torch.cat(
                         [
@@ -84,10 +85,10 @@ class MemoryGroup:
                             mem.has_mail[ids].double().unsqueeze(1),
                         ],
                         1,
-                    )
+                    ).cpu()
                 )
-        rows = self._scatter(replies, len(nodes), width)
-        view = NodeMemory(len(nodes), m, self.edge_dim)
+        rows = self._scatter(replies, len(nodes), width).to(nodes.device)
+        view = NodeMemory(len(nodes), m, self.edge_dim, nodes.device)
         view.memory.copy_(rows[:, :m])
         view.mail.copy_(rows[:, m : m + mail_width])
         view.last_update.copy_(rows[:, -3])
@@ -107,7 +108,7 @@ class MemoryGroup:
         feat: torch.Tensor | None,
     ) -> None:
         """Hands this share's writes to the owner, which applies every share's in group order (collective)."""
-        writes = self._gather(torch.cat([nodes.double().unsqueeze(1), memory_rows.detach().double()], 1))
+        writes = self._gather(torch.cat([nodes.double().unsqueeze(1), memory_rows.detach().double()], 1).cpu())
         feat = feat if feat is not None else src_rows.new_zeros(len(src), 0)
         mail = torch.cat(
             [
@@ -119,14 +120,15 @@ class MemoryGroup:
                 feat.double(),
             ],
             1,
-        )
+        ).cpu()
         mails = self._gather(mail)
         if not self.is_owner:
             return
-        m = self.memory_dim
+        m, device = self.memory_dim, self.memory.memory.device
         for write in writes:
+            write = write.to(device)
             self.memory.write_memory(write[:, 0].long(), write[:, 1:].float())
-        events = torch.cat(mails)
+        events = torch.cat(mails).to(device)
         self.memory.store_mail(
             events[:, 0].long(),
             events[:, 1].long(),

@@ -126,11 +126,16 @@ def test_minibatch_parallel_equals_one_trainer_on_the_same_batches(tmp_path):
     )
     one = checkpoint.load(checkpoint.latest(str(serial))).files
     two = checkpoint.load(checkpoint.latest(str(split))).files
-    # Sums over a batch's rows in another grouping round differently; Adam scales such noise up where a
-    # gradient is ~0 (the key bias: softmax ignores it), so weights agree to a tenth of one step (lr 3e-3).
+    # Sums over a batch's rows in another grouping round differently; Adam turns such noise into whole steps
+    # where the exact gradient is 0: the keys' bias (softmax ignores a shift shared by all keys), left out here.
     for name, array in one.items():
-        if name.startswith(("model.", "memory0.")):
-            np.testing.assert_allclose(two[name], array, atol=3e-4, err_msg=name)
+        if name == "model.attention.key_value_node.bias.npy":
+            array, other = array[8:], two[name][8:]  # the values' half
+        elif name.startswith(("model.", "memory0.")):
+            other = two[name]
+        else:
+            continue
+        np.testing.assert_allclose(other, array, atol=1e-4, err_msg=name)
 
 
 def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path):
