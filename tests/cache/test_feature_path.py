@@ -14,7 +14,8 @@ import torch
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
 from distgnn.data import synthetic
 from distgnn.loader.node import DistNodeDataLoader
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 
