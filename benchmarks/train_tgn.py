@@ -51,7 +51,7 @@ class Ours:
         torch.manual_seed(seed)
         self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2).to(device)
         self.runner = TGNRunner(self.model, events, build_temporal_csr(events), device, NEIGHBORS, seed=seed)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR, foreach=True)  # as the example
         self.train_end, self.val_end = chronological_split(len(events))
         self.num_events = len(events)
 

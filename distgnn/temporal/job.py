@@ -238,7 +238,8 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     net: torch.nn.Module = model
     if world > 1:
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    # One multi-tensor update for the ~30 small parameters (the per-tensor loop costs ~10% of a CPU step).
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
     group = _group_of(plan, rank, model, device) if world > 1 else None
     # Trainers of one copy draw the same negatives (each takes its share); copies draw their own.
     runner = TGNRunner(
