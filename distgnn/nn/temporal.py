@@ -89,7 +89,7 @@ class NodeMemory:
     def load_state(self, arrays: dict[str, np.ndarray]) -> None:
         """Restores :meth:`state`'s arrays (same shapes)."""
         for name in self.FIELDS:
-            getattr(self, name).copy_(torch.from_numpy(np.asarray(arrays[name])))
+            getattr(self, name).copy_(torch.from_numpy(np.array(arrays[name])))  # a copy: checkpoints map read-only
 
 
 def _last_occurrence(keys: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
