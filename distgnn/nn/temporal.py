@@ -50,6 +50,10 @@ class NodeMemory:
         for name in self.FIELDS:
             getattr(self, name).zero_()
 
+    def updated_at(self, nodes: torch.Tensor) -> torch.Tensor:
+        """float64 [U]: when the memory of ``nodes`` was last updated as a batch reads it (pending mail applied)."""
+        return torch.where(self.has_mail[nodes], self.mail_time[nodes], self.last_update[nodes])
+
     def write_memory(self, nodes: torch.Tensor, memory: torch.Tensor) -> None:
         """Apply the mail of ``nodes`` (int64 [U], distinct): their memory becomes ``memory`` ([U, m], from
         :meth:`TGN.read_memory`), their last update the mail's time, their mailbox empty."""
@@ -142,7 +146,7 @@ class TemporalAttention(nn.Module):
 
     A root attends over its k sampled neighbours: query from the root's features and ``time_enc(0)``, keys and
     values from each neighbour's features plus one shared projection of the event's features and
-    ``time_enc(root_time - event_time)``;
+    ``time_enc(delta)`` (:meth:`TGN.embed` says which time difference);
     the heads' output plus a projection of the root's features is the embedding. A root without neighbours
     gets the projection alone. Node features are projected once per distinct node, then gathered.
 
@@ -257,18 +261,19 @@ class TGN(nn.Module):
     def embed(
         self,
         features: torch.Tensor,
+        updated_at: torch.Tensor,
         root_index: torch.Tensor,
-        root_times: torch.Tensor,
         nbr_index: torch.Tensor,
         nbr_times: torch.Tensor,
         nbr_feat: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        """Embeddings of roots: ``features`` [U, f] of the batch's distinct nodes, roots' rows ``root_index``
-        [R] at ``root_times`` float64 [R], their neighbours' rows ``nbr_index`` [R, k] (any valid row where
-        ``mask`` is False) at ``nbr_times`` float64 [R, k] with event features ``nbr_feat`` [R, k, d_e].
-        -> [R, embedding_dim]."""
-        delta = (root_times.unsqueeze(1) - nbr_times).masked_fill(~mask, 0.0)
+        """Embeddings of roots: ``features`` [U, f] of the batch's distinct nodes, whose memories were last
+        updated at ``updated_at`` float64 [U]; roots' rows ``root_index`` [R], their neighbours' rows
+        ``nbr_index`` [R, k] (any valid row where ``mask`` is False) through events at ``nbr_times`` float64
+        [R, k] with features ``nbr_feat`` [R, k, d_e]. A neighbour's event is timed by how long before the
+        neighbour's last memory update it happened (0: nothing since), as PyG's TGN does. -> [R, embedding_dim]."""
+        delta = (updated_at[nbr_index] - nbr_times).masked_fill(~mask, 0.0)
         return self.attention(features, root_index, nbr_index, nbr_feat, delta, mask)
 
     def forward(
@@ -277,7 +282,6 @@ class TGN(nn.Module):
         memory_index: torch.Tensor,
         nodes: torch.Tensor,
         root_index: torch.Tensor,
-        root_times: torch.Tensor,
         nbr_index: torch.Tensor,
         nbr_times: torch.Tensor,
         nbr_feat: torch.Tensor,
@@ -296,7 +300,8 @@ class TGN(nn.Module):
         """
         memory_rows = self.read_memory(memory, memory_index)
         features = self.node_features(nodes, memory_rows)
-        z = self.embed(features, root_index, root_times, nbr_index, nbr_times, nbr_feat, mask)[pairs]
+        updated_at = memory.updated_at(memory_index)
+        z = self.embed(features, updated_at, root_index, nbr_index, nbr_times, nbr_feat, mask)[pairs]
         z_src, z_dst, z_neg = z[:num_events], z[num_events : 2 * num_events], z[2 * num_events :]
         pos = self.predictor(z_src, z_dst)
         z_neg = z_neg.view(num_events, -1, z.shape[1])

@@ -148,7 +148,7 @@ class TGNRunner:
         net = self.model if net is None else net
         src, dst, t = self.src[begin:end], self.dst[begin:end], self.time[begin:end]
         num_events = negatives.shape[0]
-        # Each distinct node is embedded once, at the batch's cutoff time (the start of the whole batch).
+        # Each distinct node is embedded once per batch, from events before the batch's cutoff (its start).
         roots, pairs = torch.unique(torch.cat([src, dst, negatives.flatten()]), return_inverse=True)
         cutoff_times = self.time[begin if cutoff is None else cutoff].expand(len(roots)).contiguous()
         hop = self.sampler.sample(roots, cutoff_times)[0]
@@ -169,7 +169,6 @@ class TGNRunner:
             memory_index,
             nodes,
             root_index,
-            cutoff_times,
             nbr_index,
             hop.times,
             nbr_feat,
