@@ -20,6 +20,9 @@
 # timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
 #          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
+# step     issue 25: tests/train/test_step.py (the CUDA graph step against the eager one) and the gather into given
+#          rows; benchmarks/scaling.py --gpus 1 with TF32 products (--matmul-precision high), inline and with the
+#          sampling thread (TIMELINE=1: their timelines); run with train1ab (BASE=main) for the before/after
 # inference  tests/train/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
 #          host-buffer path) and, for scale, one training run with the sampling thread
 # typed    the CUDA tests of issue 15/16's typed and nn paths: the typed GPU sampler, the CUDA aggregation (mean,
@@ -167,6 +170,17 @@ fi
 if has timeline; then
   train1 timeline_inline "$PWD" "$here_cache" --timeline "$OUT/inline.json"
   train1 timeline_thread "$PWD" "$here_cache" --timeline "$OUT/thread.json" -- --prefetch 1
+fi
+if has step; then  # issue 25: the training step replayed from a CUDA graph (this tree; BASE / train1ab for the eager one)
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/train/test_step.py tests/cache/test_dist_feature.py \
+    -k "step or fetch or no_host_sync" >"$OUT/pytest_step.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_step.log" | tail -8
+  for variant in "tf32_inline:--matmul-precision high" \
+    "tf32_thread:--prefetch 1 --matmul-precision high"; do
+    name=${variant%%:*}
+    # shellcheck disable=SC2086
+    train1 "$name" "$PWD" "$here_cache" ${TIMELINE:+--timeline "$OUT/$name.json"} -- ${variant#*:}
+  done
 fi
 if has trace; then  # a short run: the trace of a whole products-scale run is too large to bring back
   train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12

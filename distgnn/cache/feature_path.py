@@ -12,7 +12,7 @@ uncached rows), ``feat[ids]`` read through it, and batch t+1 gathered on a side 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,17 +220,24 @@ class FeaturePath:
         """What the loop iterates: the loader, or with the pipeline ``(batch, features)`` gathered ahead."""
         return GatherAhead(loader, self.cached, self.device) if self.pipeline else loader
 
-    def inputs(self, item: Any) -> tuple[MiniBatch, torch.Tensor, torch.Tensor]:
+    def inputs(
+        self, item: Any, rows: Callable[[int, int, torch.dtype], torch.Tensor | None] | None = None
+    ) -> tuple[MiniBatch, torch.Tensor, torch.Tensor]:
         """``(batch, x, y)`` for an item of :meth:`batches`: ``x`` ``(num_inputs, F)`` features and ``y``
-        ``(num_seeds,)`` labels on the device."""
+        ``(num_seeds,)`` labels on the device.
+
+        ``rows(num_inputs, F, dtype)``, where given, may return a tensor for the cache to gather ``x`` into
+        (:meth:`distgnn.train.step.TrainStep.input_rows`: a CUDA graph's input buffer, saving a copy); None
+        lets it allocate."""
         batch, x = item if self.pipeline else (item, None)
         input_nodes, seeds = batch[0], batch[1]
         if x is not None:
             pass  # gathered ahead with the batch
         elif self.feature_name in batch.input_data:
             x = batch.input_data[self.feature_name]
-        elif self.cached is not None:
-            x = self.feat[input_nodes]  # through the cache
+        elif self.cached is not None:  # through the cache
+            out = rows(len(input_nodes), self.cached.shape[1], self.cached.dtype) if rows is not None else None
+            x = self.cached.fetch(input_nodes, out)
         else:
             x = self.feat[input_nodes.cpu()].to(self.device)
         if self.label_name in batch.output_data:
