@@ -108,7 +108,7 @@ def _train_pair(model_cls, dropout: float, sizes: list[int], seed: int):
     graphed = TrainStep(graph_model, "graph", batch_size, fanouts, device)
     graphed.optimizer = torch.optim.Adam(graph_model.parameters(), lr=0.01, fused=True, capturable=True)
     gen = torch.Generator().manual_seed(seed)
-    rows = []
+    results = []
     for k, size in enumerate(sizes):
         blocks = random_blocks(size, fanouts, gen, "cuda")
         x = torch.randn(blocks[0].num_src, feats, generator=gen).cuda()
@@ -116,20 +116,19 @@ def _train_pair(model_cls, dropout: float, sizes: list[int], seed: int):
         e_loss, e_correct = eager(blocks, x, y)
         assert eager.input_rows(len(x), feats, x.dtype) is None
         if k % 2:  # as the feature cache does: the features gathered into the graph's input buffer
-            rows = graphed.input_rows(len(x), feats, x.dtype)
-            x = rows.copy_(x)
+            x = graphed.input_rows(len(x), feats, x.dtype).copy_(x)
         g_loss, g_correct = graphed(blocks, x, y)
-        rows.append((float(e_loss), int(e_correct), float(g_loss), int(g_correct)))
-    return eager_model, graph_model, graphed, rows
+        results.append((float(e_loss), int(e_correct), float(g_loss), int(g_correct)))
+    return eager_model, graph_model, graphed, results
 
 
 @needs_cuda
 @pytest.mark.parametrize("model_cls", [GraphSAGE, MLP])
 def test_graph_step_matches_the_eager_step(model_cls):
     sizes = [48, 48, 40, 48, 48, 17]  # warm-up steps, the capture, replays, a short last batch
-    eager_model, graph_model, graphed, rows = _train_pair(model_cls, 0.0, sizes, seed=11)
+    eager_model, graph_model, graphed, results = _train_pair(model_cls, 0.0, sizes, seed=11)
     assert graphed.captured and len(sizes) > WARMUP_STEPS
-    for e_loss, e_correct, g_loss, g_correct in rows:
+    for e_loss, e_correct, g_loss, g_correct in results:
         assert g_loss == pytest.approx(e_loss, rel=1e-4, abs=1e-5)
         assert g_correct == e_correct
     for a, b in zip(eager_model.parameters(), graph_model.parameters(), strict=True):
