@@ -1,8 +1,9 @@
 """Builds (on first use) and loads distgnn's CUDA extensions from ``csrc/cuda``.
 
-Two extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
-and host-memory helpers; :func:`gather_kernels`) and the graph kernels (``distgnn_graph_cuda``: neighbour
-sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`).
+Three extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
+and host-memory helpers; :func:`gather_kernels`), the graph kernels (``distgnn_graph_cuda``: neighbour
+sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`) and the fused nn ops
+(``distgnn_nn_cuda``: ReLU + dropout; :func:`nn_kernels`).
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
 minute) and later processes load the cached library. :func:`cuda_extension` does this for each of them.
@@ -27,6 +28,8 @@ GATHER_SOURCES = ("binding.cpp", "gather.cu", "gather_cached.cu", "plan.cu")
 GATHER_EXTENSION = "distgnn_gather_cuda"
 GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 GRAPH_EXTENSION = "distgnn_graph_cuda"
+NN_SOURCES = ("nn_binding.cpp", "relu_dropout.cu")
+NN_EXTENSION = "distgnn_nn_cuda"
 
 
 def build_directory(prefix: str = "gather") -> Path:
@@ -99,3 +102,9 @@ def graph_kernels() -> ModuleType:
     """The compiled graph extension (sampling, relabel, mean aggregation); raises ExtensionBuildError when CUDA
     is absent or the build failed."""
     return cuda_extension(GRAPH_EXTENSION, GRAPH_SOURCES, "graph")
+
+
+def nn_kernels() -> ModuleType:
+    """The compiled fused nn extension (ReLU + dropout); raises ExtensionBuildError when CUDA is absent or the
+    build failed."""
+    return cuda_extension(NN_EXTENSION, NN_SOURCES, "nn")

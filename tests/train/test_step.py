@@ -20,7 +20,14 @@ from distgnn.errors import ConfigError, InputError
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.block import Block
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
-from distgnn.train.step import IGNORE_INDEX, WARMUP_STEPS, TrainStep, block_capacities, graph_unsupported
+from distgnn.train.step import (
+    IGNORE_INDEX,
+    WARMUP_STEPS,
+    TrainStep,
+    block_capacities,
+    copy_padded,
+    graph_unsupported,
+)
 
 CUDA = torch.cuda.is_available()
 
@@ -63,6 +70,26 @@ def test_capacities_bound_sampled_batches():
         assert block.num_edges > 0
     with pytest.raises(ConfigError, match="fanout"):
         block_capacities(1024, [15, -1])
+
+
+def test_a_batch_fills_the_leading_entries_and_pads_the_rest():
+    gen = torch.Generator().manual_seed(8)
+    fanouts = [3, 2]
+    caps = block_capacities(12, fanouts)
+    buffers = [
+        Block(torch.zeros(src), dst, torch.full((dst + 1,), -7), torch.full((edges,), -7), torch.empty(0))
+        for src, dst, edges in caps
+    ]
+    labels = torch.full((12,), -7)
+    for seeds in (12, 5, 9):  # the padding must also cover what a larger batch left behind
+        blocks = random_blocks(seeds, fanouts, gen)
+        y = torch.randint(0, 4, (seeds,), generator=gen)
+        copy_padded(blocks, y, buffers, labels)
+        for block, buf in zip(blocks, buffers, strict=True):
+            assert torch.equal(buf.indptr[: block.num_dst + 1], block.indptr)
+            assert (buf.indptr[block.num_dst :] == block.num_edges).all()
+            assert torch.equal(buf.indices[: block.num_edges], block.indices)
+        assert torch.equal(labels[:seeds], y) and (labels[seeds:] == IGNORE_INDEX).all()
 
 
 def test_mode_choice_on_the_cpu():
