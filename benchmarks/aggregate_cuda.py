@@ -44,7 +44,8 @@ def main() -> int:
     import distgnn.nn.aggregate as aggregate
     from distgnn.data import synthetic
     from distgnn.nn import GraphSAGE
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
 
     if not torch.cuda.is_available():
         raise SystemExit("needs a CUDA GPU")

@@ -20,7 +20,8 @@ import torch
 
 from distgnn.data import synthetic
 from distgnn.nn import GraphSAGE
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train.inference import layerwise_inference
 from distgnn.train.inference_gpu import layerwise_inference_on_device
 

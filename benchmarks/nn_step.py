@@ -44,7 +44,8 @@ def measure(args) -> dict:
     from distgnn.data import synthetic
     from distgnn.nn import GraphSAGE
     from distgnn.nn.convert import to_dgl_block
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
     from distgnn.train.allocator import keep_freed_memory
 
     if args.malloc == "tuned":

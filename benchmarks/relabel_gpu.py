@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from distgnn.sampling import device as on_device
+from distgnn.sampling import gpu as on_device
 
 
 def layer(num_dst: int, fanout: int, num_nodes: int, generator: torch.Generator, device: torch.device):
@@ -46,13 +46,13 @@ def main() -> None:
     print(f"{'dst':>8} {'edges':>9} {'torch us':>9} {'kernel us':>10} {'speedup':>8}")
     for num_dst, fanout in ((1024, 5), (5_000, 10), (50_000, 15)):
         tensors = layer(num_dst, fanout, args.num_nodes, generator, device)
-        want = on_device.to_block(*tensors, validate=False, relabel="torch")
-        got = on_device.to_block(*tensors, validate=False, relabel="kernel")
+        want = on_device.to_block(*tensors, validate=False, impl="torch")
+        got = on_device.to_block(*tensors, validate=False, impl="kernel")
         assert torch.equal(got.src_nids, want.src_nids) and torch.equal(got.indices, want.indices), "mismatch"
         times = {}
         for impl in ("torch", "kernel"):
             times[impl] = timed(
-                lambda impl=impl, tensors=tensors: on_device.to_block(*tensors, validate=False, relabel=impl),
+                lambda impl=impl, tensors=tensors: on_device.to_block(*tensors, validate=False, impl=impl),
                 device,
                 args.repeats,
             )

@@ -3,7 +3,7 @@
 One process, one synthetic graph (distgnn.data.synthetic) held as CSC of
 in-edges, the same seed batches for both. A mini-batch samples every layer
 like a real loader: pick neighbours of the current seeds, relabel the picked
-edges into a block (distgnn.sampling.kernels.to_block / dgl.to_block), and
+edges into a block (distgnn.sampling.cpu.to_block / dgl.to_block), and
 make the block's source nodes the next layer's seeds. SEPS counts the sampled
 edges of all layers per second. Both libraries get the same thread count.
 
@@ -50,16 +50,16 @@ def make_csc(num_nodes: int, avg_degree: float, seed: int):
 
 
 def distgnn_batch(indptr, indices, eids, seeds, fanouts, rng_seed, threads, relabel=True) -> int:
-    from distgnn.sampling import kernels
+    from distgnn.sampling import cpu
 
     sampled = 0
     for layer, fanout in enumerate(fanouts):
-        counts, positions, src = kernels.sample_neighbors(
+        counts, positions, src = cpu.sample_neighbors(
             indptr, indices, seeds, fanout, rng_seed=rng_seed * 64 + layer, num_threads=threads, return_neighbors=True
         )
-        edge_ids = kernels.take(eids, positions, num_threads=threads)
+        edge_ids = cpu.take(eids, positions, num_threads=threads)
         sampled += len(positions)
-        seeds = kernels.to_block(seeds, counts, src, edge_ids).src_nids.numpy() if relabel else src
+        seeds = cpu.to_block(seeds, counts, src, edge_ids).src_nids.numpy() if relabel else src
     return sampled
 
 

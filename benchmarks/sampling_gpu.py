@@ -8,7 +8,7 @@ then new ids in order of first appearance), with ``--merge unique`` by ``unique(
 (torch.unique / np.unique, single-threaded on the CPU). SEPS = sampled edges / wall time. "pipeline" times
 whole batches (sampling + merge: the sampler as a trainer runs it); "sample only" adds up the sampling calls
 alone (GPU: synchronised around each call), and "us/call" is that time per sampling call (one per fanout). Rows: CSC in GPU memory, CSC in pinned host memory read
-zero-copy (UVA), and the C++ sampler (distgnn.sampling.kernels) with every CPU core, same graph, same run.
+zero-copy (UVA), and the C++ sampler (distgnn.sampling.cpu) with every CPU core, same graph, same run.
 
 The graph is generated directly with torch (on the GPU when there is one): in-degrees Pareto-distributed
 (``--min-degree``, ``--alpha``, capped at ``--max-degree``), sources uniform.
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from distgnn.sampling import gpu, kernels
+from distgnn.sampling import cpu, gpu
 
 
 def power_law_csc(num_nodes, min_degree, alpha, max_degree, index_dtype, device, seed):
@@ -89,13 +89,13 @@ def run_cpu(indptr, indices, num_nodes, fanouts, batch_size, seconds, threads, m
         for fanout in fanouts:
             rng_seed += 1
             start = time.perf_counter()
-            _, _, neighbors = kernels.sample_neighbors(
+            _, _, neighbors = cpu.sample_neighbors(
                 indptr, indices, frontier, fanout, rng_seed=rng_seed, num_threads=threads, return_neighbors=True
             )
             sample_time += time.perf_counter() - start
             edges += len(neighbors)
             if merge == "relabel":
-                frontier = kernels.extension().relabel(frontier, neighbors)[0]
+                frontier = cpu.extension().relabel(frontier, neighbors)[0]
             else:
                 frontier = np.unique(np.concatenate([frontier, neighbors]))
         return edges, sample_time

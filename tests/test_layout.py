@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "rpc": {"errors", "config"},
     "sampling": {"errors", "native", "data", "partition"},
     "server": {"errors", "config", "native", "store", "data", "partition", "rpc", "sampling"},
-    "client": {"errors", "config", "native", "store", "data", "partition", "rpc"},
+    "client": {"errors", "config", "native", "store", "data", "partition", "rpc", "sampling"},
     "loader": {"errors", "config", "native", "data", "partition", "sampling", "client"},
     "nn": {"errors", "native", "data", "partition", "sampling", "client"},
     "cache": {"errors", "config", "native", "data", "partition", "sampling", "client", "loader"},

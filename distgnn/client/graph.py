@@ -21,12 +21,14 @@ import numpy as np
 import torch
 
 from distgnn.client.context import DistContext, get_context
+from distgnn.client.sampling import RpcSampling, sampling_view
 from distgnn.client.tensor import DistTensor, as_ids, positions_by_owner
 from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, CanonicalEtype
 from distgnn.errors import ConfigError
 from distgnn.partition.book import RangePartitionBook, edge_policy, node_policy
 from distgnn.partition.format import feature_policy, read_meta
 from distgnn.rpc.client import RpcClient
+from distgnn.sampling.source import LocalCSC
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,10 @@ class DistGraph:
     def edges(self) -> _EdgeTypes:
         """``g.edges[etype].data[name]``: edge features of one type, indexed by per-type ids."""
         return _EdgeTypes(self)
+
+    def sampling_view(self) -> tuple[LocalCSC, RpcSampling]:
+        """This machine's CSC in shared memory and remote sampling through the RPC client (the sampler's view)."""
+        return sampling_view(self)
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book

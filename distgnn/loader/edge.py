@@ -36,10 +36,12 @@ from distgnn.errors import ConfigError, InputError
 from distgnn.loader.node import DistNodeDataLoader, _rows
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling.block import Block
+from distgnn.sampling.cpu import sample_layer
 from distgnn.sampling.edges import find_edges
 from distgnn.sampling.exclude import drop_edges_from_blocks
 from distgnn.sampling.negative import NegativeSampler
-from distgnn.sampling.neighbor import NeighborSampler, derive_seed, sample_layer, sampling_view, split_by_type
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.sampling.source import split_by_type
 
 EXCLUDE_MODES = (None, "self", "reverse_id", "reverse_types")
 # Seeds whose reverse edges one lookup call resolves (bounds the in-neighbourhoods held at once).
@@ -351,14 +353,15 @@ def _reverse_edges_by_type(
     Returns ``(ptr (S + 1,), edge ids (X,))`` int64.
     """
     book = g.get_partition_book()
-    local, remote = sampling_view(g)
+    local, remote = g.sampling_view()
     all_types = [-1] * len(book.canonical_etypes)
+    no_draws = [0] * book.num_partitions  # whole neighbourhoods: nothing is drawn at random
     counts = np.zeros(len(src), dtype=np.int64)
     found = [np.zeros(0, np.int64)]
     for start in range(0, len(src), _REVERSE_LOOKUP_CHUNK):
         end = min(start + _REVERSE_LOOKUP_CHUNK, len(src))
         nbr_counts, nbr_src, nbr_eids = sample_layer(
-            book, local, remote, src[start:end], all_types, False, None, 0, reverse_of[etypes[start:end]]
+            book, local, remote, src[start:end], all_types, False, None, no_draws, reverse_of[etypes[start:end]]
         )
         hit = nbr_src == np.repeat(dst[start:end], nbr_counts)
         counts[start:end] = np.bincount(

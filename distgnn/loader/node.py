@@ -44,7 +44,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from distgnn.errors import ConfigError, DistGNNError
-from distgnn.sampling.neighbor import NeighborSampler, as_node_ids, derive_seed, split_by_type
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.sampling.source import as_node_ids, split_by_type
 
 _POLL_S = 0.5
 _WORKER_START_TIMEOUT_S = 120.0

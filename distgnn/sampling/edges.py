@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from distgnn.errors import DistGNNError, InputError
-from distgnn.sampling.neighbor import LocalCSC, sampling_view
+from distgnn.sampling.source import LocalCSC
 
 
 def _local_endpoints(local: LocalCSC, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +44,7 @@ def find_edges(g, eids: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.
     eids = eids.astype(np.int64, copy=False)
     book = g.get_partition_book()
     owners = book.eid2partid(eids)  # range check
-    local, remote = sampling_view(g)
+    local, remote = g.sampling_view()
     src = np.empty(len(eids), dtype=np.int64)
     dst = np.empty(len(eids), dtype=np.int64)
     mine = owners == local.part_id

@@ -225,9 +225,8 @@ def type_in_degrees(g, etype: int) -> np.ndarray:
 
 def _whole_csc(g):
     """The CSC of a graph held whole in this process (ConfigError for one that is not)."""
-    from distgnn.sampling.neighbor import sampling_view
 
-    local, remote = sampling_view(g)
+    local, remote = g.sampling_view()
     if remote is not None or (len(local.indptr) - 1) // local.num_etypes != g.num_nodes():
         raise ConfigError(f"cannot read all in-degrees of a {type(g).__name__}: it has no in_degrees()")
     return local

@@ -1,4 +1,4 @@
-"""Plain numpy references for the sampling kernels in :mod:`distgnn.sampling.kernels`.
+"""Plain numpy references for the sampling kernels in :mod:`distgnn.sampling.cpu`.
 
 Same signatures and the same semantics as the C++ kernels, written for
 clarity, not speed; tests compare the two. Random picks follow the same

@@ -1,7 +1,7 @@
 """Neighbour sampling on a partition's CSC, as the ``sample`` op runs it.
 
 ``sample_neighbors`` is the one switch point: the compiled kernels of
-``distgnn.sampling.kernels`` (same results as trainers sampling their local
+``distgnn.sampling.cpu`` (same results as trainers sampling their local
 seeds with them, for the same ``rng_seed``; neighbours and edge ids gathered
 in parallel as the trainer does), or, where the extension cannot be built,
 the plain numpy reference ``distgnn.sampling.reference`` (correct, slower).
@@ -23,14 +23,14 @@ log = logging.getLogger(__name__)
 @functools.cache
 def _kernels() -> ModuleType | None:
     # Imported on first use: the kernels pull in torch, which a server that never samples does not need.
-    from distgnn.sampling import kernels
+    from distgnn.sampling import cpu
 
     try:
-        kernels.extension()  # build or load now, so a broken toolchain falls back instead of failing each call
+        cpu.extension()  # build or load now, so a broken toolchain falls back instead of failing each call
     except ExtensionBuildError as exc:
         log.warning("compiled sampling kernel unavailable (%s); the sample op uses the numpy reference", exc)
         return None
-    return kernels
+    return cpu
 
 
 def prepare() -> None:
@@ -53,23 +53,23 @@ def sample_neighbors(
 
     Returns ``counts`` int64 ``(len(seeds),)`` and, grouped by seed in seed order, the picked
     neighbours' global ids and the picked edges' global ids (int64); picks follow
-    ``distgnn.sampling.kernels.sample_neighbors``. ``prob``: float32 weight per edge position, or None.
+    ``distgnn.sampling.cpu.sample_neighbors``. ``prob``: float32 weight per edge position, or None.
     """
     indptr, indices = graph["indptr"], graph["indices"]
     if prob is not None and prob.shape != indices.shape:
         raise InputError(f"prob must be one weight per edge of the partition ({len(indices)},), got {prob.shape}")
-    kernels = _kernels()
+    cpu = _kernels()
     try:
-        if kernels is None:
+        if cpu is None:
             from distgnn.sampling import reference
 
             counts, positions = reference.sample_neighbors(
                 indptr, indices, seeds, fanout, replace=replace, prob=prob, rng_seed=rng_seed
             )
             return counts, graph["local2global"][indices[positions]], graph["eids"][positions]
-        counts, positions, neighbours = kernels.sample_neighbors(
+        counts, positions, neighbours = cpu.sample_neighbors(
             indptr, indices, seeds, fanout, replace, prob, rng_seed, return_neighbors=True
         )
     except ValueError as exc:  # the kernel's input checks (negative weights, corrupt ranges)
         raise InputError(f"sampling failed: {exc}") from None
-    return counts, kernels.take(graph["local2global"], neighbours), kernels.take(graph["eids"], positions)
+    return counts, cpu.take(graph["local2global"], neighbours), cpu.take(graph["eids"], positions)

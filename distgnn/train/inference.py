@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 
 from distgnn.errors import InputError
-from distgnn.sampling.neighbor import NeighborSampler, derive_seed, split_by_type
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.sampling.source import split_by_type
 from distgnn.train.epoch import all_reduce
 
 
@@ -79,7 +80,7 @@ def layerwise_inference(
 def typed_input_rows(g: Any, inputs: torch.nn.Module, device: torch.device) -> Callable[[Any], torch.Tensor]:
     """``features`` for :func:`layerwise_inference` on a heterogeneous graph: ``inputs`` (a
     :class:`distgnn.nn.TypedInput`) applied to each block's source nodes, split by type."""
-    from distgnn.sampling.neighbor import split_by_type
+    from distgnn.sampling.source import split_by_type
 
     book = g.get_partition_book()
 

@@ -41,7 +41,7 @@ from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
 from distgnn.launch.failure import ExitWatch
 from distgnn.partition.format import read_meta
-from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train.allocator import keep_freed_memory
 from distgnn.train.cluster import LocalCluster, _die_with_parent
 

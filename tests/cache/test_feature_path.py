@@ -21,7 +21,8 @@ from distgnn.cache.feature_path import (
 from distgnn.data import synthetic
 from distgnn.errors import InputError
 from distgnn.loader.node import DistNodeDataLoader
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 

@@ -8,7 +8,8 @@ import torch
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.data import synthetic
 from distgnn.loader.node import DistNodeDataLoader
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

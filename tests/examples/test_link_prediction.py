@@ -16,7 +16,7 @@ import torch
 
 from distgnn.data.datasets import load_link_split
 from distgnn.errors import ConfigError
-from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from distgnn.sampling.block import Block
 from distgnn.sampling.edges import find_edges
 from distgnn.sampling.exclude import drop_edges
 from distgnn.sampling.negative import DegreeBiased, PerSourceUniform, Uniform, all_in_degrees
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 
 
 def _symmetric(num_nodes=300, num_pairs=1200, seed=0) -> tuple[Graph, np.ndarray]:

@@ -14,7 +14,8 @@ from distgnn.errors import ConfigError, InputError
 from distgnn.loader.edge import DistEdgeDataLoader
 from distgnn.nn import RGCN, DotPredictor, MLPPredictor, TypedInput, TypedPredictor, bce_loss, margin_loss
 from distgnn.sampling.negative import DegreeBiased, NegativeSampler, PerSourceUniform, Uniform, type_in_degrees
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, split_by_type
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph, split_by_type
 from distgnn.train.evaluation import auc
 
 REV_WRITES = REVERSE_ETYPES[WRITES]

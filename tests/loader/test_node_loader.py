@@ -199,7 +199,8 @@ EXIT_MID_EPOCH = """
 import sys, time, torch
 from distgnn.data import synthetic
 from distgnn.loader.node import DistNodeDataLoader
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.source import InProcessGraph
+from distgnn.sampling.neighbor import NeighborSampler
 
 slow = torch.randn(700, 700)
 original = NeighborSampler.sample_blocks
@@ -241,7 +242,7 @@ def test_leaving_mid_epoch_without_close_exits_cleanly_with_the_prefetch_thread_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(prefetch: int) -> None:
-    from distgnn.sampling.neighbor import InProcessGraph
+    from distgnn.sampling.source import InProcessGraph
 
     g = InProcessGraph(synthetic(3000, 8, feat_dim=4, num_classes=3, seed=2))
     sampler = NeighborSampler([5, 3], device="cuda")

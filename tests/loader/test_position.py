@@ -47,7 +47,8 @@ def test_a_loader_resumed_from_its_state_yields_the_same_remaining_batches():
     from distgnn.data import synthetic
     from distgnn.errors import ConfigError
     from distgnn.loader.node import DistNodeDataLoader
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
 
     g = InProcessGraph(synthetic(500, 4, feat_dim=2, num_classes=2, seed=0))
 

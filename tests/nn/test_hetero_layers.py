@@ -93,7 +93,8 @@ def test_rel_graph_conv_needs_a_typed_block():
 
 def test_typed_input_and_rgcn_train_features_and_embeddings_in_one_process():
     from distgnn.loader.node import DistNodeDataLoader
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
 
     graph = toy_hetero(2)
     g = InProcessGraph(graph)
@@ -121,7 +122,8 @@ def test_typed_input_and_rgcn_train_features_and_embeddings_in_one_process():
 
 
 def test_typed_layerwise_inference_equals_full_neighbour_forward():
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, split_by_type
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph, split_by_type
     from distgnn.train.inference import layerwise_inference, typed_input_rows
 
     g = InProcessGraph(toy_hetero(4))
@@ -140,7 +142,8 @@ def test_typed_layerwise_inference_equals_full_neighbour_forward():
 
 
 def test_typed_input_puts_each_types_rows_at_its_sources():
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, split_by_type
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph, split_by_type
 
     g = InProcessGraph(toy_hetero(5))
     inputs = TypedInput(g, 4)

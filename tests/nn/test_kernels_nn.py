@@ -13,7 +13,7 @@ import torch
 import distgnn.nn.aggregate as aggregate
 from distgnn.nn import GraphSAGE, SAGEConv
 from distgnn.nn.fused import drop_threshold, relu_dropout, relu_dropout_reference
-from distgnn.sampling import kernels
+from distgnn.sampling import cpu
 from distgnn.sampling.block import Block
 
 
@@ -75,7 +75,7 @@ def test_mean_kernel_names_an_out_of_range_source_and_a_broken_indptr() -> None:
     with pytest.raises(IndexError, match="indptr is not monotone .* destination 1"):
         aggregate.mean(bad_indptr, x)
     with pytest.raises(ValueError, match="x must have dtype float32"):
-        kernels.extension().mean_aggregate(
+        cpu.extension().mean_aggregate(
             np.array([0, 1]), np.array([0]), np.zeros((1, 2)), np.zeros((1, 2), np.float32), 0, -1, 1
         )
 
@@ -113,10 +113,10 @@ def test_relu_dropout_kernel_matches_the_numpy_reference_for_any_thread_count(n,
     expected = relu_dropout_reference(x, threshold, scale, seed)
     for threads in (1, 3):
         out = np.empty_like(x)
-        kernels.extension().relu_dropout(x, out, threshold, scale, seed, threads)
+        cpu.extension().relu_dropout(x, out, threshold, scale, seed, threads)
         np.testing.assert_array_equal(out, expected)
     in_place = x.copy()
-    kernels.extension().relu_dropout(in_place, in_place, threshold, scale, seed, 2)
+    cpu.extension().relu_dropout(in_place, in_place, threshold, scale, seed, 2)
     np.testing.assert_array_equal(in_place, expected)
 
 

@@ -16,10 +16,11 @@ from distgnn.data import synthetic
 from distgnn.data.graph import Graph
 from distgnn.errors import ConfigError, InputError
 from distgnn.loader.node import DistNodeDataLoader
-from distgnn.sampling import device as on_device
-from distgnn.sampling import kernels, reference
-from distgnn.sampling.csc import LocalCSC
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, _merge, _sample_local
+from distgnn.sampling import cpu, reference
+from distgnn.sampling import gpu as on_device
+from distgnn.sampling.cpu import merge, sample_local
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph, LocalCSC
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -159,8 +160,8 @@ def random_layer(trial: int, scale: int = 1) -> tuple[np.ndarray, ...]:
 @pytest.mark.parametrize("trial", range(5))
 def test_relabel_matches_the_kernel_on_random_layers(trial: int, relabel: str) -> None:
     dst, counts, src, eids = random_layer(trial)
-    got = on_device.to_block(*(torch.from_numpy(a) for a in (dst, counts, src, eids)), validate=False, relabel=relabel)
-    for want in (kernels.to_block(dst, counts, src, eids), reference.to_block(dst, counts, src, eids)):
+    got = on_device.to_block(*(torch.from_numpy(a) for a in (dst, counts, src, eids)), validate=False, impl=relabel)
+    for want in (cpu.to_block(dst, counts, src, eids), reference.to_block(dst, counts, src, eids)):
         assert got.num_dst == want.num_dst == len(dst)
         for field in ("src_nids", "indptr", "indices", "eids"):
             assert torch.equal(getattr(got, field), getattr(want, field)), field
@@ -171,8 +172,8 @@ def test_relabel_matches_the_kernel_on_random_layers(trial: int, relabel: str) -
 @pytest.mark.parametrize("trial", range(5))
 def test_cuda_relabel_kernel_matches_the_torch_relabel(trial: int, scale: int) -> None:
     dst, counts, src, eids = (torch.from_numpy(a).cuda() for a in random_layer(trial, scale))
-    got = on_device.to_block(dst, counts, src, eids, validate=False, relabel="kernel")
-    want = on_device.to_block(dst, counts, src, eids, validate=False, relabel="torch")
+    got = on_device.to_block(dst, counts, src, eids, validate=False, impl="kernel")
+    want = on_device.to_block(dst, counts, src, eids, validate=False, impl="torch")
     assert got.num_dst == want.num_dst
     for field in ("src_nids", "indptr", "indices", "eids"):
         assert torch.equal(getattr(got, field), getattr(want, field)), field
@@ -183,13 +184,13 @@ def test_gpu_relabel_names_bad_inputs() -> None:
 
     with pytest.raises(ValueError, match="int64"):
         gpu.relabel(torch.tensor([1], dtype=torch.int32), torch.tensor([2]))
-    with pytest.raises(ValueError, match="relabel must be one of"):
+    with pytest.raises(ValueError, match="impl must be one of"):
         on_device.to_block(
             torch.tensor([1]),
             torch.tensor([0]),
             torch.zeros(0, dtype=torch.int64),
             torch.zeros(0, dtype=torch.int64),
-            relabel="sort",
+            impl="sort",
         )
 
 
@@ -224,7 +225,7 @@ def test_merge_matches_the_numpy_merge_on_random_owners() -> None:
         n = int(counts[where].sum())
         results.append((counts[where], rng.integers(0, 1000, n), rng.integers(0, 1000, n)))
         wheres.append(where)
-    want = _merge(num_seeds, wheres, results)
+    want = merge(num_seeds, wheres, results)
     got = on_device.merge(
         num_seeds,
         [torch.from_numpy(w) for w in wheres],
@@ -246,7 +247,7 @@ def test_device_csc_sample_through_the_gpu_entry_point_equals_the_numpy_path(con
     assert (csc.eids is None) == contiguous_eids
     seeds = np.random.default_rng(6).choice(np.arange(500, 900), 150, replace=False)
     for fanout, replace in ((4, False), (-1, False), (3, True)):
-        want = _sample_local(local, seeds, fanout, replace, None, 99)
+        want = sample_local(local, seeds, fanout, replace, None, 99)
         got = csc.sample(torch.from_numpy(seeds), fanout, replace, 99)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a.numpy(), b)
@@ -350,10 +351,10 @@ def test_gpu_blocks_are_valid(small_graph: Graph, graph_memory: str, fanouts, re
         check_valid(small_graph, seeds, fanouts, result, replace)
         # The partition is placed once and reused.
         sampler.sample_blocks(g, seeds[:50], rng_seed=5)
-        assert len(sampler._placed) == 1
+        assert len(sampler._backend._placed) == 1
     finally:
         sampler.close()
-    assert not sampler._placed
+    assert not sampler._backend._placed
 
 
 @needs_cuda
@@ -409,7 +410,7 @@ def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(
         assert np.all((positions >= starts) & (positions < ends))
         np.testing.assert_array_equal(src, local.local2global[local.indices[positions]])
         # Take-all equals the CPU path exactly.
-        want = _sample_local(local, seeds, -1, False, None, 3)
+        want = sample_local(local, seeds, -1, False, None, 3)
         for a, b in zip(csc.sample(torch.from_numpy(seeds).cuda(), -1, False, 3), want, strict=True):
             np.testing.assert_array_equal(a.cpu().numpy(), b)
     finally:
@@ -451,7 +452,7 @@ def test_gpu_sampling_on_a_cluster_is_valid_and_takes_all_like_the_cpu(cluster_g
     try:
         seeds = np.random.default_rng(4).choice(g.num_nodes(), 300, replace=False)
         assert_blocks_equal(sampler.sample_blocks(g, seeds, 2), NeighborSampler([-1, -1]).sample_blocks(g, seeds, 2))
-        (placed,) = sampler._placed.values()
+        (placed,) = sampler._backend._placed.values()
         assert (
             placed.indices.is_cuda == (graph_memory == "gpu") and placed.indices.is_pinned() != placed.indices.is_cuda
         )

@@ -12,7 +12,9 @@ import torch
 
 from distgnn.data import synthetic
 from distgnn.data.graph import Graph
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, _merge
+from distgnn.sampling.cpu import merge
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 
 
 def check_blocks(
@@ -70,7 +72,7 @@ def test_merge_scatters_owner_groups_back_into_seed_order() -> None:
         src = np.concatenate([s * 100 + np.arange(counts[s]) for s in where]) if len(where) else np.zeros(0, np.int64)
         wheres.append(where)
         results.append((counts[where], src.astype(np.int64), -src.astype(np.int64)))
-    got_counts, got_src, got_eids = _merge(num_seeds, wheres, results)
+    got_counts, got_src, got_eids = merge(num_seeds, wheres, results)
     want = np.concatenate([s * 100 + np.arange(counts[s]) for s in range(num_seeds)])
     np.testing.assert_array_equal(got_counts, counts)
     np.testing.assert_array_equal(got_src, want)

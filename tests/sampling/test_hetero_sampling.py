@@ -136,7 +136,8 @@ def test_typed_fanouts_name_real_edge_types(served):
 
 
 def test_in_process_typed_graph_samples_the_same_way():
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
 
     graph = toy_hetero(5)
     g = InProcessGraph(graph)
@@ -182,7 +183,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.mark.parametrize("fanouts", [[2, 3], [{"r1": 1, "r2": 3, "r3": -1}, {"r4": 2, "r1": 2}]])
 def test_typed_sampling_on_a_device_holds_real_edges_within_fanouts(device, fanouts):
     """The torch path (``device="cpu"``) and the GPU sampler (``"cuda"``, one launch per distinct fanout)."""
-    from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.sampling.neighbor import NeighborSampler
+    from distgnn.sampling.source import InProcessGraph
 
     graph = toy_hetero(7)
     g = InProcessGraph(graph)

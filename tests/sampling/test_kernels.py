@@ -13,9 +13,9 @@ from sampling_graphs import random_csc
 
 from distgnn.errors import ExtensionBuildError
 from distgnn.native import cpu as native_cpu
-from distgnn.sampling import kernels, reference
+from distgnn.sampling import cpu, reference
 
-IMPLS = [kernels, reference]
+IMPLS = [cpu, reference]
 # Upper 0.9999 quantiles of chi-square, by degrees of freedom: loose on purpose,
 # the streams are seeded so a pass is reproducible.
 CHI2_CRITICAL = {1: 15.1, 2: 18.4, 4: 23.5, 5: 25.7, 19: 47.0, 29: 59.7}
@@ -74,12 +74,12 @@ def test_per_seed_fanouts_give_each_seed_its_own_count(impl, replace):
     for f in np.unique(fanouts):
         mine = fanouts == f
         np.testing.assert_array_equal(counts[mine], expected_counts(indptr, seeds[mine], int(f), replace))
-    if impl is kernels:
+    if impl is cpu:
         # Seed i draws from stream (rng_seed, i) whatever the others' fanouts: a call with one fanout for
         # all seeds picks the same edges for the seeds that have that fanout.
         picked = split_by_seed(counts, positions)
         for f in np.unique(fanouts):
-            same_counts, same_positions = kernels.sample_neighbors(indptr, indices, seeds, int(f), replace, None, 3)
+            same_counts, same_positions = cpu.sample_neighbors(indptr, indices, seeds, int(f), replace, None, 3)
             same = split_by_seed(same_counts, same_positions)
             for i in np.flatnonzero(fanouts == f):
                 np.testing.assert_array_equal(picked[i], same[i])
@@ -96,7 +96,7 @@ def test_all_neighbours_match_reference_exactly(replace):
     if not replace:
         cases += [dict(fanout=12), dict(fanout=50, prob=prob)]
     for case in cases:
-        got = kernels.sample_neighbors(indptr, indices, seeds, replace=replace, **case)
+        got = cpu.sample_neighbors(indptr, indices, seeds, replace=replace, **case)
         want = reference.sample_neighbors(indptr, indices, seeds, replace=replace, **case)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w)
@@ -184,22 +184,20 @@ def test_returned_neighbors_and_take_gather_indices(index_dtype):
     rng = np.random.default_rng(8)
     indptr, indices = random_csc(rng, 3000, 30, index_dtype)
     seeds = rng.integers(0, 3000, 5000)
-    counts, positions = kernels.sample_neighbors(indptr, indices, seeds, 7, rng_seed=2)
-    counts2, positions2, neighbors = kernels.sample_neighbors(
-        indptr, indices, seeds, 7, rng_seed=2, return_neighbors=True
-    )
+    counts, positions = cpu.sample_neighbors(indptr, indices, seeds, 7, rng_seed=2)
+    counts2, positions2, neighbors = cpu.sample_neighbors(indptr, indices, seeds, 7, rng_seed=2, return_neighbors=True)
     np.testing.assert_array_equal(counts2, counts)
     np.testing.assert_array_equal(positions2, positions)
     assert neighbors.dtype == np.int64
     np.testing.assert_array_equal(neighbors, indices[positions])
     for threads in (1, 2):
-        taken = kernels.take(indices, positions, num_threads=threads)
+        taken = cpu.take(indices, positions, num_threads=threads)
         assert taken.dtype == np.int64
         np.testing.assert_array_equal(taken, indices[positions])
     with pytest.raises(ValueError, match="out of range"):
-        kernels.take(indices, np.array([0, len(indices)]))
+        cpu.take(indices, np.array([0, len(indices)]))
     with pytest.raises(ValueError, match="int32 or int64"):
-        kernels.take(indices.astype(np.float64), positions)
+        cpu.take(indices.astype(np.float64), positions)
 
 
 @pytest.mark.parametrize("prob", [False, True])
@@ -210,18 +208,18 @@ def test_result_does_not_depend_on_thread_count(replace, prob):
     weights = rng.random(len(indices)).astype(np.float32) if prob else None
     seeds = rng.integers(0, 5000, 20000)
     runs = [
-        kernels.sample_neighbors(indptr, indices, seeds, 10, replace, weights, rng_seed=99, num_threads=t)
+        cpu.sample_neighbors(indptr, indices, seeds, 10, replace, weights, rng_seed=99, num_threads=t)
         for t in (1, 2, 3, None)
     ]
     for counts, positions in runs[1:]:
         np.testing.assert_array_equal(counts, runs[0][0])
         np.testing.assert_array_equal(positions, runs[0][1])
-    other = kernels.sample_neighbors(indptr, indices, seeds, 10, replace, weights, rng_seed=100)
+    other = cpu.sample_neighbors(indptr, indices, seeds, 10, replace, weights, rng_seed=100)
     assert not np.array_equal(other[1], runs[0][1])
 
 
 def _sample_in_child(indptr, indices, seeds, expected, queue):
-    _, positions = kernels.sample_neighbors(indptr, indices, seeds, 5, rng_seed=1, num_threads=2)
+    _, positions = cpu.sample_neighbors(indptr, indices, seeds, 5, rng_seed=1, num_threads=2)
     queue.put(bool(np.array_equal(positions, expected)))
 
 
@@ -229,7 +227,7 @@ def test_forked_child_can_sample_after_parent_used_threads():
     rng = np.random.default_rng(4)
     indptr, indices = random_csc(rng, 5000, 20)
     seeds = rng.integers(0, 5000, 10000)
-    _, expected = kernels.sample_neighbors(indptr, indices, seeds, 5, rng_seed=1, num_threads=2)
+    _, expected = cpu.sample_neighbors(indptr, indices, seeds, 5, rng_seed=1, num_threads=2)
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_sample_in_child, args=(indptr, indices, seeds, expected, queue))
@@ -252,7 +250,7 @@ def test_to_block_matches_reference(num_edges, id_range):
     pool = np.concatenate([dst[:50], rng.integers(0, id_range, 400)])
     src = rng.choice(pool, num_edges)
     eids = rng.integers(0, 10**7, num_edges)
-    got = kernels.to_block(dst, counts, src, eids)
+    got = cpu.to_block(dst, counts, src, eids)
     want = reference.to_block(dst, counts, src, eids)
     for name in ("src_nids", "indptr", "indices", "eids"):
         assert getattr(got, name).dtype == getattr(want, name).dtype
@@ -263,8 +261,8 @@ def test_to_block_matches_reference(num_edges, id_range):
 
 
 def test_to_block_twice_in_a_row_does_not_mix_calls():
-    first = kernels.to_block(np.array([4, 2]), np.array([2, 1]), np.array([7, 4, 9]), np.array([0, 1, 2]))
-    second = kernels.to_block(np.array([9]), np.array([2]), np.array([7, 3]), np.array([5, 6]))
+    first = cpu.to_block(np.array([4, 2]), np.array([2, 1]), np.array([7, 4, 9]), np.array([0, 1, 2]))
+    second = cpu.to_block(np.array([9]), np.array([2]), np.array([7, 3]), np.array([5, 6]))
     np.testing.assert_array_equal(first.src_nids.numpy(), [4, 2, 7, 9])
     np.testing.assert_array_equal(first.indices.numpy(), [2, 0, 3])
     np.testing.assert_array_equal(second.src_nids.numpy(), [9, 7, 3])
@@ -274,15 +272,15 @@ def test_to_block_twice_in_a_row_does_not_mix_calls():
 def test_to_block_rejects_bad_input():
     dst, counts = np.array([3, 1]), np.array([1, 1])
     with pytest.raises(ValueError, match="unique"):
-        kernels.to_block(np.array([3, 3]), counts, np.array([5, 6]), np.array([0, 1]))
+        cpu.to_block(np.array([3, 3]), counts, np.array([5, 6]), np.array([0, 1]))
     with pytest.raises(ValueError, match="sum"):
-        kernels.to_block(dst, np.array([1, 2]), np.array([5, 6]), np.array([0, 1]))
+        cpu.to_block(dst, np.array([1, 2]), np.array([5, 6]), np.array([0, 1]))
     with pytest.raises(ValueError, match="one entry per dst"):
-        kernels.to_block(dst, np.array([2]), np.array([5, 6]), np.array([0, 1]))
+        cpu.to_block(dst, np.array([2]), np.array([5, 6]), np.array([0, 1]))
     with pytest.raises(ValueError, match="negative"):
-        kernels.to_block(dst, counts, np.array([5, -6]), np.array([0, 1]))
+        cpu.to_block(dst, counts, np.array([5, -6]), np.array([0, 1]))
     with pytest.raises(ValueError, match="integer"):
-        kernels.to_block(dst, counts, np.array([5.0, 6.0]), np.array([0, 1]))
+        cpu.to_block(dst, counts, np.array([5.0, 6.0]), np.array([0, 1]))
 
 
 def test_sample_neighbors_rejects_bad_input():
@@ -306,18 +304,18 @@ def test_sample_neighbors_rejects_bad_input():
     for message, override in cases.items():
         args = dict(indptr=indptr, indices=indices, seeds=seeds, fanout=3) | override
         with pytest.raises(ValueError, match=message):
-            kernels.sample_neighbors(**args)
+            cpu.sample_neighbors(**args)
 
     corrupt = indptr.copy()
     busy = int(np.argmax(np.diff(indptr)))
     corrupt[busy + 1] = corrupt[busy] - 1
     with pytest.raises(ValueError, match="indptr is corrupt"):
-        kernels.sample_neighbors(corrupt, indices, np.array([busy]), 3)
+        cpu.sample_neighbors(corrupt, indices, np.array([busy]), 3)
     for bad in (-1.0, np.nan, np.inf):
         prob = np.ones(len(indices), dtype=np.float32)
         prob[indptr[busy]] = bad
         with pytest.raises(ValueError, match="negative or non-finite"):
-            kernels.sample_neighbors(indptr, indices, np.array([busy]), 3, prob=prob)
+            cpu.sample_neighbors(indptr, indices, np.array([busy]), 3, prob=prob)
 
 
 BUILD_SCRIPT = """

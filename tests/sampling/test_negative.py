@@ -16,7 +16,7 @@ from distgnn.sampling.negative import (
     all_in_degrees,
     negative_sampler,
 )
-from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.sampling.source import InProcessGraph
 
 
 def _graph(num_nodes=50, num_edges=400, seed=0) -> InProcessGraph:

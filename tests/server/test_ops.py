@@ -9,7 +9,7 @@ from serving_graphs import child_processes, job_files, small_graph
 from distgnn.errors import RpcError
 from distgnn.partition.format import load_part_array, read_meta
 from distgnn.rpc import RpcClient
-from distgnn.sampling import kernels
+from distgnn.sampling import cpu
 from distgnn.train.cluster import LocalCluster
 
 
@@ -17,7 +17,7 @@ from distgnn.train.cluster import LocalCluster
 def served(tmp_path_factory):
     # An installed distgnn ships the compiled sampler; in a source tree whose C++ changed, build it
     # here once, so the servers' first 'sample' loads it instead of compiling within an RPC deadline.
-    kernels.extension()
+    cpu.extension()
     graph = small_graph(tmp_path_factory.mktemp("ops") / "out", num_parts=2)
     with (
         LocalCluster(graph.json_path, servers_per_machine=2, rpc_timeout_s=20) as cluster,
@@ -330,7 +330,7 @@ def test_sample_equals_the_kernel_run_on_the_partition_files(served, replace):
     meta = read_meta(graph.json_path)
     arrays = {name: load_part_array(meta, 1, name) for name in ("indptr", "indices", "eids", "local2global")}
     seeds = np.random.default_rng(4).permutation(np.arange(*graph.node_map[1], dtype=np.int64))[:60]
-    counts, positions = kernels.sample_neighbors(
+    counts, positions = cpu.sample_neighbors(
         arrays["indptr"], arrays["indices"], seeds - graph.node_map[1][0], 4, replace=replace, rng_seed=99
     )
     got = client.call(1, "sample", {"fanout": 4, "replace": replace, "seed": 99}, [seeds], server_id=1).arrays

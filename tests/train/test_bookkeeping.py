@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import GraphSAGE
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import EpochMeter
 

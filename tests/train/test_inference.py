@@ -8,7 +8,8 @@ import torch
 from distgnn.data import synthetic
 from distgnn.errors import InputError
 from distgnn.nn import GAT, GraphSAGE
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train.inference import accuracy_by_mask, layerwise_inference
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from distgnn.data.datasets import add_dataset_args
-from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 SCRIPT = Path(__file__).resolve().parents[1] / "launch_progs" / "job_script.py"
