@@ -19,7 +19,8 @@ from distgnn.data.synthetic import synthetic
 from distgnn.errors import ConfigError, InputError
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.sampling.block import Block
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
 from distgnn.train.step import (
     IGNORE_INDEX,
     WARMUP_STEPS,
