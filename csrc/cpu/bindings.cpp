@@ -16,6 +16,7 @@
 #include "relabel.h"
 #include "rows.h"
 #include "sample.h"
+#include "temporal.h"
 
 // Hash of the sources, set by the build (distgnn/native/cpu.py), so a
 // stale installed binary can be told apart from the current sources.
@@ -257,6 +258,41 @@ void copy_rows(const py::array& src, const py::object& src_rows, py::array& dst,
   distgnn::copy_rows(src_data, src.shape(0), src_index, dst_data, dst.shape(0), dst_index, n, row_bytes, num_threads);
 }
 
+
+py::tuple temporal_sample(const py::array& indptr, const py::array& neighbors, const py::array& times,
+                          const py::array& eids, const py::array& roots, const py::array& root_times, int64_t k,
+                          bool uniform, uint64_t rng_seed, int num_threads) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  const int64_t* neighbors_data = vector_data<int64_t>(neighbors, "neighbors", "int64");
+  const double* times_data = vector_data<double>(times, "times", "float64");
+  const int64_t* eids_data = vector_data<int64_t>(eids, "eids", "int64");
+  const int64_t* roots_data = vector_data<int64_t>(roots, "roots", "int64");
+  const double* root_times_data = vector_data<double>(root_times, "root_times", "float64");
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have num_nodes + 1 >= 1 entries, got 0");
+  const int64_t num_entries = neighbors.shape(0), num_nodes = indptr.shape(0) - 1, num_roots = roots.shape(0);
+  if (times.shape(0) != num_entries || eids.shape(0) != num_entries)
+    throw std::invalid_argument("neighbors, times and eids must have one entry each per CSR position");
+  if (indptr_data[0] != 0 || indptr_data[num_nodes] != num_entries)
+    throw std::invalid_argument("indptr must start at 0 and end at len(neighbors) = " + std::to_string(num_entries));
+  if (root_times.shape(0) != num_roots)
+    throw std::invalid_argument("root_times must have one time per root (" + std::to_string(num_roots) + "), got " +
+                                std::to_string(root_times.shape(0)));
+  if (k < 0) throw std::invalid_argument("k must be >= 0, got " + std::to_string(k));
+  py::array_t<int64_t> out_neighbors({num_roots, k}), out_eids({num_roots, k}), counts(num_roots);
+  py::array_t<double> out_times({num_roots, k});
+  const distgnn::TemporalCsrView csr{indptr_data, num_nodes, num_entries, neighbors_data, times_data, eids_data};
+  int64_t* nbr = out_neighbors.mutable_data();
+  double* when = out_times.mutable_data();
+  int64_t* eid = out_eids.mutable_data();
+  int64_t* count = counts.mutable_data();
+  {
+    py::gil_scoped_release release;
+    distgnn::temporal_sample(csr, roots_data, root_times_data, num_roots, k, uniform, rng_seed, num_threads, nbr,
+                             when, eid, count);
+  }
+  return py::make_tuple(out_neighbors, out_times, out_eids, counts);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu_kernels, m) {
@@ -282,4 +318,9 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         py::arg("rng_seed"), py::arg("num_threads"), "out = relu(x) * keep * scale (see nn_ops.h); out may be x.");
   m.def("relu_dropout_backward", &relu_dropout_backward, py::arg("out"), py::arg("grad"), py::arg("grad_in"),
         py::arg("scale"), py::arg("num_threads"), "grad_in = grad * scale where out > 0, else 0.");
+  m.def("temporal_sample", &temporal_sample, py::arg("indptr"), py::arg("neighbors"), py::arg("times"),
+        py::arg("eids"), py::arg("roots"), py::arg("root_times"), py::arg("k"), py::arg("uniform"),
+        py::arg("rng_seed"), py::arg("num_threads"),
+        "Returns (neighbors [R,k] int64, times [R,k] float64, eids [R,k] int64, counts [R] int64); see "
+        "distgnn.temporal.sampler.");
 }

@@ -1,4 +1,5 @@
-"""Datasets by name, as the examples take them: ``cora``, ``citeseer``, ``pubmed``, ``synthetic``, ``npz:PATH``.
+"""Datasets by name, as the examples take them: ``cora``, ``citeseer``, ``pubmed``, ``synthetic``, ``npz:PATH``;
+event streams for temporal training: ``events:PATH``, ``synthetic-events:NODES:EVENTS``.
 
 A name is a kind, optionally followed by ``:ARGUMENT`` (``npz:graph.npz``); each kind is registered once
 (:func:`register`) with its loader and the graph name its partitions get, so heterogeneous kinds
@@ -10,6 +11,7 @@ directory or writes one.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
 
 
@@ -29,6 +32,7 @@ class DatasetSpec:
         data_dir: directory of the Planetoid ``ind.<name>.*`` files (None: downloaded into the cache).
         num_nodes, avg_degree, feat_dim, num_classes, seed: the synthetic generator's size and seed.
         num_papers: the synthetic-mag generator's paper count (it shares feat_dim, num_classes, seed).
+        bipartite: event streams: renumber destinations after sources (JODIE's user/item convention).
     """
 
     name: str
@@ -39,6 +43,7 @@ class DatasetSpec:
     num_classes: int = 16
     seed: int = 0
     num_papers: int = 20000
+    bipartite: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DatasetSpec:
@@ -52,6 +57,7 @@ class DatasetSpec:
             args.synthetic_classes,
             args.seed,
             getattr(args, "num_papers", cls.num_papers),
+            getattr(args, "bipartite", False),
         )
 
     @property
@@ -107,8 +113,11 @@ def graph_name(spec: DatasetSpec) -> str:
 
 
 def load_dataset(spec: DatasetSpec) -> Any:
-    """The dataset's in-memory graph (a ``distgnn.data.Graph`` for the built-in kinds), named by ``graph_name``."""
+    """The dataset's in-memory graph (a ``distgnn.data.Graph`` for the built-in graph kinds; an
+    :class:`~distgnn.data.events.EventStream` for the event kinds), named by ``graph_name``."""
     g = _lookup(spec).load(spec)
+    if isinstance(g, EventStream):  # frozen
+        return dataclasses.replace(g, name=graph_name(spec))
     g.name = graph_name(spec)
     return g
 
@@ -213,7 +222,40 @@ def _chunked_name(spec: DatasetSpec) -> str:
 
 for _name in ("cora", "citeseer", "pubmed"):
     register(_name, _planetoid)
+
+
+def _events(spec: DatasetSpec) -> Any:
+    """An event stream (:class:`~distgnn.data.events.EventStream`), not a graph: for temporal training."""
+    from distgnn.data.events import read_events
+
+    return read_events(spec.argument, bipartite=spec.bipartite)
+
+
+def _synthetic_events_size(spec: DatasetSpec) -> tuple[int, int]:
+    try:
+        nodes, events = (int(v) for v in spec.argument.split(":"))
+    except ValueError:
+        raise ConfigError(
+            f"--dataset {spec.name}: expected synthetic-events:NODES:EVENTS, e.g. synthetic-events:2000:60000"
+        ) from None
+    return nodes, events
+
+
+def _synthetic_events(spec: DatasetSpec) -> Any:
+    """A synthetic event stream of ``synthetic-events:NODES:EVENTS`` (seeded by ``--seed``)."""
+    from distgnn.data.events import synthetic_events
+
+    return synthetic_events(*_synthetic_events_size(spec), seed=spec.seed)
+
+
+def _synthetic_events_name(spec: DatasetSpec) -> str:
+    nodes, events = _synthetic_events_size(spec)
+    return f"synthetic-events-n{nodes}-e{events}-s{spec.seed}"
+
+
 register("synthetic", _synthetic, _synthetic_name)
 register("npz", _npz, lambda spec: Path(spec.argument).stem, takes_argument=True)
 register("synthetic-mag", _synthetic_mag, _synthetic_mag_name)
 register("chunked", _chunked, _chunked_name, takes_argument=True)
+register("events", _events, lambda spec: Path(spec.argument).stem, takes_argument=True)
+register("synthetic-events", _synthetic_events, _synthetic_events_name, takes_argument=True)

@@ -1,9 +1,10 @@
 """Builds (on first use) and loads distgnn's CUDA extensions from ``csrc/cuda``.
 
-Three extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
+Four extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
 and host-memory helpers; :func:`gather_kernels`), the graph kernels (``distgnn_graph_cuda``: neighbour
-sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`) and the fused nn ops
-(``distgnn_nn_cuda``: ReLU + dropout; :func:`nn_kernels`).
+sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`), the fused nn ops
+(``distgnn_nn_cuda``: ReLU + dropout; :func:`nn_kernels`) and the temporal sampler
+(``distgnn_temporal_cuda``; :func:`temporal_kernels`).
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
 minute) and later processes load the cached library. :func:`cuda_extension` does this for each of them.
@@ -30,6 +31,8 @@ GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 GRAPH_EXTENSION = "distgnn_graph_cuda"
 NN_SOURCES = ("nn_binding.cpp", "relu_dropout.cu")
 NN_EXTENSION = "distgnn_nn_cuda"
+TEMPORAL_SOURCES = ("temporal_sample.cu",)
+TEMPORAL_EXTENSION = "distgnn_temporal_cuda"
 
 
 def build_directory(prefix: str = "gather") -> Path:
@@ -108,3 +111,9 @@ def nn_kernels() -> ModuleType:
     """The compiled fused nn extension (ReLU + dropout); raises ExtensionBuildError when CUDA is absent or the
     build failed."""
     return cuda_extension(NN_EXTENSION, NN_SOURCES, "nn")
+
+
+def temporal_kernels() -> ModuleType:
+    """The compiled temporal sampling extension; raises ExtensionBuildError when CUDA is absent or the build
+    failed."""
+    return cuda_extension(TEMPORAL_EXTENSION, TEMPORAL_SOURCES, "temporal")

@@ -1,0 +1,300 @@
+"""TGN training: distgnn.temporal against PyG's TGN on the same stream, same machine, same run.
+
+Both sides get the configuration of PyG's examples/tgn.py: memory, time and embedding dims 100, the 10 most
+recent neighbours, one attention layer with 2 heads, a 2-layer MLP link predictor, batches of 200 events
+against one uniform random destination each, Adam with lr 1e-4, a chronological 70/15/15 split. The PyG side
+is built from ``TGNMemory`` (identity message, last aggregator), ``LastNeighborLoader`` and
+``TransformerConv``. Epochs of the two alternate (distgnn's epoch e, then PyG's epoch e), so load from other
+work on a shared machine falls on both. Both are scored by the same code: AP and AUC per held-out batch
+against one random destination per event, averaged. The table gives seconds per training epoch (median),
+training events per second, validation and test AP after the last epoch, and the speed ratio.
+
+``--scaling 1,2,4`` also runs examples/tgn/train_dist.py with memory parallelism on 1, 2 and 4 simulated
+machines (one torch thread each) and reports the time each takes to reach the single trainer's best
+validation AP.
+
+    python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
+    python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
+    python benchmarks/train_tgn.py --device cuda                       # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distgnn.data.events import EventStream
+from distgnn.nn.temporal import TGN
+from distgnn.temporal import build_temporal_csr
+from distgnn.temporal.job import load_stream
+from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLEGE_MSG = ROOT / ".." / "shared" / "data" / "snap" / "CollegeMsg.txt"
+DIM, NEIGHBORS, BATCH, LR = 100, 10, 200, 1e-4
+
+
+class Ours:
+    name = "distgnn"
+
+    def __init__(self, events: EventStream, device: torch.device, seed: int):
+        torch.manual_seed(seed)
+        self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2).to(device)
+        self.runner = TGNRunner(self.model, events, build_temporal_csr(events), device, NEIGHBORS, seed=seed)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR, foreach=True)  # as the example
+        self.train_end, self.val_end = chronological_split(len(events))
+        self.num_events = len(events)
+
+    def epoch(self) -> float:
+        _, timing = train_epoch(self.runner, batch_ranges(0, self.train_end, BATCH), self.optimizer)
+        return timing.seconds
+
+    def evaluate(self) -> tuple[float, float]:
+        val = self.runner.evaluate(batch_ranges(self.train_end, self.val_end, BATCH))
+        test = self.runner.evaluate(batch_ranges(self.val_end, self.num_events, BATCH))
+        return val["ap"], test["ap"]
+
+
+class PygAttention(nn.Module):
+    """PyG example's embedding: TransformerConv (2 heads, dropout 0.1) over edges carrying time encoding and
+    message."""
+
+    def __init__(self, in_dim: int, out_dim: int, msg_dim: int, time_enc: nn.Module):
+        from torch_geometric.nn import TransformerConv
+
+        super().__init__()
+        self.time_enc = time_enc
+        self.conv = TransformerConv(
+            in_dim, out_dim // 2, heads=2, dropout=0.1, edge_dim=msg_dim + time_enc.out_channels
+        )
+
+    def forward(self, x, last_update, edge_index, t, msg):
+        rel_t = last_update[edge_index[0]] - t
+        edge_attr = torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1)
+        return self.conv(x, edge_index, edge_attr)
+
+
+class PygPredictor(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.src, self.dst, self.final = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, 1)
+
+    def forward(self, z_src, z_dst):
+        return self.final((self.src(z_src) + self.dst(z_dst)).relu())
+
+
+class Pyg:
+    name = "PyG TGN"
+
+    def __init__(self, events: EventStream, device: torch.device, seed: int):
+        from torch_geometric.data import TemporalData
+        from torch_geometric.loader import TemporalDataLoader
+        from torch_geometric.nn import TGNMemory
+        from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader
+
+        torch.manual_seed(seed)
+        # PyG's message store cannot hold 0-wide messages: a stream without features gets one zero column.
+        msg = torch.from_numpy(events.feat) if events.feat is not None else torch.zeros(len(events), 1)
+        # PyG keeps times as integers; the streams here have integral times (CollegeMsg: UNIX seconds).
+        data = TemporalData(
+            src=torch.from_numpy(events.src),
+            dst=torch.from_numpy(events.dst),
+            t=torch.from_numpy(events.time).long(),
+            msg=msg,
+        ).to(device)
+        self.data, self.device = data, device
+        train_end, val_end = chronological_split(len(events))
+        self.loaders = [
+            TemporalDataLoader(part, batch_size=BATCH, neg_sampling_ratio=1.0)
+            for part in (data[:train_end], data[train_end:val_end], data[val_end:])
+        ]
+        self.memory = TGNMemory(
+            events.num_nodes, msg.shape[1], DIM, DIM, IdentityMessage(msg.shape[1], DIM, DIM), LastAggregator()
+        ).to(device)
+        self.gnn = PygAttention(DIM, DIM, msg.shape[1], self.memory.time_enc).to(device)
+        self.predictor = PygPredictor(DIM).to(device)
+        params = set(self.memory.parameters()) | set(self.gnn.parameters()) | set(self.predictor.parameters())
+        self.optimizer = torch.optim.Adam(params, lr=LR)
+        self.neighbors = LastNeighborLoader(events.num_nodes, size=NEIGHBORS, device=device)
+        self.assoc = torch.empty(events.num_nodes, dtype=torch.long, device=device)
+
+    def _batch(self, batch):
+        n_id, edge_index, e_id = self.neighbors(batch.n_id)
+        self.assoc[n_id] = torch.arange(n_id.size(0), device=self.device)
+        z, last_update = self.memory(n_id)
+        z = self.gnn(z, last_update, edge_index, self.data.t[e_id].to(self.device), self.data.msg[e_id])
+        pos = self.predictor(z[self.assoc[batch.src]], z[self.assoc[batch.dst]])
+        neg = self.predictor(z[self.assoc[batch.src]], z[self.assoc[batch.neg_dst]])
+        return pos, neg
+
+    def _apply(self, batch):
+        self.memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
+        self.neighbors.insert(batch.src, batch.dst)
+
+    def epoch(self) -> float:
+        start = time.perf_counter()
+        self.memory.train(), self.gnn.train(), self.predictor.train()
+        self.memory.reset_state()
+        self.neighbors.reset_state()
+        for batch in self.loaders[0]:
+            batch = batch.to(self.device)
+            self.optimizer.zero_grad()
+            pos, neg = self._batch(batch)
+            loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
+            loss = loss + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg))
+            self._apply(batch)
+            loss.backward()
+            self.optimizer.step()
+            self.memory.detach()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    @torch.no_grad()
+    def _score(self, loader) -> float:
+        self.memory.eval(), self.gnn.eval(), self.predictor.eval()
+        aps = []
+        for batch in loader:
+            batch = batch.to(self.device)
+            pos, neg = self._batch(batch)
+            aps.append(average_precision(pos.squeeze(-1).cpu().numpy(), neg.squeeze(-1).cpu().numpy()))
+            self._apply(batch)
+        return float(np.mean(aps))
+
+    def evaluate(self) -> tuple[float, float]:
+        return self._score(self.loaders[1]), self._score(self.loaders[2])
+
+
+def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
+    device = torch.device(args.device)
+    systems = [Ours(events, device, args.seed)]
+    if "pyg" in args.systems:
+        systems.append(Pyg(events, device, args.seed))
+    times: dict[str, list[float]] = {s.name: [] for s in systems}
+    aps: dict[str, tuple[float, float]] = {}
+    for epoch in range(args.epochs):
+        for system in systems:
+            seconds = system.epoch()
+            times[system.name].append(seconds)
+            print(f"  {system.name} epoch {epoch}: {seconds:.2f} s", file=sys.stderr, flush=True)
+    for system in systems:
+        aps[system.name] = system.evaluate()
+    train_events = chronological_split(len(events))[0]
+    rows = []
+    for system in systems:
+        seconds = statistics.median(times[system.name])
+        rows.append(
+            {
+                "system": system.name,
+                "s_per_epoch": seconds,
+                "events_per_s": train_events / seconds,
+                "val_ap": aps[system.name][0],
+                "test_ap": aps[system.name][1],
+            }
+        )
+    return rows
+
+
+def scaling(args: argparse.Namespace) -> list[dict]:
+    """Memory parallelism on 1, 2, 4 simulated machines: time to the single trainer's best val AP."""
+    rows = []
+    for trainers in [int(n) for n in args.scaling.split(",")]:
+        run_dir = Path(args.workdir) / f"scaling-{trainers}-{time.strftime('%H%M%S')}"
+        mode = (
+            ["--single"]
+            if trainers == 1
+            else ["--local", "--num-parts", str(trainers), "--memory-parallelism", str(trainers)]
+        )
+        cmd = [
+            sys.executable,
+            str(ROOT / "examples" / "tgn" / "train_dist.py"),
+            *mode,
+            "--dataset",
+            args.dataset,
+            "--epochs",
+            str(args.epochs),
+            "--num-threads",
+            "1",
+            "--seed",
+            str(args.seed),
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+        epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        epochs = [e for e in epochs if e["kind"] == "epoch"]
+        rows.append({"trainers": trainers, "epochs": epochs})
+    best = max(e["val_ap"] for e in rows[0]["epochs"])
+    table = []
+    for row in rows:
+        elapsed, reached = 0.0, None
+        for record in row["epochs"]:
+            elapsed += record["epoch_time_s"]
+            if reached is None and record["val_ap"] >= best - 1e-9:
+                reached = elapsed
+        table.append(
+            {
+                "trainers": row["trainers"],
+                "best_val_ap": max(e["val_ap"] for e in row["epochs"]),
+                "train_s_to_target": reached,
+            }
+        )
+    base = table[0]["train_s_to_target"]
+    for row in table:
+        row["ratio"] = row["train_s_to_target"] / base if row["train_s_to_target"] and base else None
+    return table
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", default=f"events:{COLLEGE_MSG}")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--threads", type=int, default=1, help="torch threads (both systems)")
+    p.add_argument("--systems", default="distgnn,pyg")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scaling", default="", help="e.g. 1,2,4: memory-parallel trainers (simulated machines)")
+    p.add_argument("--workdir", default=".work/bench-tgn")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    events = load_stream(args.dataset, seed=args.seed)
+    print(
+        f"stream {args.dataset}: {len(events)} events, {events.num_nodes} nodes; device {args.device}, "
+        f"{args.threads} thread(s); {args.epochs} epochs; {time.strftime('%Y-%m-%d %H:%M')}",
+        flush=True,
+    )
+    rows = compare(events, args)
+    ours = rows[0]["s_per_epoch"]
+    print(f"{'system':<10} {'s/epoch':>9} {'events/s':>10} {'val AP':>8} {'test AP':>8} {'speed vs PyG':>13}")
+    peer = rows[-1]["s_per_epoch"] if len(rows) > 1 else ours
+    for row in rows:
+        ratio = peer / row["s_per_epoch"]
+        print(
+            f"{row['system']:<10} {row['s_per_epoch']:>9.2f} {row['events_per_s']:>10,.0f} "
+            f"{row['val_ap']:>8.4f} {row['test_ap']:>8.4f} {ratio:>12.2f}x"
+        )
+    if args.scaling:
+        print(f"\nscaling (memory parallelism, one thread per trainer, {args.epochs} epochs)")
+        print(f"{'trainers':>8} {'best val AP':>12} {'train s to 1-trainer best':>26} {'ratio':>7}")
+        for row in scaling(args):
+            reached = "not reached" if row["train_s_to_target"] is None else f"{row['train_s_to_target']:.1f}"
+            ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
+            print(f"{row['trainers']:>8} {row['best_val_ap']:>12.4f} {reached:>26} {ratio:>7}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

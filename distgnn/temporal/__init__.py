@@ -1,0 +1,12 @@
+"""Temporal graphs: memory-based TGNN training (TGN) on event streams, with DistTGL's parallelisms.
+
+The time-sorted CSR (:mod:`.graph`), the temporal sampler (:mod:`.sampler`, C++ and CUDA kernels behind one
+dispatch point, numpy reference in :mod:`.reference`), the training loop and its evaluation
+(:mod:`.train`), DistTGL's parallelisms (:mod:`.parallel`, :mod:`.memory_group`) and the job (:mod:`.job`).
+May import every component but snapshot.
+"""
+
+from distgnn.temporal.graph import TemporalCSR, build_temporal_csr
+from distgnn.temporal.sampler import TemporalHop, TemporalSampler
+
+__all__ = ["TemporalCSR", "TemporalHop", "TemporalSampler", "build_temporal_csr"]

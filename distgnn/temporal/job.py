@@ -1,0 +1,360 @@
+"""A temporal training job: flags, the local runner, and one trainer's loop with DistTGL's parallelisms.
+
+* :func:`add_temporal_args`: the stream (``--dataset events:PATH`` or ``synthetic-events:NODES:EVENTS``,
+  ``--bipartite``), the model (PyG's TGN example's defaults), the i/j/k flags; the job, checkpoint and metrics
+  flags come from distgnn's shared ones.
+* :func:`prepare`: reads the stream and settles i/j/k (DistTGL's heuristic for unset ones) and rejects bad
+  configurations, before any process starts.
+* :func:`run_local`: this script again as each trainer of the job on this host (torchrun's environment), its
+  stderr streamed, every trainer stopped at the first failure, Ctrl-C or SIGTERM.
+* :func:`run_trainer`: one trainer: its memory copy's time segment, its share of each batch, DDP on weights.
+
+Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
+Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
+oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from distgnn.data.datasets import DatasetSpec, load_dataset
+from distgnn.data.events import EventStream
+from distgnn.errors import ConfigError
+from distgnn.nn.temporal import TGN
+from distgnn.temporal import checkpoint, parallel
+from distgnn.temporal.graph import build_temporal_csr
+from distgnn.temporal.memory_group import MemoryGroup
+from distgnn.temporal.parallel import Parallelism
+from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.train.cluster import _die_with_parent
+from distgnn.train.metrics import metrics_from_args
+
+log = logging.getLogger(__name__)
+
+
+def add_temporal_args(parser: argparse.ArgumentParser) -> None:
+    """The stream, model and parallelism flags of a temporal job."""
+    data = parser.add_argument_group("event stream")
+    data.add_argument(
+        "--dataset",
+        default="synthetic-events:2000:60000",
+        help="events:PATH (CSV src,dst,time[,label,features] or SNAP 'src dst time') or\n"
+        "synthetic-events:NODES:EVENTS (seeded by --seed)",
+    )
+    data.add_argument("--bipartite", action="store_true", help="renumber destinations after sources (JODIE)")
+    model = parser.add_argument_group("model and optimiser (PyG's TGN example's defaults)")
+    model.add_argument("--batch-size", type=int, default=200)
+    model.add_argument("--lr", type=float, default=1e-4)
+    model.add_argument("--memory-dim", type=int, default=100)
+    model.add_argument("--time-dim", type=int, default=100)
+    model.add_argument("--embedding-dim", type=int, default=100)
+    model.add_argument("--heads", type=int, default=2)
+    model.add_argument("--neighbors", type=int, default=10, help="most recent neighbours per node")
+    model.add_argument("--static-memory-dim", type=int, default=0, help="DistTGL's static node memory (0: off)")
+    parallel.add_parallel_args(parser)
+
+
+def load_stream(spec: str, bipartite: bool = False, seed: int = 0) -> EventStream:
+    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`)."""
+    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite))
+    if not isinstance(stream, EventStream):
+        raise ConfigError(f"--dataset {spec} is a graph, not an event stream: use events:PATH or synthetic-events:N:E")
+    return stream
+
+
+@dataclass
+class Plan:
+    """What every trainer agrees on before starting: the stream, its split, the batches, the parallelism."""
+
+    events: EventStream
+    train_end: int
+    val_end: int
+    train_batches: list[tuple[int, int]]
+    parallelism: Parallelism
+
+    def segment(self, copy: int) -> list[tuple[int, int]]:
+        """The training batches of memory copy ``copy``: equal segments (oldest leftover batches dropped)."""
+        k = self.parallelism.memory
+        per_copy = len(self.train_batches) // k
+        skip = len(self.train_batches) - per_copy * k
+        return self.train_batches[skip + copy * per_copy : skip + (copy + 1) * per_copy]
+
+
+def prepare(args: argparse.Namespace) -> Plan:
+    """Reads the stream and checks the parallelism against the job (raises InputError / ConfigError)."""
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    events = load_stream(args.dataset, args.bipartite, args.seed)
+    train_end, val_end = chronological_split(len(events))
+    train_batches = batch_ranges(0, train_end, args.batch_size)
+    num_trainers = 1 if args.single else args.num_parts * args.trainers_per_machine
+    num_machines = 1 if args.single else args.num_parts
+    chosen = parallel.from_args(args, num_trainers, num_machines)
+    parallel.check(chosen, num_trainers, len(train_batches), args.batch_size)
+    return Plan(events, train_end, val_end, train_batches, chosen)
+
+
+def describe(plan: Plan, args: argparse.Namespace) -> str:
+    heuristic = not (args.minibatch_parallelism or args.epoch_parallelism or args.memory_parallelism)
+    origin = "DistTGL's heuristic" if heuristic else "flags"
+    return (
+        f"temporal job: {len(plan.events)} events, {plan.events.num_nodes} nodes, "
+        f"{len(plan.train_batches)} training batches of {args.batch_size}; parallelism "
+        f"{plan.parallelism.describe()} from {origin}"
+    )
+
+
+# -- the local runner --------------------------------------------------------------------------------
+
+
+def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
+    """Runs ``script`` (without ``--local``) as the job's ``num_parts * trainers_per_machine`` trainers on this
+    host; returns 0, the first failed trainer's exit code, 130 after Ctrl-C or 143 after SIGTERM."""
+    world = args.num_parts * args.trainers_per_machine
+    threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    trainers: list[subprocess.Popen] = []
+    try:
+        for rank in range(world):
+            env = dict(os.environ)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(world),
+                GROUP_RANK=str(rank // args.trainers_per_machine),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS=str(threads),
+            )
+            trainers.append(
+                subprocess.Popen(
+                    [sys.executable, str(Path(script).resolve()), *trainer_argv],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent,
+                )
+            )
+        while True:
+            codes = [proc.poll() for proc in trainers]
+            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                rank, code = failed[0]
+                log.error("trainer %d exited with code %d; stopping the job", rank, code)
+                return code if code > 0 else 1
+            if all(code == 0 for code in codes):
+                return 0
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        log.error("interrupted: stopped the job")
+        return 128 + signal.SIGINT
+    finally:
+        for proc in trainers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in trainers:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- one trainer -------------------------------------------------------------------------------------
+
+
+def _group_of(plan: Plan, rank: int, model: TGN, device: torch.device) -> MemoryGroup | None:
+    """The mini-batch-parallel group of ``rank`` (collective: every trainer creates every copy's group)."""
+    par = plan.parallelism
+    if par.minibatch == 1:
+        return None
+    mine = None
+    for copy in range(par.memory):
+        ranks = [par.owner_of(copy) + s for s in range(par.minibatch)]
+        group = dist.new_group(ranks, backend="gloo")
+        if copy == par.copy_of(rank):
+            memory = model.new_memory(device) if rank == ranks[0] else None
+            mine = MemoryGroup(ranks, group, memory, model.memory_dim, model.edge_dim)
+    return mine
+
+
+def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
+    """Trains (and evaluates) as trainer ``RANK`` of the job, or alone with ``--single``; returns the result
+    fields (the same on every trainer)."""
+    distributed = not args.single
+    if distributed:
+        dist.init_process_group("gloo")
+    rank = dist.get_rank() if distributed else 0
+    world = dist.get_world_size() if distributed else 1
+    torch.set_num_threads(args.num_threads or max(1, (os.cpu_count() or 1) // world))
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    try:
+        return _train(args, plan, rank, world, device)
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: torch.device) -> dict:
+    par, events = plan.parallelism, plan.events
+    copy, share = par.copy_of(rank), par.share_of(rank)
+    batches = plan.segment(copy)
+    torch.manual_seed(args.seed)  # identical initial weights everywhere
+    model = TGN(
+        events.num_nodes,
+        events.feat_dim,
+        args.memory_dim,
+        args.time_dim,
+        args.embedding_dim,
+        args.heads,
+        args.static_memory_dim,
+    ).to(device)
+    net: torch.nn.Module = model
+    if world > 1:
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # One multi-tensor update for the ~30 small parameters (the per-tensor loop costs ~10% of a CPU step).
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
+    group = _group_of(plan, rank, model, device) if world > 1 else None
+    # Trainers of one copy draw the same negatives (each takes its share); copies draw their own.
+    runner = TGNRunner(
+        model, events, build_temporal_csr(events), device, args.neighbors, seed=args.seed * 1000 + copy, group=group
+    )
+    owned = {copy: runner.memory} if runner.memory is not None else {}
+    barrier = dist.barrier if world > 1 else (lambda: None)
+    meta = {
+        "num_events": len(events),
+        "num_nodes": events.num_nodes,
+        "parallelism": [par.minibatch, par.epoch, par.memory],
+    }
+    start = checkpoint.Position(0, 0, 0)
+    if args.resume:
+        if not args.checkpoint_dir and args.resume == "auto":
+            raise ConfigError("--resume auto needs --checkpoint-dir")
+        path = checkpoint.latest(os.path.abspath(args.checkpoint_dir)) if args.resume == "auto" else Path(args.resume)
+        if path is not None:
+            loaded = checkpoint.load(path)
+            if loaded.meta != meta:
+                raise ConfigError(f"checkpoint {path} was taken for {loaded.meta}, this job is {meta}")
+            checkpoint.restore(loaded, rank, model, optimizer, runner.generator, owned)
+            start = loaded.position
+            if rank == 0:
+                print(f"resumed from {path} (step {start.step})", flush=True)
+    root = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
+
+    def save(step: int, epoch: int, batch: int) -> None:
+        position = checkpoint.Position(step, epoch, batch)
+        checkpoint.save(
+            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta
+        )
+
+    metrics = metrics_from_args(args, rank)
+    step = start.step
+    epoch_times, val, test = [], {}, {}
+    evaluator = par.owner_of(par.memory - 1)  # holds the copy whose segment ends where validation starts
+    for epoch in range(start.epoch, args.epochs):
+        first = start.batch if epoch == start.epoch else 0
+        trained_s = 0.0
+        if first < len(batches):
+
+            def on_step(index: int, loss: float, epoch: int = epoch, first: int = first) -> None:
+                nonlocal step
+                step += 1
+                if root and args.checkpoint_every and step % args.checkpoint_every == 0:
+                    save(step, epoch, first + index + 1)
+                if metrics is not None and metrics.should_log_step(step):
+                    metrics.log_step(step, epoch, loss=loss)
+
+            loss, timing = train_epoch(
+                runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=first == 0
+            )
+            trained_s = timing.seconds
+            epoch_times.append(trained_s)
+            if root:
+                save(step, epoch, len(batches))
+            if rank == 0:
+                print(
+                    f"epoch {epoch}: loss {loss:.4f}, {trained_s:.2f} s, "
+                    f"{len(plan.train_batches) * args.batch_size / max(trained_s, 1e-9):,.0f} events/s (all trainers)",
+                    flush=True,
+                )
+        if not args.no_eval:
+            val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
+            if rank == 0:
+                print(
+                    f"epoch {epoch}: val AP {val['ap']:.4f} AUC {val['auc']:.4f}, test AP {test['ap']:.4f}", flush=True
+                )
+        if metrics is not None:
+            record = {"step": step, "epoch": epoch, "epoch_time_s": trained_s}
+            record.update({f"val_{k}": v for k, v in val.items()})
+            record.update({f"test_{k}": v for k, v in test.items()})
+            metrics.log("epoch", record)
+    if metrics is not None:
+        metrics.close()
+    epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
+    trained_events = sum(
+        end - begin for begin, end in plan.train_batches[len(plan.train_batches) - len(batches) * par.memory :]
+    )
+    result = {
+        "dataset": args.dataset,
+        "device": str(device),
+        "num_events": len(events),
+        "num_trainers": world,
+        "minibatch_parallelism": par.minibatch,
+        "epoch_parallelism": par.epoch,
+        "memory_parallelism": par.memory,
+        "epochs": args.epochs,
+        "epoch_time_s": epoch_time,
+        "events_per_s": trained_events / epoch_time if epoch_time else 0.0,
+    }
+    if not args.no_eval:
+        result.update(
+            val_ap=val["ap"], val_auc=val["auc"], test_ap=test["ap"], test_auc=test["auc"], test_mrr=test.get("mrr")
+        )
+    return result
+
+
+def _evaluate(
+    runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
+) -> tuple[dict, dict]:
+    """Validation then test on the evaluator (the last copy's owner); the figures broadcast to every trainer.
+    MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    figures = torch.zeros(5, dtype=torch.float64)
+    if rank == evaluator:
+        val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))
+        test = runner.evaluate(batch_ranges(plan.val_end, len(plan.events), args.batch_size), mrr=last)
+        figures = torch.tensor(
+            [val["ap"], val["auc"], test["ap"], test["auc"], test.get("mrr", float("nan"))], dtype=torch.float64
+        )
+    if world > 1:
+        dist.broadcast(figures, src=evaluator)
+    val = {"ap": float(figures[0]), "auc": float(figures[1])}
+    test = {"ap": float(figures[2]), "auc": float(figures[3])}
+    if last:
+        test["mrr"] = float(figures[4])
+    return val, test

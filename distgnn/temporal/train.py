@@ -1,0 +1,285 @@
+"""Training and evaluating a TGN on an event stream, chronologically, batch by batch.
+
+:class:`TGNRunner` owns what one memory copy's trainer needs: the stream as tensors, the temporal sampler, the
+model and its :class:`~distgnn.nn.temporal.NodeMemory`. A batch is a contiguous run of events:
+
+1. roots (sources, destinations, negatives) sample neighbours strictly before the batch's first event, so a
+   prediction sees none of its own batch's events;
+2. the batch's distinct nodes read their memory (mail of earlier batches applied by the GRU);
+3. the attention layer embeds the roots, the predictor scores the pairs;
+4. after the optimizer step, :meth:`BatchOutput.commit` writes the memory read in 2 and stores the batch's
+   events as mail.
+
+Evaluation follows PyG's TGN example: each held-out batch against one uniform random destination per event
+(from the destination id range), AP and AUC per batch averaged; MRR against 49 random destinations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from distgnn.data.events import EventStream
+from distgnn.errors import ConfigError
+from distgnn.nn.temporal import TGN, NodeMemory
+from distgnn.temporal.graph import TemporalCSR
+from distgnn.temporal.memory_group import MemoryGroup
+from distgnn.temporal.parallel import share_of_batch
+from distgnn.temporal.sampler import TemporalSampler
+from distgnn.train.evaluation import auc, ranks
+
+MRR_NEGATIVES = 49
+
+
+def chronological_split(num_events: int, val: float = 0.15, test: float = 0.15) -> tuple[int, int]:
+    """``(train_end, val_end)``: events ``[0, train_end)`` train, ``[train_end, val_end)`` validate, the rest test."""
+    val_end = int(round(num_events * (1 - test)))
+    train_end = int(round(num_events * (1 - test - val)))
+    if not 0 < train_end < val_end < num_events:
+        raise ConfigError(f"a stream of {num_events} events is too short for a {1 - val - test:.2f}/{val}/{test} split")
+    return train_end, val_end
+
+
+def batch_ranges(start: int, stop: int, batch_size: int) -> list[tuple[int, int]]:
+    """Consecutive ``(begin, end)`` event ranges of at most ``batch_size`` covering ``[start, stop)``."""
+    return [(b, min(b + batch_size, stop)) for b in range(start, stop, batch_size)]
+
+
+def average_precision(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Average precision of positives ``pos`` against negatives ``neg`` (float arrays of scores); thresholds at
+    each distinct score, ties resolved as one step (as scikit-learn's ``average_precision_score``)."""
+    scores = np.concatenate([pos, neg])
+    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    order = np.argsort(-scores, kind="stable")
+    scores, labels = scores[order], labels[order]
+    last_of_run = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]
+    true_pos = np.cumsum(labels)[last_of_run]
+    predicted = last_of_run + 1
+    precision = true_pos / predicted
+    recall = true_pos / max(len(pos), 1)
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+
+
+@dataclass
+class BatchOutput:
+    """Scores of one batch and the memory writes it leaves for after the optimizer step.
+
+    Attributes:
+        pos: float32 [B] logits of the batch's events.
+        neg: float32 [B, q] logits of each event's source against q negative destinations.
+        commit: applies the batch to the memory (call once, after the step).
+    """
+
+    pos: torch.Tensor
+    neg: torch.Tensor
+    commit: Callable[[], None] = field(repr=False)
+
+
+class TGNRunner:
+    """One memory copy's view of the stream: forward passes over event ranges, training, evaluation.
+
+    Args:
+        model: the TGN (unwrapped; a DDP wrapper is passed to :meth:`forward` / :meth:`train_batch`).
+        events: the whole stream (time-sorted).
+        csr: its time-sorted CSR.
+        device: where the model, memory and sampler run.
+        k: neighbours per root (most recent).
+        seed: negatives' random stream.
+        num_threads: the sampler's CPU threads.
+        group: the mini-batch-parallel group whose owner holds the memory copy (None: this runner holds it).
+    """
+
+    def __init__(
+        self,
+        model: TGN,
+        events: EventStream,
+        csr: TemporalCSR,
+        device: torch.device,
+        k: int = 10,
+        seed: int = 0,
+        num_threads: int | None = None,
+        group: MemoryGroup | None = None,
+    ):
+        self.model, self.device = model, device
+        self.src = torch.from_numpy(events.src).to(device)
+        self.dst = torch.from_numpy(events.dst).to(device)
+        self.time = torch.from_numpy(events.time).to(device)
+        self.feat = None if events.feat is None else torch.from_numpy(events.feat).to(device)
+        self.edge_dim = events.feat_dim
+        self.dst_low, self.dst_high = int(events.dst.min()), int(events.dst.max())
+        self.sampler = TemporalSampler(csr, k, device=device, num_threads=num_threads)
+        self.group = group
+        # Without a group the runner holds its memory copy; in a group only the owner does.
+        self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+
+    def negatives(self, count: int, per_event: int) -> torch.Tensor:
+        """int64 [count, per_event] uniform destinations from the stream's destination id range."""
+        draw = torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=self.generator)
+        return draw.to(self.device)
+
+    def reset_memory(self) -> None:
+        """Back to the stream's start (in a group, the owner resets the copy)."""
+        if self.memory is not None:
+            self.memory.reset()
+
+    def forward(
+        self,
+        begin: int,
+        end: int,
+        negatives: torch.Tensor,
+        net: torch.nn.Module | None = None,
+        cutoff: int | None = None,
+    ) -> BatchOutput:
+        """Scores of events ``[begin, end)`` and of their sources against ``negatives`` [B, q].
+
+        Args:
+            net: what the batch runs through: the DDP wrapper of the model in a distributed job (so its
+                gradient hooks fire), else the model itself (default).
+            cutoff: index of the event whose time bounds the sampled neighbours (strictly before it):
+                the start of the whole batch when ``[begin, end)`` is one trainer's share of it (default
+                ``begin``).
+        """
+        net = self.model if net is None else net
+        src, dst, t = self.src[begin:end], self.dst[begin:end], self.time[begin:end]
+        num_events = negatives.shape[0]
+        # Each distinct node is embedded once per batch, from events before the batch's cutoff (its start).
+        roots, pairs = torch.unique(torch.cat([src, dst, negatives.flatten()]), return_inverse=True)
+        cutoff_times = self.time[begin if cutoff is None else cutoff].expand(len(roots)).contiguous()
+        hop = self.sampler.sample(roots, cutoff_times)[0]
+        filled = torch.where(hop.mask, hop.neighbors, roots.unsqueeze(1))
+        nodes, inverse = torch.unique(torch.cat([roots, filled.flatten()]), return_inverse=True)
+        if self.feat is not None:
+            nbr_feat = self.feat[hop.eids.clamp(min=0)] * hop.mask.unsqueeze(-1)
+        else:
+            nbr_feat = torch.zeros(*hop.mask.shape, 0, device=self.device)
+        root_index = inverse[: len(roots)]
+        nbr_index = inverse[len(roots) :].view_as(hop.neighbors)
+        if self.group is None:
+            memory, memory_index = self.memory, nodes
+        else:
+            memory, memory_index = self.group.read(nodes), torch.arange(len(nodes))
+        pos, neg, memory_rows = net(
+            memory,
+            memory_index,
+            nodes,
+            root_index,
+            nbr_index,
+            hop.times,
+            nbr_feat,
+            hop.mask,
+            pairs,
+            num_events,
+        )
+        event_rows = root_index[pairs[: 2 * num_events]]  # rows of `nodes` holding each source, destination
+        feat = None if self.feat is None else self.feat[begin:end]
+        group, own = self.group, self.memory
+
+        def commit() -> None:
+            rows = memory_rows.detach()
+            src_rows, dst_rows = rows[event_rows[:num_events]], rows[event_rows[num_events:]]
+            if group is not None:
+                group.commit(nodes, rows, src, dst, t, src_rows, dst_rows, feat)
+                return
+            own.write_memory(nodes, rows)
+            own.store_mail(src, dst, t, src_rows, dst_rows, feat)
+
+        return BatchOutput(pos, neg, commit)
+
+    def train_batch(
+        self,
+        begin: int,
+        end: int,
+        optimizer: torch.optim.Optimizer,
+        net: torch.nn.Module | None = None,
+        share: tuple[int, int] = (0, 1),
+    ) -> float:
+        """One training step on the batch ``[begin, end)`` against one random destination per event; returns
+        the loss.
+
+        Args:
+            net: as in :meth:`forward`.
+            share: ``(s, i)``: this trainer takes the s-th of i contiguous shares of the batch (mini-batch
+                parallelism); the negatives are drawn for the whole batch, as one trainer would.
+        """
+        negatives = self.negatives(end - begin, 1)
+        first, stop = share_of_batch(begin, end, *share)
+        out = self.forward(first, stop, negatives[first - begin : stop - begin], net, cutoff=begin)
+        loss = F.binary_cross_entropy_with_logits(out.pos, torch.ones_like(out.pos))
+        loss = loss + F.binary_cross_entropy_with_logits(out.neg, torch.zeros_like(out.neg))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        out.commit()
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def evaluate(self, ranges: list[tuple[int, int]], mrr: bool = False) -> dict[str, float]:
+        """AP and AUC (per batch against one random destination each, averaged) over ``ranges``, and with
+        ``mrr`` the mean reciprocal rank against 49 random destinations; the memory moves through them.
+        Runs on the trainer holding the memory copy (alone, outside its group's collectives)."""
+        if self.memory is None:
+            raise ConfigError("evaluation runs on the trainer that owns the memory copy")
+        group, self.group = self.group, None
+        try:
+            return self._evaluate(ranges, mrr)
+        finally:
+            self.group = group
+
+    def _evaluate(self, ranges: list[tuple[int, int]], mrr: bool) -> dict[str, float]:
+        aps, aucs, reciprocal = [], [], []
+        for begin, end in ranges:
+            per_event = 1 + (MRR_NEGATIVES if mrr else 0)
+            out = self.forward(begin, end, self.negatives(end - begin, per_event))
+            pos = out.pos.float().cpu()
+            first = out.neg[:, 0].float().cpu()
+            aps.append(average_precision(pos.numpy(), first.numpy()))
+            aucs.append(auc(pos, first))
+            if mrr:
+                reciprocal.append(1.0 / ranks(pos, out.neg[:, 1:].float().cpu()))
+            out.commit()
+        result = {"ap": float(np.mean(aps)), "auc": float(np.mean(aucs))}
+        if mrr:
+            result["mrr"] = float(torch.cat(reciprocal).mean())
+        return result
+
+
+@dataclass
+class EpochTiming:
+    """Wall time of one epoch's training part and the events it trained on."""
+
+    seconds: float
+    events: int
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def train_epoch(
+    runner: TGNRunner,
+    ranges: list[tuple[int, int]],
+    optimizer: torch.optim.Optimizer,
+    net: torch.nn.Module | None = None,
+    on_step: Callable[[int, float], None] | None = None,
+    share: tuple[int, int] = (0, 1),
+    reset: bool = True,
+) -> tuple[float, EpochTiming]:
+    """Trains over ``ranges`` in order, from a reset memory unless ``reset`` is False (a resumed epoch);
+    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing."""
+    if reset:
+        runner.reset_memory()
+    runner.model.train()
+    start = time.perf_counter()
+    losses = []
+    for step, (begin, end) in enumerate(ranges):
+        losses.append(runner.train_batch(begin, end, optimizer, net, share))
+        if on_step is not None:
+            on_step(step, losses[-1])
+    elapsed = time.perf_counter() - start
+    return float(np.mean(losses)) if losses else 0.0, EpochTiming(elapsed, sum(e - b for b, e in ranges))

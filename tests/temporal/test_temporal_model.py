@@ -1,0 +1,128 @@
+"""TGN pieces: mailbox semantics, no leak of a batch's own events, time encoding, a short training run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn.data.events import EventStream, synthetic_events
+from distgnn.nn.temporal import TGN, NodeMemory, TimeEncoder
+from distgnn.temporal import build_temporal_csr
+from distgnn.temporal.train import (
+    TGNRunner,
+    average_precision,
+    batch_ranges,
+    chronological_split,
+    train_epoch,
+)
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_runner(events: EventStream, seed: int = 0, static_dim: int = 0) -> TGNRunner:
+    torch.manual_seed(seed)
+    model = TGN(events.num_nodes, events.feat_dim, memory_dim=16, time_dim=8, embedding_dim=16, static_dim=static_dim)
+    return TGNRunner(model, events, build_temporal_csr(events), torch.device("cpu"), k=5, seed=seed, num_threads=1)
+
+
+def test_store_mail_keeps_each_nodes_last_event():
+    memory = NodeMemory(5, 2, edge_dim=1)
+    src, dst = torch.tensor([0, 1, 0]), torch.tensor([1, 2, 3])
+    time = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    src_mem = torch.tensor([[1.0, 1], [2, 2], [3, 3]])
+    dst_mem = torch.tensor([[4.0, 4], [5, 5], [6, 6]])
+    feat = torch.tensor([[7.0], [8.0], [9.0]])
+    memory.store_mail(src, dst, time, src_mem, dst_mem, feat)
+    assert memory.has_mail.tolist() == [True, True, True, True, False]
+    # node 0: last event 2 (as source); node 1: event 1 (source) after event 0 (destination)
+    torch.testing.assert_close(memory.mail[0], torch.tensor([3.0, 3, 6, 6, 9]))
+    torch.testing.assert_close(memory.mail[1], torch.tensor([2.0, 2, 5, 5, 8]))
+    torch.testing.assert_close(memory.mail[2], torch.tensor([5.0, 5, 2, 2, 8]))
+    assert memory.mail_time.tolist() == [3.0, 2.0, 2.0, 3.0, 0.0]
+    memory.write_memory(torch.tensor([0, 4]), torch.ones(2, 2))
+    assert memory.last_update.tolist() == [3.0, 0.0, 0.0, 0.0, 0.0]
+    assert memory.has_mail.tolist() == [False, True, True, True, False]
+    restored = NodeMemory(5, 2, edge_dim=1)
+    restored.load_state(memory.state())
+    for name in NodeMemory.FIELDS:
+        torch.testing.assert_close(getattr(restored, name), getattr(memory, name))
+
+
+def test_time_encoder_is_cos_of_affine_time():
+    encoder = TimeEncoder(6)
+    t = torch.tensor([0.0, 1.5, 1e6], dtype=torch.float64)
+    w, b = encoder.linear.weight.squeeze(1), encoder.linear.bias
+    torch.testing.assert_close(encoder(t), torch.cos(t.float().unsqueeze(1) * w + b))
+    assert math.isclose(float(w[0].detach()), 1.0) and math.isclose(float(w[-1].detach()), 1e-9, rel_tol=1e-5)
+
+
+def test_a_batch_reads_memory_before_its_own_events():
+    """Scores of a batch's first event do not change when the batch's other events change."""
+    events = synthetic_events(200, 3000, seed=1)
+    changed_dst = events.dst.copy()
+    changed_dst[2001:2100] = (changed_dst[2001:2100] + 17) % events.num_nodes
+    other = EventStream(events.src, changed_dst, events.time, events.num_nodes)
+    scores = []
+    for stream in (events, other):
+        runner = small_runner(stream)
+        for begin, end in batch_ranges(0, 2000, 100):
+            runner.forward(begin, end, runner.negatives(end - begin, 1)).commit()
+        with torch.no_grad():
+            out = runner.forward(2000, 2100, runner.negatives(100, 3))
+        scores.append((out.pos[0], out.neg[0]))
+        before = runner.memory.state()
+        out.commit()
+        assert not np.array_equal(before["has_mail"], runner.memory.state()["has_mail"])
+    torch.testing.assert_close(scores[0][0], scores[1][0])
+    torch.testing.assert_close(scores[0][1], scores[1][1])
+
+
+def test_memory_of_a_node_is_the_gru_of_its_last_mail():
+    events = synthetic_events(100, 400, seed=2)
+    runner = small_runner(events)
+    runner.forward(0, 200, runner.negatives(200, 1)).commit()
+    node = int(events.src[150])
+    memory = runner.memory
+    mail, mail_time, stored = memory.mail[node].clone(), memory.mail_time[node].clone(), memory.memory[node].clone()
+    with torch.no_grad():
+        read = runner.model.read_memory(memory, torch.tensor([node]))
+        expected = runner.model.updater(mail[None], (mail_time - memory.last_update[node])[None], stored[None])
+    torch.testing.assert_close(read, expected)
+
+
+def test_average_precision_matches_hand_computation():
+    assert average_precision(np.array([0.9, 0.4]), np.array([0.5, 0.1])) == pytest.approx((1 + 2 / 3) / 2)
+    assert average_precision(np.array([1.0]), np.array([1.0])) == pytest.approx(0.5)
+
+
+def test_split_and_static_memory():
+    assert chronological_split(100) == (70, 85)
+    events = synthetic_events(50, 200, seed=3)
+    runner = small_runner(events, static_dim=4)
+    out = runner.forward(0, 50, runner.negatives(50, 2))
+    assert out.pos.shape == (50,) and out.neg.shape == (50, 2)
+    (out.pos.sum() + out.neg.sum()).backward()
+    assert runner.model.static.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_training_learns_a_repeated_partner_signal(one_thread):
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 300, 8000)
+    events = EventStream(src, rng.permutation(300)[src], np.arange(8000, dtype=np.float64), 300)
+    runner = small_runner(events)
+    optimizer = torch.optim.Adam(runner.model.parameters(), lr=1e-2)
+    train_end, val_end = chronological_split(len(events))
+    loss, timing = train_epoch(runner, batch_ranges(0, train_end, 200), optimizer)
+    assert timing.events == train_end and timing.events_per_s > 0 and loss < 2 * math.log(2)
+    val = runner.evaluate(batch_ranges(train_end, val_end, 200), mrr=True)
+    assert val["ap"] > 0.65 and val["auc"] > 0.65 and 0 < val["mrr"] <= 1
