@@ -105,6 +105,33 @@ class SparseAdjacency:
         return tuple(self.matrix.shape)  # type: ignore[return-value]
 
 
+def _block_diagonal_csr(mats: list[torch.Tensor]) -> torch.Tensor:
+    crows, cols, vals = [mats[0].crow_indices()[:1]], [], []
+    nnz = row = col = 0
+    for m in mats:
+        crows.append(m.crow_indices()[1:] + nnz)
+        cols.append(m.col_indices() + col)
+        vals.append(m.values())
+        nnz += m.values().shape[0]
+        row += m.shape[0]
+        col += m.shape[1]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(
+            torch.cat(crows), torch.cat(cols), torch.cat(vals), (row, col), check_invariants=False
+        )
+
+
+def block_diagonal(adjs: list[SparseAdjacency]) -> SparseAdjacency:
+    """The disjoint union of graphs: their matrices on the diagonal (graph ``b``'s nodes after the nodes of
+    graphs ``0 .. b - 1``)."""
+    if len(adjs) == 1:
+        return adjs[0]
+    return SparseAdjacency(
+        _block_diagonal_csr([a.matrix for a in adjs]), _block_diagonal_csr([a.transposed for a in adjs])
+    )
+
+
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, matrix: torch.Tensor, transposed: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,7 @@ class SnapshotSequence(Sequence[Snapshot]):
         self._snapshots = list(snapshots)
         self.name = name
         self.growing = growing
+        self._costs: np.ndarray | None = None
         if not self._snapshots:
             raise InputError(f"{name}: no snapshots (after cutting); give a longer sequence or fewer lags")
         first = self._snapshots[0]
@@ -101,7 +102,9 @@ class SnapshotSequence(Sequence[Snapshot]):
 
     def costs(self) -> np.ndarray:
         """``(T,)`` int64: vertices + edges of each snapshot."""
-        return np.array([s.cost for s in self._snapshots], dtype=np.int64)
+        if self._costs is None:
+            self._costs = np.array([s.cost for s in self._snapshots], dtype=np.int64)
+        return self._costs
 
     def split(self, train_ratio: float = 0.8) -> tuple[SnapshotSequence, SnapshotSequence]:
         """Chronological split: the first ``int(train_ratio * T)`` snapshots, then the rest (as PyTorch

@@ -22,11 +22,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from distgnn.nn.recurrent import SnapshotModel, SparseAdjacency, normalized_adjacency
+from distgnn.nn.recurrent import EvolveGCNO, SnapshotModel, SparseAdjacency, block_diagonal, normalized_adjacency
 from distgnn.snapshot.schedule import Plan, Segment, make_windows
 from distgnn.snapshot.sequence import DeviceSnapshot, Snapshot, SnapshotSequence, to_device
 
 MRR_NEGATIVES = 20
+# Windows of equal length run in lockstep as one disjoint union of their snapshots while their summed
+# vertices + edges stay under this: small snapshots then cost one kernel per step, not one per window.
+LOCKSTEP_COST = 2_000_000
 
 
 class _VertexGather(torch.autograd.Function):
@@ -118,6 +121,7 @@ class SnapshotRunner:
         self.device, self.rank, self.world, self.seed = device, rank, world, seed
         self._full: dict[int, DeviceSnapshot] = {}
         self._share: dict[int, DeviceSnapshot] = {}
+        self._unions: dict[tuple[int, ...], DeviceSnapshot] = {}
 
     def snapshot(self, t: int, vertex_split: bool = False) -> DeviceSnapshot:
         if vertex_split and self.world > 1:
@@ -127,6 +131,48 @@ class SnapshotRunner:
         if t not in self._full:
             self._full[t] = to_device(self.sequence[t], self.device)
         return self._full[t]
+
+    def union(self, ts: tuple[int, ...]) -> DeviceSnapshot:
+        """Snapshots ``ts`` as one disjoint union (kept for the next epoch)."""
+        if len(ts) == 1:
+            return self.snapshot(ts[0])
+        if ts not in self._unions:
+            parts = [self.snapshot(t) for t in ts]
+            offsets = np.cumsum([0] + [p.num_nodes for p in parts])
+            self._unions[ts] = DeviceSnapshot(
+                torch.cat([p.x for p in parts]),
+                None if parts[0].y is None else torch.cat([p.y for p in parts]),
+                block_diagonal([p.cheb for p in parts]),
+                block_diagonal([p.gcn for p in parts]),
+                torch.cat([p.edge_index + int(o) for p, o in zip(parts, offsets, strict=False)], dim=1),
+                int(offsets[-1]),
+            )
+        return self._unions[ts]
+
+    def lockstep_loss(self, starts: list[int], length: int, epoch: int) -> torch.Tensor:
+        """This trainer's share of the training loss over the windows ``start .. start + length - 1`` for each
+        of ``starts``, run side by side from zero states (the same loss as one window at a time)."""
+        state, before = None, None
+        loss = torch.zeros((), device=self.device)
+        evolving = isinstance(self.model.cell, EvolveGCNO)
+        for j in range(length):
+            ts = tuple(s + j for s in starts)
+            sizes = [self.sequence[t].num_nodes for t in ts]
+            if state is not None and not evolving and sizes != before:
+                state = _regroup(state, before, sizes)
+            union = self.union(ts)
+            (out,), state = self.model([union], state)
+            if self.model.task == "node":
+                counts = torch.tensor(sizes, device=self.device)
+                weight = torch.repeat_interleave(1.0 / counts.to(out.dtype), counts)
+                loss = loss + (weight * (out - union.y) ** 2).sum()
+            else:
+                offset = 0
+                for t, n in zip(ts, sizes, strict=True):
+                    loss = loss + self._loss(t, self.snapshot(t), out[offset : offset + n], epoch)
+                    offset += n
+            before = sizes
+        return loss / self.num_train
 
     def state_shape(self, t: int) -> tuple[int, ...]:
         """The shape of the state after snapshot ``t``."""
@@ -163,6 +209,13 @@ class SnapshotRunner:
         return F.binary_cross_entropy_with_logits(scores, labels) if len(scores) else scores.sum()
 
 
+def _regroup(state: torch.Tensor, before: list[int], after: list[int]) -> torch.Tensor:
+    """Side-by-side states of blocks of ``before`` rows -> blocks of ``after`` rows (new rows zero)."""
+    starts = np.cumsum([0] + after[:-1])
+    index = torch.from_numpy(np.concatenate([s + np.arange(n) for s, n in zip(starts, before, strict=True)]))
+    return state.new_zeros(sum(after), state.shape[1]).index_copy(0, index.to(state.device), state)
+
+
 def _next_edges(edge_index: torch.Tensor, n: int) -> torch.Tensor:
     """The next snapshot's edges between nodes that exist now."""
     keep = (edge_index[0] < n) & (edge_index[1] < n)
@@ -184,7 +237,25 @@ def train_epoch(runner: SnapshotRunner, plan: Plan, epoch: int) -> EpochResult:
     # (segment, its input state, its output state) awaiting the gradient from the next trainer.
     pending: list[tuple[Segment, torch.Tensor | None, torch.Tensor]] = []
     sends = []
-    for seg in plan.segments[rank]:
+    segments = plan.segments[rank]
+    i = 0
+    while i < len(segments):
+        seg = segments[i]
+        batch = _lockstep_batch(runner, plan, segments, i)
+        if len(batch) > 1 or not (seg.sends or seg.receives or plan.vertex_split):
+            t0 = time.perf_counter()
+            loss = runner.lockstep_loss([s.start for s in batch], seg.stop - seg.start, epoch)
+            loss.backward()
+            _sync(device)
+            spent = time.perf_counter() - t0
+            busy += spent
+            costs = np.array([runner.sequence.costs()[s.start : s.stop].sum() for s in batch], np.float64)
+            for s, share in zip(batch, costs / costs.sum(), strict=True):
+                per_segment[s.window] = per_segment.get(s.window, 0.0) + spent * share
+            total += float(loss.detach())
+            i += len(batch)
+            continue
+        i += 1
         state = None
         if seg.receives:
             t0 = time.perf_counter()
@@ -219,6 +290,25 @@ def train_epoch(runner: SnapshotRunner, plan: Plan, epoch: int) -> EpochResult:
     for request, _ in sends:
         request.wait()
     return EpochResult(total, busy, wait, per_segment)
+
+
+def _lockstep_batch(runner: SnapshotRunner, plan: Plan, segments: list[Segment], i: int) -> list[Segment]:
+    """Segments ``i, i + 1, ...`` that can run side by side: none hands a state on, all have the same length,
+    and their summed cost stays under :data:`LOCKSTEP_COST` (at least segment ``i``)."""
+    first = segments[i]
+    if plan.vertex_split or first.sends or first.receives:
+        return [first]
+    costs = runner.sequence.costs()
+    batch, total = [first], costs[first.start : first.stop].sum()
+    for seg in segments[i + 1 :]:
+        cost = costs[seg.start : seg.stop].sum()
+        if seg.sends or seg.receives or seg.stop - seg.start != first.stop - first.start:
+            break
+        if total + cost > LOCKSTEP_COST:
+            break
+        batch.append(seg)
+        total += cost
+    return batch
 
 
 def _isend(tensor: torch.Tensor, peer: int, sends: list) -> None:
