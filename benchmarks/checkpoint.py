@@ -5,7 +5,7 @@ A synthetic graph (default 1M nodes, average in-degree 10) in 2 random partition
 the node features concatenated with a learnable DistEmbedding (default 1M x 128 float32) trained with
 SparseAdagrad, whose per-row state is another 1M x 128 table; dense Adam. Measured:
 
-* ``distgnn.checkpoint`` save: every main server writes its own rows of both tables in parallel, rank 0
+* ``distgnn.train.checkpoint`` save: every main server writes its own rows of both tables in parallel, rank 0
   the dense state; then resume (every server checks the sha256 of its files, then loads them);
 * the peer in the same run: rank 0 pulls every row through RPC and writes the tables itself (what a
   trainer-side checkpoint without server ops would do), with the same checksummed writer;
@@ -29,17 +29,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from distgnn import checkpoint_io as cio
-from distgnn.checkpoint import Checkpointer
-from distgnn.cluster import LocalCluster
-from distgnn.context import connect
+from distgnn.client.context import connect
+from distgnn.client.embedding import DistEmbedding, SparseAdagrad
+from distgnn.client.graph import DistGraph
 from distgnn.data import synthetic
-from distgnn.dataloader import DistNodeDataLoader
-from distgnn.embedding import DistEmbedding, SparseAdagrad
-from distgnn.graph import DistGraph
+from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import GraphSAGE
 from distgnn.partition import partition_graph
 from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.store import checkpoint_files as cio
+from distgnn.train.checkpoint import Checkpointer
+from distgnn.train.cluster import LocalCluster
 
 PULL_ROWS = 200_000
 

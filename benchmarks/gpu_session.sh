@@ -20,13 +20,15 @@
 # timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
 #          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
-# inference  tests/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
+# inference  tests/train/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
 #          host-buffer path) and, for scale, one training run with the sampling thread
 # typed    the CUDA tests of issue 15/16's typed and nn paths: the typed GPU sampler, the CUDA aggregation (mean,
 #          weighted sums, GAT against the CPU), GPU layer-wise inference (GraphSAGE and GAT); then
 #          examples/rgcn on synthetic-mag (--local: one server and one trainer, since --local starts one trainer per GPU; --sample-device cuda)
 # suite    every test file that touches CUDA, and the embedding, typed-model and link tests (the whole suite
 #          runs past one call's 10 minutes there)
+# nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
+#          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
 # Installs carried wheels (.whl/) and distgnn (editable), sets the NCCL variables the lent machines need, and
 # writes every log under $OUT. Budget: tests ~2.5 min (with the extension builds), gather ~1.5 min, sampling
@@ -51,20 +53,20 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/
 status=0
 has() { [[ ",$stages," == *",$1,"* ]]; }
 if has tests; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/test_gather_cuda.py tests/test_cache_*.py tests/test_native_cuda.py \
-    tests/test_sampling_gpu.py tests/test_sampling_device.py tests/test_sampling_kernels.py tests/test_nn_aggregate_cuda.py \
-    tests/test_nn_layers.py >"$OUT/pytest.log" 2>&1 || status=1
+  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/cache tests/native/test_cuda_extensions.py \
+    tests/sampling/test_gpu.py tests/sampling/test_device.py tests/sampling/test_kernels.py tests/nn/test_aggregate_cuda.py \
+    tests/nn/test_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
 if has suite; then
   # shellcheck disable=SC2046
-  timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=5 $(grep -l -i cuda tests/test_*.py) \
-    tests/test_embedding*.py tests/test_nn_hetero.py tests/test_link*.py tests/test_train_rgcn.py >"$OUT/pytest_suite.log" 2>&1 || status=1
+  timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=5 $(grep -rl -i cuda tests --include='test_*.py') \
+    tests/client/test_embedding*.py tests/nn/test_hetero_layers.py tests/loader/test_edge_loader_hetero.py tests/examples/test_rgcn.py >"$OUT/pytest_suite.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_suite.log" | tail -25
 fi
 if has typed; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_sampling_hetero.py tests/test_nn_aggregate_cuda.py \
-    tests/test_inference_gpu.py tests/test_nn_layers.py tests/test_nn_hetero.py >"$OUT/pytest_typed.log" 2>&1 || status=1
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/sampling/test_hetero_sampling.py tests/nn/test_aggregate_cuda.py \
+    tests/train/test_inference_gpu.py tests/nn/test_layers.py tests/nn/test_hetero_layers.py >"$OUT/pytest_typed.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_typed.log" | tail -15
   timeout 240 python3 examples/rgcn/train_dist.py --dataset synthetic-mag --num-papers 20000 --local --num-parts 1 \
     --trainers-per-machine 1 --device cuda --sample-device cuda --epochs 3 --quiet --workdir /tmp/distgnn-rgcn \
@@ -74,13 +76,23 @@ fi
 if has link; then
   for mode in "--local --num-parts 1 --trainers-per-machine 1" "--single"; do
     # shellcheck disable=SC2086
-    timeout 200 python3 examples/link_prediction/train_dist.py --dataset cora --data-dir "${DATA:-data}" $mode \
+    timeout 200 python3 examples/link_prediction/train_dist.py --dataset cora --data-dir "${DATA:?set DATA to a directory with the Cora files: the GPU machine has no network}" $mode \
       --device cuda --workdir /tmp/distgnn-link >"$OUT/link_cuda${mode%% *}.log" 2>&1 || status=1
     echo "link $mode: $(grep -E '^RESULT|Error' "$OUT/link_cuda${mode%% *}.log" | tail -1)"
   done
 fi
+if has nccl; then
+  timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \
+    --avg-degree 10 --part-method random --num-parts 2 --trainers-per-machine 1 --fanouts 15,10,5 --hidden 256 \
+    --batch-size 1024 --epochs 3 --workdir /tmp/distgnn-nccl >"$OUT/nccl.log" 2>&1 || status=1
+  if grep -q '"backend": "[^"]*nccl' "$OUT/nccl.log" && grep -q '"device": "cuda:0"' "$OUT/nccl.log"; then
+    echo "nccl: passed"
+  else
+    echo "nccl: FAILED (see nccl.log)"; status=1
+  fi
+fi
 if has cachetests; then
-  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_gather_*.py tests/test_cache_*.py \
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/cache \
     >"$OUT/pytest_cache.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_cache.log" | tail -15
 fi
@@ -124,10 +136,10 @@ if has scaling; then
   tail -4 "$OUT/scaling_inline.log"
 fi
 if has e2etests; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_gather_cuda.py tests/test_cache_feature_cache.py \
-    tests/test_cache_pipeline.py tests/test_timeline.py tests/test_training.py \
-    tests/test_cache_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
-    "tests/test_loader_dist.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cache/test_gather_cuda.py tests/cache/test_feature_cache.py \
+    tests/cache/test_pipeline.py tests/train/test_timeline.py tests/train/test_epoch.py \
+    tests/cache/test_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
+    "tests/loader/test_node_loader.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
     >"$OUT/pytest_e2e.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
 fi
@@ -160,7 +172,7 @@ if has trace; then  # a short run: the trace of a whole products-scale run is to
   train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12
 fi
 if has inference; then
-  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_inference_gpu.py >"$OUT/pytest_inference.log" 2>&1 \
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/train/test_inference_gpu.py >"$OUT/pytest_inference.log" 2>&1 \
     || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_inference.log" | tail -5
   timeout 300 python3 benchmarks/inference_gpu.py --json "$OUT/inference.json" >"$OUT/inference.log" 2>&1 || status=1

@@ -1,8 +1,8 @@
 """Layer-wise inference over all nodes on one GPU: held on the device vs the host-buffer path, products scale.
 
 Builds the synthetic products-scale graph in this process (an InProcessGraph), a randomly initialised
-3-layer GraphSAGE, and times :func:`distgnn.inference_gpu.layerwise_inference_on_device` (GPU sampler, device
-buffers) at a few batch sizes against :func:`distgnn.inference.layerwise_inference` (CPU full-neighbour
+3-layer GraphSAGE, and times :func:`distgnn.train.inference_gpu.layerwise_inference_on_device` (GPU sampler, device
+buffers) at a few batch sizes against :func:`distgnn.train.inference.layerwise_inference` (CPU full-neighbour
 sampling, host buffers), which is timed over a share of the nodes and scaled up (it would take tens of
 seconds). Checks a few nodes against the model on their full 3-hop neighbourhoods. Prints a table.
 
@@ -19,10 +19,10 @@ import time
 import torch
 
 from distgnn.data import synthetic
-from distgnn.inference import layerwise_inference
-from distgnn.inference_gpu import layerwise_inference_on_device
 from distgnn.nn import GraphSAGE
 from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.train.inference import layerwise_inference
+from distgnn.train.inference_gpu import layerwise_inference_on_device
 
 
 def parse_args() -> argparse.Namespace:

@@ -6,14 +6,14 @@ feat_dim=100, num_classes=16)``; the model is a 3-layer GraphSAGE (mean),
 hidden 256, ReLU + dropout 0.5 between layers, Adam; one torch thread (as each
 trainer of the training benchmark has). Every variant runs in its own process
 (glibc malloc settings are per process), with and without
-``distgnn.allocator.keep_freed_memory()``:
+``distgnn.train.allocator.keep_freed_memory()``:
 
 * ``distgnn kernels``: ``distgnn.nn.GraphSAGE`` as shipped (C++ mean aggregation
   and fused ReLU + dropout on the CPU);
 * ``distgnn torch path``: the same model on its torch reference ops (CSR
   ``torch.sparse.mm`` mean, ``F.dropout(F.relu(.))``): what it ran before the kernels;
 * ``DGL 1.1.3``: ``dgl.nn.SAGEConv(aggregator_type="mean")`` layers on the same
-  blocks (converted with ``distgnn.convert.to_dgl_block``), skipped without dgl.
+  blocks (converted with ``distgnn.nn.convert.to_dgl_block``), skipped without dgl.
 
 It also prints how much resident memory the steps added (the price of keeping freed memory), after the
 timed steps and over ``--varied-steps`` more on batches of 256-1536 seeds (whether the heap creeps).
@@ -41,11 +41,11 @@ def measure(args) -> dict:
 
     import distgnn.nn.aggregate as aggregate
     import distgnn.nn.models as models
-    from distgnn.allocator import keep_freed_memory
-    from distgnn.convert import to_dgl_block
     from distgnn.data import synthetic
     from distgnn.nn import GraphSAGE
+    from distgnn.nn.convert import to_dgl_block
     from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+    from distgnn.train.allocator import keep_freed_memory
 
     if args.malloc == "tuned":
         keep_freed_memory()

@@ -5,7 +5,7 @@ Prints a table.
     python benchmarks/restart.py --reps 3 --netns    # two network-namespace hosts over ssh (root; tests/netns_cluster.py)
     python benchmarks/restart.py --reps 3 --trainers 2 --checkpoint-every 7   # 2 trainers per machine
 
-The job is the one tests/test_restart_real_job.py runs (tests/restart_job.py): GraphSAGE on Cora
+The job is the one tests/train/test_restart_real_job.py runs (tests/restart_job.py): GraphSAGE on Cora
 (examples/graphsage/train_dist.py), ``distgnn-launch --max-restarts 1``, 2 machines x (1 server +
 1 trainer; ``--trainers``), a checkpoint every 20 steps (``--checkpoint-every``), ``--resume auto``, a metrics
 record per step. The last trainer (on machine 1) is killed as soon as the first checkpoint exists. Times are wall-clock, from the kill to: the launcher's root-cause

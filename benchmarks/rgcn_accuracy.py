@@ -25,7 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from distdgl_host import run_for_result
+from peers.distdgl_host import run_for_result
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "rgcn" / "train_dist.py"

@@ -59,11 +59,11 @@ def measure(pull, remote_ids: np.ndarray, row_bytes: int, latency_reps: int, see
 def run_distgnn(graph, work: Path, latency_reps: int) -> tuple[dict, dict]:
     import torch
 
-    from distgnn.cluster import LocalCluster
-    from distgnn.context import connect
-    from distgnn.graph import DistGraph
+    from distgnn.client.context import connect
+    from distgnn.client.graph import DistGraph
     from distgnn.partition import partition_graph
     from distgnn.partition.format import load_node_feature, read_meta
+    from distgnn.train.cluster import LocalCluster
 
     json_path = partition_graph(graph, 2, work / "distgnn", method="random", seed=0)
     meta = read_meta(json_path)

@@ -89,7 +89,7 @@ def run_path(path: str, gpus: int) -> Path:
 
 def plot(timeline: Path) -> None:
     """Draws a run's timeline next to it (``.png``), or says why not."""
-    from distgnn.timeline import plot_timeline, read_timeline, summarize
+    from distgnn.train.timeline import plot_timeline, read_timeline, summarize
 
     try:
         plot_timeline(read_timeline(timeline), timeline.with_suffix(".png"))

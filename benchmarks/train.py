@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
@@ -63,7 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--also-tuned-dgl",
         action="store_true",
-        help="also run DistDGL with its trainers on distgnn.allocator.keep_freed_memory() (a like-for-like allocator)",
+        help="also run DistDGL with its trainers on distgnn.train.allocator.keep_freed_memory() (a like-for-like allocator)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
@@ -181,7 +181,7 @@ def dgl_trainer(args) -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     if os.environ.get(DGL_MALLOC_ENV) == "1":
-        from distgnn.allocator import keep_freed_memory
+        from distgnn.train.allocator import keep_freed_memory
 
         keep_freed_memory()
     _, part_config, ip_config = dgl_paths(args)

@@ -30,7 +30,14 @@ import sys
 import time
 from pathlib import Path
 
-from distdgl_host import DGL_IPS, free_port, in_private_shm, pin_dgl_machine, run_for_result, run_simulated_machines
+from peers.distdgl_host import (
+    DGL_IPS,
+    free_port,
+    in_private_shm,
+    pin_dgl_machine,
+    run_for_result,
+    run_simulated_machines,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "rgcn" / "train_dist.py"

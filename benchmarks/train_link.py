@@ -6,7 +6,7 @@ destinations), 2 simulated machines x 1 trainer, METIS partitions, the same fano
 width, batch of positive edges, uniform negatives per edge, reverse-edge exclusion, dot-product
 scorer, BCE loss and Adam, and the same number of batches per epoch (``--max-batches`` caps it
 on slow boxes). Then layer-wise inference embeddings score the held-out pairs (MRR, hits@10, AUC
-from ``distgnn.evaluation`` on both sides).
+from ``distgnn.train.evaluation`` on both sides).
 
 distgnn runs ``examples/link_prediction/train_dist.py --local``. DistDGL runs its own
 ``partition_graph``, ``DistGraphServer``, ``edge_split``, ``DistEdgeDataLoader`` (with
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_LINK = ROOT / "examples" / "link_prediction" / "train_dist.py"
@@ -293,7 +293,7 @@ def _dgl_link_eval(g, model, book, root: Path, rank: int, world: int) -> dict:
     import numpy as np
     import torch
 
-    from distgnn.evaluation import dist_link_metrics
+    from distgnn.train.evaluation import dist_link_metrics
 
     model.eval()
     nodes = dgl.distributed.node_split(torch.ones(g.num_nodes(), dtype=torch.bool), book, force_even=True)

@@ -11,22 +11,22 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "initialize": "distgnn.context",
-    "shutdown": "distgnn.context",
+    "initialize": "distgnn.client.context",
+    "shutdown": "distgnn.client.context",
     "JobConfig": "distgnn.config",
-    "DistGraph": "distgnn.graph",
-    "DistTensor": "distgnn.tensor",
-    "DistEmbedding": "distgnn.embedding",
-    "SparseAdagrad": "distgnn.embedding",
-    "SparseAdam": "distgnn.embedding",
-    "node_split": "distgnn.split",
-    "edge_split": "distgnn.split",
-    "RangePartitionBook": "distgnn.partition_book",
+    "DistGraph": "distgnn.client.graph",
+    "DistTensor": "distgnn.client.tensor",
+    "DistEmbedding": "distgnn.client.embedding",
+    "SparseAdagrad": "distgnn.client.embedding",
+    "SparseAdam": "distgnn.client.embedding",
+    "node_split": "distgnn.client.split",
+    "edge_split": "distgnn.client.split",
+    "RangePartitionBook": "distgnn.partition.book",
     "Block": "distgnn.sampling.block",
     "NeighborSampler": "distgnn.sampling.neighbor",
-    "DistNodeDataLoader": "distgnn.dataloader",
-    "DistEdgeDataLoader": "distgnn.edge_dataloader",
-    "LocalCluster": "distgnn.cluster",
+    "DistNodeDataLoader": "distgnn.loader.node",
+    "DistEdgeDataLoader": "distgnn.loader.edge",
+    "LocalCluster": "distgnn.train.cluster",
 }
 
 __all__ = sorted(_EXPORTS)

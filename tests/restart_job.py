@@ -1,6 +1,6 @@
 """A real job for restart tests and benchmarks: GraphSAGE on Cora under ``distgnn-launch``, with checkpoints.
 
-Shared by tests/test_restart_real_job.py and benchmarks/restart.py. The job is
+Shared by tests/train/test_restart_real_job.py and benchmarks/restart.py. The job is
 examples/graphsage/train_dist.py on Cora's METIS 2-way partition, one trainer per machine, saving a
 checkpoint every ``CHECKPOINT_EVERY`` steps and (rank 0) a metrics record per step in its run directory.
 Its trainers are found the way an operator would find them: in the process table, by the job id the

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from distgnn.partition.format import FeatureSpec, PartInfo, PartitionMeta, PartitionWriter
-from distgnn.shm import SHM_DIR
+from distgnn.store.shm import SHM_DIR
 
 
 @dataclass

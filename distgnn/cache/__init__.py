@@ -1,6 +1,7 @@
 """distgnn.cache: the GPU feature path — hot-set choice, the tiered FeatureCache and the one-launch gather.
 
 Importing this package needs torch only (no zmq, no pymetis); the CUDA extension builds on first use.
+May import: errors, config, native, data, partition, sampling, client, loader.
 """
 
 from distgnn.cache.feature_cache import CacheStats, FeatureCache

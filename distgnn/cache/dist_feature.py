@@ -26,7 +26,7 @@ from distgnn.errors import ConfigError, InputError
 from distgnn.native.cuda import gather_available
 
 if TYPE_CHECKING:
-    from distgnn.tensor import DistTensor
+    from distgnn.client.tensor import DistTensor
 
 POLICIES = ("replicate", "clique")
 # How long close() waits for the clique's other trainers (they read this process's shard until then).

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from distgnn.cache.pipeline import GatherAhead
-from distgnn.dataloader import MiniBatch
+from distgnn.client.tensor import DistTensor
+from distgnn.loader.node import MiniBatch
 from distgnn.sampling.neighbor import derive_seed
-from distgnn.tensor import DistTensor
 
 
 def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from distgnn.dataloader import MiniBatch
+from distgnn.loader.node import MiniBatch
 
 
 class GatherAhead:

@@ -1,4 +1,6 @@
-"""Graphs for distgnn: the in-memory ``Graph`` and ``HeteroGraph`` and the loaders and generators that produce them."""
+"""Graphs for distgnn: the in-memory ``Graph`` and ``HeteroGraph``, the readers and generators that produce
+them, link splits, and datasets by name (``datasets``). May import: errors.
+"""
 
 from distgnn.data.graph import Graph
 from distgnn.data.npz import load_npz

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from distgnn.data.download import planetoid_dir
 from distgnn.data.graph import Graph
 from distgnn.errors import InputError
 
@@ -79,8 +80,9 @@ def _dense(matrix: object, path: Path) -> np.ndarray:
     return arr
 
 
-def load_planetoid(name: str, data_dir: str | os.PathLike) -> Graph:
-    """Load ``ind.<name>.*`` from ``data_dir`` as a symmetric ``Graph``.
+def load_planetoid(name: str, data_dir: str | os.PathLike | None = None) -> Graph:
+    """Load ``ind.<name>.*`` from ``data_dir`` (None: the download cache, see :mod:`distgnn.data.download`) as a
+    symmetric ``Graph``.
 
     Returns:
         Graph with ndata ``feat`` float32 ``(N, F)``, ``label`` int64 ``(N,)`` and
@@ -89,7 +91,7 @@ def load_planetoid(name: str, data_dir: str | os.PathLike) -> Graph:
     name = name.lower()
     if name not in PLANETOID_NAMES:
         raise InputError(f"unknown Planetoid dataset {name!r}; expected one of {PLANETOID_NAMES}")
-    root = Path(data_dir)
+    root = planetoid_dir(name, data_dir)
     allowed = _allowed_globals()
     raw = {k: _unpickle(root / f"ind.{name}.{k}", allowed) for k in ("x", "y", "tx", "ty", "allx", "ally", "graph")}
     index_path = root / f"ind.{name}.test.index"

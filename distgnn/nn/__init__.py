@@ -1,4 +1,6 @@
-"""distgnn.nn: pure-torch GNN layers and models that run on Blocks, and link prediction heads."""
+"""distgnn.nn: pure-torch GNN layers and models that run on Blocks, link prediction heads, block conversion
+for DGL and PyG. May import: errors, native, data, partition, sampling, client.
+"""
 
 from distgnn.nn.conv import GATConv, SAGEConv
 from distgnn.nn.hetero import RGCN, RelGraphConv, TypedInput

@@ -92,7 +92,7 @@ def weighted_sum(
     dst = block.dst_index() if dst is None else dst
     if x.is_cuda:
         # torch's CUDA CSR product gives wrong rows for a strided values tensor (GAT's per-head view of its
-        # attention weights; seen with torch 2.11 on an H100, tests/test_nn_aggregate_cuda.py): gather the
+        # attention weights; seen with torch 2.11 on an H100, tests/nn/test_aggregate_cuda.py): gather the
         # messages and index_add them, right whatever the weights' strides and the columns' order.
         messages = x[block.indices] * edge_weight[:, None]
         return x.new_zeros((block.num_dst, x.shape[1])).index_add_(0, dst, messages)

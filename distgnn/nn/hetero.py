@@ -15,10 +15,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from distgnn.nn import aggregate
+import distgnn.nn.aggregate as aggregate
 from distgnn.nn.fused import relu_dropout
 from distgnn.nn.models import _LayerStack
-from distgnn.partition_book import node_policy
+from distgnn.partition.book import node_policy
 from distgnn.sampling.block import Block
 
 
@@ -188,7 +188,7 @@ class TypedInput(nn.Module):
 
     def __init__(self, g, embed_dim: int, feat_name: str = "feat", name: str = "node_emb"):
         super().__init__()
-        from distgnn.embedding import DistEmbedding
+        from distgnn.client.embedding import DistEmbedding
 
         self.g = g
         self.ntypes = list(g.ntypes)
@@ -231,7 +231,7 @@ class TypedInput(nn.Module):
         if kind not in ("adam", "adagrad"):
             raise ValueError(f"sparse optimizer must be 'adam' or 'adagrad', got {kind!r}")
         if self.distributed:
-            from distgnn.embedding import SparseAdagrad, SparseAdam
+            from distgnn.client.embedding import SparseAdagrad, SparseAdam
 
             return (SparseAdam if kind == "adam" else SparseAdagrad)(list(self.embeddings.values()), lr)
         params = list(self.local_embeddings.parameters())

@@ -55,7 +55,7 @@ class MLPPredictor(nn.Module):
 
 
 def score_pairs(predictor: nn.Module, h: torch.Tensor, pairs) -> torch.Tensor:
-    """``(P,)`` scores of a :class:`~distgnn.edge_dataloader.PairGraph`'s pairs from ``h``, the
+    """``(P,)`` scores of a :class:`~distgnn.loader.edge.PairGraph`'s pairs from ``h``, the
     ``(num_output_nodes, d)`` embeddings of its output nodes."""
     return predictor(h[pairs.src], h[pairs.dst])
 

@@ -40,7 +40,7 @@ class DeviceCSC:
     pages, and on the heap those hold other arrays too, whose ordinary host-to-device copies CUDA then
     refused ("invalid argument", seen on an H100); and registering a DistGraph's partition mapping in place
     crashed the process inside ``cudaHostRegister`` (segmentation fault on an H100, in
-    ``tests/test_sampling_device.py``'s cluster test), which is not understood yet. ``local2global`` (one
+    ``tests/sampling/test_device.py``'s cluster test), which is not understood yet. ``local2global`` (one
     entry per node) always goes to the device. ``eids`` is not held at all when it is the contiguous range
     the partition format guarantees (edge id = ``edge_start`` + CSC position), else it goes to the device.
 

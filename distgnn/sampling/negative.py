@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from distgnn.errors import ConfigError
-from distgnn.partition_book import RangePartitionBook
+from distgnn.partition.book import RangePartitionBook
 
 
 def _check_k(k: int) -> int:

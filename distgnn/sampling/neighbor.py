@@ -38,7 +38,7 @@ import torch
 from distgnn.data.graph import Graph
 from distgnn.data.hetero import DEFAULT_NTYPE, HeteroGraph, materialize
 from distgnn.errors import ConfigError, InputError
-from distgnn.partition_book import RangePartitionBook
+from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling import device as on_device
 from distgnn.sampling import kernels
 from distgnn.sampling.block import Block

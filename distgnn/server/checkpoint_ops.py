@@ -1,7 +1,7 @@
 """The servers' checkpoint ops: each main server writes and reads ITS OWN rows of a distributed tensor.
 
 Paths come from the trainer as a root (absolute) plus a step directory and a
-file name checked by :mod:`distgnn.checkpoint_io`: nothing can be written or
+file name checked by :mod:`distgnn.store.checkpoint_files`: nothing can be written or
 read outside the root, no file is overwritten, and a load is refused unless
 the file's sha256 and shape match what the checkpoint's manifest recorded.
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from distgnn import checkpoint_io as cio
 from distgnn.errors import InputError, ProtocolError
 from distgnn.server.handlers import Reply, ServerState, _arrays, _field, _require_main, _tensor
+from distgnn.store import checkpoint_files as cio
 
 
 def _paths(header: dict) -> tuple[str, str]:

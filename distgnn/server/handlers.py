@@ -13,7 +13,7 @@ Requests (header fields; arrays) -> reply arrays:
 * ``push`` (``policy, name, mode`` "assign"|"add"; ids int64, rows of the tensor's dtype) -> (); main server only
 * ``adam_step`` (``policy, name`` of a float32 ``(N, D)`` table, ``state`` its ``(N, 2D + 1)`` float32
   ``[m | v | t]`` rows, ``lr, beta1, beta2, eps``; unique ids int64, summed gradient rows float32 ``(n, D)``)
-  -> (); main server only: one sparse Adam step of those rows, state and weights (``distgnn.embedding``)
+  -> (); main server only: one sparse Adam step of those rows, state and weights (``distgnn.client.embedding``)
 * ``init_data`` (``policy, name, dtype, shape, init, low, high, seed``) -> (); main server only, idempotent
 * ``sample`` (``fanout, replace, seed, prob`` edge tensor name or None, ``edge_dir`` "in"; seeds int64)
   -> counts int64, neighbour global ids int64, global edge ids int64. On a typed partition the request
@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 import distgnn.rpc.wire as wire
-from distgnn import shm
 from distgnn.config import JobConfig
 from distgnn.errors import InputError, ProtocolError
 from distgnn.server.sampling import sample_neighbors
 from distgnn.server.store import create_tensor
+from distgnn.store import shm
 
 MAX_FANOUT = 100_000
 MAX_SAMPLED_EDGES = 200_000_000

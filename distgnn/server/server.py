@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import zmq
 
 import distgnn.rpc.wire as wire
-from distgnn import shm
 from distgnn.config import JobConfig
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.partition.format import read_meta
@@ -29,6 +28,7 @@ from distgnn.server import sampling
 from distgnn.server.checkpoint_ops import CHECKPOINT_HANDLERS
 from distgnn.server.handlers import HANDLERS, ServerState
 from distgnn.server.store import load_partition
+from distgnn.store import shm
 
 log = logging.getLogger(__name__)
 

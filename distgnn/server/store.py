@@ -3,7 +3,7 @@
 Loading is one sequential copy per array (``np.load`` memory-maps the file,
 ``np.copyto`` writes the segment), so it runs at disk read speed with no
 per-row Python work. Backups and trainers only map what the main server wrote
-(``distgnn.shm.SharedPartition.attach``).
+(``distgnn.store.shm.SharedPartition.attach``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 
-from distgnn import shm
 from distgnn.errors import InputError, PartitionFormatError
 from distgnn.partition.format import (
     PartitionMeta,
@@ -23,6 +22,7 @@ from distgnn.partition.format import (
     load_node_feature,
     load_part_array,
 )
+from distgnn.store import shm
 
 log = logging.getLogger(__name__)
 

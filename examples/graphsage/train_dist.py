@@ -21,32 +21,30 @@ optimizer, the loader's position and the RNG states; ``--resume auto`` continues
 from the latest (what ``distgnn-launch --max-restarts`` relies on); ``--run-dir``
 writes metrics as JSON lines (``distgnn-report RUN_DIR`` plots them). The job,
 dataset, feature-path, epoch-accounting and checkpoint pieces live
-in distgnn (``distgnn.job``, ``distgnn.datasets``, ``distgnn.cache.feature_path``,
-``distgnn.training``, ``distgnn.bookkeeping``, ``distgnn.inference``); this file is the model and its loop.
+in distgnn (``distgnn.train.job``, ``distgnn.data.datasets``, ``distgnn.cache.feature_path``,
+``distgnn.train.epoch``, ``distgnn.train.bookkeeping``, ``distgnn.train.inference``); this file is the model and its loop.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from distgnn import job
-from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
-from distgnn.dataloader import DistNodeDataLoader
-from distgnn.datasets import add_dataset_args
-from distgnn.inference import accuracy_by_mask, layerwise_inference
+from distgnn.data.datasets import add_dataset_args
+from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.prepare import job_partition
 from distgnn.sampling.neighbor import NeighborSampler, derive_seed
-from distgnn.training import TrainingLog, all_reduce
+from distgnn.train import job
+from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.epoch import TrainingLog, all_reduce
+from distgnn.train.inference import accuracy_by_mask, layerwise_inference
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,7 +62,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--hidden", type=int, default=256)
     model.add_argument("--dropout", type=float, default=0.5)
     model.add_argument("--heads", type=int, default=4, help="gat: attention heads")
-    model.add_argument("--no-eval", action="store_true", help="skip the final layer-wise inference")
     add_bookkeeping_args(p)
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
@@ -153,14 +150,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         sampler.close()
         features.close()
     result = {
-        "dataset": args.dataset,
-        "device": str(device),
-        "backend": dist.get_backend() if dist.is_initialized() else None,
+        **trainer.result_fields(args, num_batches),
         "model": args.model,
-        "num_trainers": trainer.world_size,
-        "num_parts": g.get_partition_book().num_partitions,
-        "epochs": args.epochs,
-        "batches_per_epoch": num_batches,
         **log.result(),
         **features.result_fields(),
     }
@@ -176,16 +167,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    job.log_to_stderr()
-    if args.local:
-        return job.run_local(__file__, argv, args, job_partition(args))  # partitions on the first run
-    with job.start_trainer(args) as trainer:
-        result = run_trainer(trainer, args)
-    if trainer.rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    return job.main(__file__, argv, parse_args, job_partition, run_trainer)  # partitions on the first --local run
 
 
 if __name__ == "__main__":

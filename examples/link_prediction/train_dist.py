@@ -24,43 +24,27 @@ scored from sampled blocks (``--fanouts``) rather than layer-wise inference.
 Rank 0 prints one line per epoch and finally ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N``
 saves the model, the optimizers (and the node embeddings of a typed graph), the loader's position and the RNG
 states; ``--resume auto`` continues from the latest; ``--run-dir`` writes metrics as JSON lines. The split,
-the evaluation, the epoch accounting and the checkpoints live in distgnn (``distgnn.data.link_split``,
-``distgnn.evaluation``, ``distgnn.training``, ``distgnn.bookkeeping``); this file is the models and their loop.
+the evaluation, the epoch accounting and the checkpoints live in distgnn (``distgnn.data.datasets.load_link_split``,
+``distgnn.partition.prepare``, ``distgnn.train.evaluation``, ``distgnn.train.inference``, ``distgnn.train.epoch``,
+``distgnn.train.bookkeeping``); this file is the models and their loop.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import json
 import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
-from distgnn import job
-from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.data.datasets import add_dataset_args, add_link_split_args, link_reverse_etype, load_link_split
 from distgnn.data.hetero import CanonicalEtype, etype_str, parse_etype
-from distgnn.data.link_split import (
-    HELD_OUT,
-    LINK_DIR,
-    LinkSplit,
-    load_link_partition,
-    split_links,
-    split_typed_links,
-)
-from distgnn.data.synthetic_mag import reverse_etype
-from distgnn.datasets import DatasetSpec, add_dataset_args, graph_name, load_dataset
-from distgnn.edge_dataloader import DistEdgeDataLoader
-from distgnn.evaluation import held_out_metrics
-from distgnn.inference import layerwise_inference
+from distgnn.data.link_split import load_link_partition
+from distgnn.loader.edge import DistEdgeDataLoader
 from distgnn.nn import (
     RGCN,
     DotPredictor,
@@ -72,10 +56,14 @@ from distgnn.nn import (
     margin_loss,
     score_pairs,
 )
-from distgnn.partition.prepare import partition_link_split
+from distgnn.partition.prepare import link_job_partition
 from distgnn.sampling.negative import SAMPLERS, negative_sampler
-from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler, derive_seed, split_by_type
-from distgnn.training import TrainingLog
+from distgnn.sampling.neighbor import NeighborSampler, derive_seed
+from distgnn.train import job
+from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.epoch import TrainingLog
+from distgnn.train.evaluation import held_out_metrics
+from distgnn.train.inference import embedding_lookup, sampled_embedding_lookup
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,14 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     link.add_argument("--exclude", default="reverse_id", choices=("reverse_id", "self", "none"))
     link.add_argument("--predictor", default="dot", choices=("dot", "mlp"))
     link.add_argument("--loss", default="bce", choices=("bce", "margin"))
-    link.add_argument("--val-fraction", type=float, default=0.05)
-    link.add_argument("--test-fraction", type=float, default=0.1)
-    link.add_argument("--eval-negatives", type=int, default=100, help="negatives per held-out pair (fixed by seed)")
-    link.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
-    typed = p.add_argument_group("heterogeneous graphs")
-    typed.add_argument("--target-etype", help="edge type to predict, src:rel:dst (a typed dataset needs it)")
-    typed.add_argument("--reverse-etype", help="its reverse edge type (default: synthetic-mag's, if any)")
-    typed.add_argument("--sparse-lr", type=float, default=0.01, help="learning rate of the node embeddings")
+    link.add_argument("--sparse-lr", type=float, default=0.01, help="learning rate of a typed graph's node embeddings")
+    add_link_split_args(p)
     add_bookkeeping_args(p)
     args = p.parse_args(argv)
     check_bookkeeping_args(p, args)
@@ -114,36 +96,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if value is not None and len(value.split(":")) != 3:
             p.error(f"{flag} must be a canonical edge type src:rel:dst, got {value!r}")
     return args
-
-
-def reverse_etype_of(args: argparse.Namespace, target: CanonicalEtype) -> CanonicalEtype | None:
-    """``--reverse-etype``, or synthetic-mag's reverse of ``target``, or None."""
-    if args.reverse_etype:
-        return parse_etype(args.reverse_etype)
-    return reverse_etype(target) if DatasetSpec.from_args(args).kind == "synthetic-mag" else None
-
-
-def link_split(args: argparse.Namespace) -> LinkSplit:
-    """The dataset's link split: its undirected pairs, or with ``--target-etype`` that type's directed pairs."""
-    graph = load_dataset(DatasetSpec.from_args(args))
-    fractions = (args.val_fraction, args.test_fraction, args.eval_negatives, args.seed)
-    if not args.target_etype:
-        return split_links(graph, *fractions)
-    target = parse_etype(args.target_etype)
-    return split_typed_links(graph, target, reverse_etype_of(args, target), *fractions)
-
-
-def prepare_local(args: argparse.Namespace) -> Path:
-    """The partition JSON of the split training graph in ``--workdir`` (split and partitioned when not there)."""
-    name = graph_name(DatasetSpec.from_args(args))
-    tag = f"v{args.val_fraction:g}-t{args.test_fraction:g}-k{args.eval_negatives}-s{args.seed}"
-    if args.target_etype:
-        tag += "-" + args.target_etype.replace(":", "_") + (f"-r{args.reverse_etype}" if args.reverse_etype else "")
-    args.workdir = str(Path(args.workdir) / f"split-{tag}")
-    out_dir = Path(args.workdir) / f"{name}-{args.part_method}-{args.num_parts}"
-    if not (out_dir / LINK_DIR / f"{HELD_OUT[-1]}.npy").exists():  # written last
-        return partition_link_split(link_split(args), args.num_parts, out_dir, name, args.part_method, args.seed)
-    return out_dir / f"{name}.json"
 
 
 class LinkModel(nn.Module):
@@ -185,31 +137,7 @@ class TypedLinkModel(nn.Module):
         return self.scorer(h, pos), self.scorer(h, neg)
 
 
-def embed_by_layers(raw: LinkModel, trainer: job.Trainer, args) -> Callable[[np.ndarray], torch.Tensor]:
-    """Every node's embedding from layer-wise inference, in a node tensor every trainer reads (collective)."""
-    g, device = trainer.g, trainer.device
-    nodes = trainer.inference_nodes()
-    table = trainer.new_buffer(raw.encoder.num_layers, args.hidden)
-    feat = g.ndata["feat"]
-    table[nodes] = layerwise_inference(raw.encoder, g, nodes, feat, args.eval_batch_size, device, trainer.new_buffer)
-    if dist.is_initialized():
-        dist.barrier()  # every trainer's embeddings written before any are read
-    return lambda ids: table[torch.from_numpy(ids)].to(device)
-
-
-def embed_by_sampling(raw: TypedLinkModel, trainer: job.Trainer, args) -> Callable[[np.ndarray], torch.Tensor]:
-    """Embeddings of each evaluation step's nodes from their sampled blocks (``--fanouts``), seeded per step."""
-    sampler, book, steps = NeighborSampler(args.fanouts), trainer.g.get_partition_book(), itertools.count()
-
-    def embed(ids: np.ndarray) -> torch.Tensor:
-        input_nodes, _, blocks = sampler.sample_blocks(trainer.g, ids, derive_seed(args.seed, 2, next(steps)))
-        input_nodes = {t: nids.to(trainer.device) for t, nids in split_by_type(book, input_nodes).items()}
-        return raw.embed(input_nodes, [b.to(trainer.device) for b in blocks])
-
-    return embed
-
-
-def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[str, np.ndarray]) -> dict:
+def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     """Train and evaluate on ``trainer.g``: GraphSAGE on a homogeneous graph, R-GCN with ``--target-etype``."""
     g, device, rank, world = trainer.g, trainer.device, trainer.rank, trainer.world_size
     book = g.get_partition_book()
@@ -217,7 +145,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     exclude = None if args.exclude == "none" else args.exclude
     if args.target_etype:
         target = book.to_canonical_etype(parse_etype(args.target_etype))
-        reverse = reverse_etype_of(args, target)
+        reverse = link_reverse_etype(args, target)
         if exclude == "reverse_id":
             exclude = "reverse_types" if reverse is not None else "self"
         raw = TypedLinkModel(g, args, target).to(device)
@@ -238,6 +166,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     dense = [p for name, p in raw.named_parameters() if not name.startswith("inputs.local_embeddings")]
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = raw.inputs.sparse_optimizer("adam", args.sparse_lr) if target else None
+    optimizers = [optimizer, *([sparse] if sparse else [])]
     loss_fn = bce_loss if args.loss == "bce" else margin_loss
     loader = DistEdgeDataLoader(
         g,
@@ -271,8 +200,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
             optimizer=optimizer,
             loader=loader,
             batches_per_epoch=num_batches,
-            sparse_optimizers=[sparse] if sparse else [],
-            embeddings=list(raw.inputs.embeddings.values()) if target and trainer.distributed else [],
+            sparse_optimizers=[sparse] if sparse else [],  # with their embeddings
         )
         with books:  # resumes from --resume; saves and logs as the flags ask
             for epoch in books.epochs(args.epochs):
@@ -280,13 +208,11 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
                     loss = loss_fn(*model(x, blocks, pos, neg))
-                    optimizer.zero_grad()
-                    if sparse is not None:
-                        sparse.zero_grad()
+                    for opt in optimizers:
+                        opt.zero_grad()
                     loss.backward()
-                    optimizer.step()
-                    if sparse is not None:
-                        sparse.step()
+                    for opt in optimizers:
+                        opt.step()
                     positives = pos[target].num_edges if target else pos.num_edges
                     meter.step_done(loss, positives, sum(b.num_edges for b in blocks))
                     books.step_done(epoch, loss)
@@ -297,13 +223,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     finally:
         loader.close()
     result = {
-        "dataset": args.dataset,
+        **trainer.result_fields(args, num_batches),
         **({"target_etype": etype_str(target)} if target else {}),
-        "device": str(device),
-        "num_trainers": world,
-        "num_parts": book.num_partitions,
-        "epochs": args.epochs,
-        "batches_per_epoch": num_batches,
         "neg_sampler": args.neg_sampler,
         "num_negs": args.num_negs,
         "exclude": exclude or "none",
@@ -314,29 +235,21 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace, held_out: dict[s
     if not args.no_eval:
         start = time.perf_counter()
         raw.eval()
-        embed = (embed_by_sampling if target else embed_by_layers)(raw, trainer, args)
+        if target:  # an R-GCN over typed inputs has no layer-wise form here: each step's nodes are sampled
+            embed = sampled_embedding_lookup(raw.embed, g, args.fanouts, args.seed, device)
+        else:
+            nodes, feat = trainer.inference_nodes(), g.ndata["feat"]
+            embed = embedding_lookup(raw.encoder, g, nodes, feat, args.eval_batch_size, device, trainer.new_buffer)
+        # The held-out pairs: written beside the partition, or split again (the same, by seed) with --single.
+        held_out = load_link_partition(g.part_config) if trainer.distributed else load_link_split(args).held_out()
         result.update(held_out_metrics(embed, raw.predictor, held_out, rank, world, args.eval_batch_size))
         result["eval_time_s"] = time.perf_counter() - start
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    job.log_to_stderr()
-    if args.local:
-        return job.run_local(__file__, argv, args, prepare_local(args))
-    if args.single:
-        split = link_split(args)
-        trainer = job.Trainer(InProcessGraph(split.train), torch.device(args.device), 0, 1, None, False)
-        torch.set_num_threads(job.torch_threads(args, 1))
-        result = run_trainer(trainer, args, split.held_out())
-    else:
-        with job.start_trainer(args) as trainer:
-            result = run_trainer(trainer, args, load_link_partition(trainer.g.part_config))
-    if trainer.rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    train_graph = lambda args: load_link_split(args).train  # noqa: E731  (--single trains on the split's graph)
+    return job.main(__file__, argv, parse_args, link_job_partition, run_trainer, train_graph)
 
 
 if __name__ == "__main__":

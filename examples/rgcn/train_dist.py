@@ -20,27 +20,24 @@ as JSON lines (``distgnn-report RUN_DIR`` plots them).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-import distgnn
-from distgnn import job
-from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
-from distgnn.dataloader import DistNodeDataLoader
-from distgnn.datasets import add_dataset_args
+from distgnn.data.datasets import add_dataset_args
 from distgnn.errors import ConfigError
-from distgnn.inference import layerwise_inference, typed_input_rows
+from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import RGCN, TypedInput
 from distgnn.partition.prepare import job_partition
 from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.training import TrainingLog, all_reduce
+from distgnn.train import job
+from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.epoch import TrainingLog, all_reduce
+from distgnn.train.inference import layerwise_inference, typed_input_rows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,14 +104,6 @@ def target_ntype(g, requested: str | None) -> str:
     return target
 
 
-def split(trainer: job.Trainer, target: str, mask_name: str) -> torch.Tensor:
-    """This trainer's share of the target nodes in ``mask_name`` (per-type ids)."""
-    mask = trainer.g.nodes[target].data[mask_name]
-    if not trainer.distributed:
-        return torch.nonzero(torch.as_tensor(mask)).flatten()
-    return distgnn.node_split(mask, trainer.g.get_partition_book(), ntype=target)
-
-
 def evaluate(net: Net, trainer: job.Trainer, target: str, fanouts: list[int], args) -> tuple[float, float]:
     """Accuracy on the validation and test nodes, every trainer scoring its share (collective)."""
     net.eval()
@@ -123,7 +112,7 @@ def evaluate(net: Net, trainer: job.Trainer, target: str, fanouts: list[int], ar
     counts = []
     with torch.no_grad():
         for mask_name in ("val_mask", "test_mask"):
-            seeds = {target: split(trainer, target, mask_name)}
+            seeds = {target: trainer.seeds(mask_name, target)}
             loader = DistNodeDataLoader(
                 trainer.g, seeds, sampler, args.eval_batch_size, device=trainer.device, seed=args.seed + 1
             )
@@ -178,7 +167,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     sampler = NeighborSampler(fanouts, device=device if args.sample_device == "cuda" else None)
     loader = DistNodeDataLoader(
         g,
-        {target: split(trainer, target, "train_mask")},
+        {target: trainer.seeds("train_mask", target)},
         sampler,
         args.batch_size,
         shuffle=True,
@@ -204,8 +193,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             optimizer=optimizer,
             loader=loader,
             batches_per_epoch=num_batches,
-            sparse_optimizers=[sparse] if sparse else [],
-            embeddings=list(net.inputs.embeddings.values()) if trainer.distributed else [],
+            sparse_optimizers=[sparse] if sparse else [],  # with their embeddings
         )
         with books:  # resumes from --resume; saves and logs as the flags ask
             for epoch in books.epochs(args.epochs):
@@ -230,40 +218,20 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     finally:
         loader.close()
         sampler.close()
-    t = time.perf_counter()
-    if args.eval == "layerwise" and args.model == "rgcn":
-        val_acc, test_acc = evaluate_layerwise(net, trainer, target, args)
-    else:
-        eval_fanouts = [int(f) for f in (args.eval_fanouts or args.fanouts).split(",")]
-        val_acc, test_acc = evaluate(net, trainer, target, eval_fanouts, args)
-    return {
-        "dataset": args.dataset,
-        "model": args.model,
-        "target_ntype": target,
-        "device": str(device),
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "num_trainers": trainer.world_size,
-        "num_parts": g.get_partition_book().num_partitions,
-        "epochs": args.epochs,
-        "batches_per_epoch": num_batches,
-        **log.result(),
-        "val_acc": val_acc,
-        "test_acc": test_acc,
-        "eval_time_s": time.perf_counter() - t,
-    }
+    result = {**trainer.result_fields(args, num_batches), "model": args.model, "target_ntype": target, **log.result()}
+    if not args.no_eval:
+        start = time.perf_counter()
+        if args.eval == "layerwise" and args.model == "rgcn":
+            val_acc, test_acc = evaluate_layerwise(net, trainer, target, args)
+        else:
+            eval_fanouts = [int(f) for f in (args.eval_fanouts or args.fanouts).split(",")]
+            val_acc, test_acc = evaluate(net, trainer, target, eval_fanouts, args)
+        result.update(val_acc=val_acc, test_acc=test_acc, eval_time_s=time.perf_counter() - start)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    job.log_to_stderr()
-    if args.local:
-        return job.run_local(__file__, argv, args, job_partition(args))  # partitions on the first run
-    with job.start_trainer(args) as trainer:
-        result = run_trainer(trainer, args)
-    if trainer.rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+    return job.main(__file__, argv, parse_args, job_partition, run_trainer)  # partitions on the first --local run
 
 
 if __name__ == "__main__":

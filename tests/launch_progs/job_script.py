@@ -1,4 +1,4 @@
-"""A training script in the shape of the examples, for tests of distgnn.job.
+"""A training script in the shape of the examples, for tests of distgnn.train.job.
 
 Each trainer prints ``TRAINER rank world seeds inference_nodes`` on stdout; ``--fail-rank R`` makes
 trainer R write a line on stderr and exit with code 3 before joining the job (``--kill-rank R``: SIGKILL
@@ -13,9 +13,9 @@ import signal
 import sys
 import time
 
-from distgnn import job
-from distgnn.datasets import add_dataset_args
+from distgnn.data.datasets import add_dataset_args
 from distgnn.partition.prepare import job_partition
+from distgnn.train import job
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,399 @@
+"""Running a training script as a job: the flags every example shares, the local runner, the trainer side.
+
+* :func:`add_job_args` adds the job flags (cluster shape, loader, mode, seed, device, threads).
+* :func:`run_local` runs the calling script as a whole job on this host: it partitions the dataset into the
+  work directory when needed, starts a :class:`~distgnn.train.cluster.LocalCluster`, spawns the trainers (the
+  script again, with torchrun's environment), waits, and stops everything on a failure, Ctrl-C or SIGTERM.
+  Trainer stderr streams to the console and into ``<workdir>/runs/<run>/trainer-<rank>.log``; when a process
+  dies, one line says which one caused the failure and how, and a second sums up the rest
+  (``distgnn.launch.failure``, as ``distgnn-launch`` reports it).
+* :func:`start_trainer` is the trainer side: torch.distributed, ``distgnn.initialize``, the DistGraph and the
+  per-machine gloo group, or with ``--single`` the whole graph in this process; it shuts all of it down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from distgnn.client.context import initialize, shutdown
+from distgnn.client.graph import DistGraph
+from distgnn.client.split import node_split
+from distgnn.client.tensor import DistTensor
+from distgnn.data.datasets import DatasetSpec, load_dataset
+from distgnn.errors import ConfigError
+from distgnn.launch.failure import ExitWatch
+from distgnn.partition.format import read_meta
+from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.train.allocator import keep_freed_memory
+from distgnn.train.cluster import LocalCluster, _die_with_parent
+
+log = logging.getLogger(__name__)
+
+# Set by run_local for its trainers when its own stderr is a terminal: theirs is a pipe, the console is not.
+STDERR_TTY_ENV = "DISTGNN_STDERR_TTY"
+
+
+def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse._ArgumentGroup:
+    """The job flags every example takes; ``--local`` and ``--single`` exclude each other."""
+    group = parser.add_argument_group("job")
+    group.add_argument("--num-parts", type=int, default=2, help="machines (= partitions)")
+    group.add_argument("--part-method", default="metis", choices=("metis", "random"))
+    group.add_argument("--trainers-per-machine", type=int, default=1)
+    group.add_argument("--servers-per-machine", type=int, default=1)
+    group.add_argument("--num-workers", type=int, default=0, help="sampler processes per trainer (0: a thread)")
+    group.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        help="batches made ahead per worker (default 2; 0 with --sample-device cuda); with 0 workers, > 0 samples\n"
+        "in a background thread",
+    )
+    group.add_argument("--epochs", type=int, default=epochs)
+    group.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: all)")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    group.add_argument(
+        "--sync-timing",
+        action="store_true",
+        help="with --device cuda: wait for the GPU after each stage so the sample/fetch/compute split adds up\n"
+        "(costs the overlap of the next batch's host work with this batch's GPU work); without it compute is\n"
+        "GPU time from CUDA events, and a stage that waits for the GPU absorbs the previous step's compute",
+    )
+    group.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
+    group.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
+    group.add_argument(
+        "--no-malloc-tuning",
+        action="store_true",
+        help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.train.allocator)",
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress bar")
+    group.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    mode = group.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="run the whole job on this host")
+    mode.add_argument("--single", action="store_true", help="single-process reference run")
+    return group
+
+
+def log_to_stderr() -> None:
+    """Show what the job and dataset modules report (partitioning, a failed process) on stderr, for CLIs."""
+    logging.basicConfig(format="%(message)s")
+    for name in (__name__, "distgnn.partition.prepare"):
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
+def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
+    """``--num-threads``, or this host's cores shared out among its trainers."""
+    return args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
+
+
+# -- the local runner --------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stream(source: Any, log_path: Path) -> None:
+    """Copy a trainer's stderr to ours and to its log, as it comes (progress bars end lines with \\r)."""
+    console = getattr(sys.stderr, "buffer", None)
+    with open(log_path, "ab") as log_file:
+        fd = source.fileno()
+        while chunk := os.read(fd, 65536):
+            log_file.write(chunk)
+            log_file.flush()
+            with contextlib.suppress(OSError, ValueError):
+                if console is not None:
+                    console.write(chunk)
+                    console.flush()
+                else:
+                    sys.stderr.write(chunk.decode(errors="replace"))
+    source.close()
+
+
+def run_local(
+    script: str | os.PathLike, argv: list[str], args: argparse.Namespace, part_config: str | os.PathLike
+) -> int:
+    """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host, on the
+    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`).
+
+    ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
+    the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return _run_local(Path(script), argv, args, Path(part_config))
+    except KeyboardInterrupt:
+        log.error("interrupted: stopped the job")
+        return 128 + signal.SIGINT
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path) -> int:
+    world = args.num_parts * args.trainers_per_machine
+    threads = torch_threads(args, world)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainers: list[subprocess.Popen] = []
+    streams: list[threading.Thread] = []
+    watch = ExitWatch()
+    with LocalCluster(
+        part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
+    ) as cluster:
+        for (machine, server), proc in cluster.processes.items():
+            watch.add(proc, "server", machine, server, cluster.server_log_path(machine, server))
+        # Chosen once the servers hold their ports, so that none of them can be handed this one.
+        port = _free_port()
+        try:
+            for machine in range(args.num_parts):
+                for local in range(args.trainers_per_machine):
+                    rank = machine * args.trainers_per_machine + local
+                    env = dict(os.environ)
+                    env.update(cluster.trainer_env(machine))
+                    env.update(
+                        RANK=str(rank),
+                        WORLD_SIZE=str(world),
+                        # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the
+                        # host (as torchrun would on one machine), so each one gets its own GPU.
+                        LOCAL_RANK=str(rank),
+                        LOCAL_WORLD_SIZE=str(world),
+                        MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port),
+                        OMP_NUM_THREADS=str(threads),
+                    )
+                    if sys.stderr.isatty():
+                        env[STDERR_TTY_ENV] = "1"
+                    proc = subprocess.Popen(
+                        [sys.executable, str(script.resolve()), *trainer_argv],
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        preexec_fn=_die_with_parent,
+                    )
+                    log_path = run_dir / f"trainer-{rank}.log"
+                    trainers.append(proc)
+                    watch.add(proc, "trainer", machine, rank, log_path)
+                    streams.append(threading.Thread(target=_stream, args=(proc.stderr, log_path), daemon=True))
+                    streams[-1].start()
+            return _wait_all(trainers, watch, run_dir)
+        finally:
+            watch.stopping()
+            _stop_all(trainers)
+            for thread in streams:
+                thread.join(timeout=5)
+            watch.poll()
+            if watch.failed():
+                log.error(watch.report_lines(run_dir)[1])
+
+
+def _wait_all(trainers: list[subprocess.Popen], watch: ExitWatch, run_dir: Path) -> int:
+    """Wait for every trainer; at the first failure (a trainer's, or a server's), say which and return."""
+    while True:
+        watch.poll()
+        if watch.failed():
+            cause = watch.settle()
+            log.error("%s; stopping the job", watch.report_lines(run_dir)[0])
+            return cause.returncode if cause.returncode > 0 else 1
+        if all(proc.poll() == 0 for proc in trainers):
+            return 0
+        time.sleep(0.2)
+
+
+def _stop_all(trainers: list[subprocess.Popen]) -> None:
+    for proc in trainers:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    for proc in trainers:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- the trainer side --------------------------------------------------------------------------------
+
+
+@dataclass
+class Trainer:
+    """What a training loop needs from its job, the same for a DistGraph and the single-process reference.
+
+    Attributes:
+        g: the DistGraph, or the InProcessGraph with ``--single``.
+        device: this trainer's device (``cuda:LOCAL_RANK`` with ``--device cuda``).
+        rank, world_size: this trainer's place among the job's trainers (0 and 1 in a single process).
+        machine_group: the gloo group of this machine's trainers (None in a single process).
+        show_progress: rank 0, not ``--quiet``, and the console is a terminal.
+        machine, trainers_per_machine: this trainer's machine and how many trainers it has (0 and 1 in a
+            single process).
+    """
+
+    g: Any
+    device: torch.device
+    rank: int
+    world_size: int
+    machine_group: Any
+    show_progress: bool
+    machine: int = 0
+    trainers_per_machine: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return isinstance(self.g, DistGraph)
+
+    def seeds(self, mask_name: str, ntype: str | None = None) -> torch.Tensor:
+        """``(n,)`` int64: this trainer's share of the nodes where ``mask_name`` is set (per-type ids of
+        ``ntype`` on a typed graph)."""
+        data = self.g.ndata if ntype is None else self.g.nodes[ntype].data
+        if not self.distributed:
+            return torch.nonzero(torch.as_tensor(data[mask_name])).flatten()
+        if ntype is None:
+            return node_split(data[mask_name], self.g.get_partition_book(), force_even=True)
+        return node_split(data[mask_name], self.g.get_partition_book(), ntype=ntype)
+
+    def result_fields(self, args: argparse.Namespace, batches_per_epoch: int) -> dict:
+        """The RESULT keys every example prints first: what ran, where and how long."""
+        return {
+            "dataset": args.dataset,
+            "device": str(self.device),
+            "backend": dist.get_backend() if dist.is_initialized() else None,
+            "num_trainers": self.world_size,
+            "num_parts": self.g.get_partition_book().num_partitions,
+            "epochs": args.epochs,
+            "batches_per_epoch": batches_per_epoch,
+        }
+
+    def inference_nodes(self) -> torch.Tensor:
+        """``(n,)`` int64: the nodes this trainer infers: its machine's, shared among the machine's trainers."""
+        if not self.distributed:
+            return torch.arange(self.g.num_nodes())
+        start, end = self.g.get_partition_book().node_range(self.machine)
+        return torch.tensor_split(torch.arange(start, end), self.trainers_per_machine)[
+            self.rank % self.trainers_per_machine
+        ]
+
+    def new_buffer(self, layer: int, dim: int) -> Any:
+        """A float32 ``(num_nodes, dim)`` node tensor for layer ``layer``'s output of layer-wise inference:
+        a DistTensor every trainer writes its rows into, or a plain tensor in a single process."""
+        if not self.distributed:
+            return torch.zeros(self.g.num_nodes(), dim)
+        return DistTensor((self.g.num_nodes(), dim), torch.float32, name=f"infer-h{layer}")
+
+
+@contextlib.contextmanager
+def start_trainer(
+    args: argparse.Namespace, single_graph: Callable[[argparse.Namespace], Any] | None = None
+) -> Iterator[Trainer]:
+    """This process's trainer of a job started by ``distgnn-launch`` or :func:`run_local` (torchrun's and
+    distgnn's environment set), or with ``args.single`` the whole dataset (or ``single_graph(args)``) in this
+    process. On leaving, the trainers meet at a barrier (after success), then distgnn and torch.distributed
+    shut down."""
+    if not args.no_malloc_tuning:
+        # Reuse freed memory across batches instead of page-faulting fresh mmaps (see distgnn.train.allocator).
+        keep_freed_memory()
+    quiet = args.quiet or not (sys.stderr.isatty() or os.environ.get(STDERR_TTY_ENV) == "1")
+    if args.single:
+        torch.set_num_threads(torch_threads(args, 1))
+        g = InProcessGraph(single_graph(args) if single_graph else load_dataset(DatasetSpec.from_args(args)))
+        yield Trainer(g, torch.device(args.device), 0, 1, None, not quiet)
+        return
+    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
+    faulthandler.enable()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # torchrun (under distgnn-launch) says how many trainers share this host.
+    torch.set_num_threads(torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine))))
+    if args.device == "cuda":
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"trainer with LOCAL_RANK {local_rank} needs GPU {local_rank}, this host has "
+                f"{torch.cuda.device_count()}; start at most one trainer per GPU"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        # NCCL for the model's CUDA tensors (DDP); gloo for the small CPU collectives
+        # (batch counts, class count, timings) that NCCL cannot carry.
+        backend = "cpu:gloo,cuda:nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    ctx = initialize()
+    try:
+        if ctx.config.part_config is None:
+            raise ConfigError("no partition config: start trainers through distgnn-launch or with --local")
+        g = DistGraph(read_meta(ctx.config.part_config).graph_name)
+        machine = ctx.config.machine_id
+        rank = dist.get_rank()
+        yield Trainer(
+            g,
+            device,
+            rank,
+            dist.get_world_size(),
+            machine_group(machine),
+            rank == 0 and not quiet,
+            machine,
+            ctx.config.num_trainers,
+        )
+        dist.barrier()
+    finally:
+        shutdown()
+        dist.destroy_process_group()
+
+
+def main(
+    script: str,
+    argv: list[str] | None,
+    parse_args: Callable[[list[str]], argparse.Namespace],
+    partition: Callable[[argparse.Namespace], Path],
+    run_trainer: Callable[[Trainer, argparse.Namespace], dict],
+    single_graph: Callable[[argparse.Namespace], Any] | None = None,
+) -> int:
+    """An example's ``main``: with ``--local`` the whole job on this host over ``partition(args)`` (made on the
+    first run, reused after), else this trainer (or ``--single``, over ``single_graph(args)`` if given) runs
+    ``run_trainer``; rank 0 prints ``RESULT {json}``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    log_to_stderr()
+    if args.local:
+        return run_local(script, argv, args, partition(args))
+    with start_trainer(args, single_graph) as trainer:
+        result = run_trainer(trainer, args)
+    if trainer.rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def machine_group(machine: int) -> Any:
+    """A gloo group of the trainers on ``machine`` (collective: every trainer creates every machine's group)."""
+    ids = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(ids, torch.tensor([machine], dtype=torch.int64))
+    machines = [int(t) for t in ids]
+    mine = None
+    for m in sorted(set(machines)):
+        group = dist.new_group([r for r, owner in enumerate(machines) if owner == m], backend="gloo")
+        if m == machine:
+            mine = group
+    return mine

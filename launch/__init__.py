@@ -1,4 +1,0 @@
-"""distgnn's launcher: starts servers and trainers on every machine of an ip_config.
-
-Standard library only: it must run on a login node without torch.
-"""

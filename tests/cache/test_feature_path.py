@@ -1,0 +1,91 @@
+"""The feature path's set-up: flag checks and defaults, loader options, and a batch's inputs and labels.
+
+The cache itself (replicate, clique, presampled hot set, CPU share, pipeline) is tested in
+test_cache_dist_feature.py and test_cache_pipeline.py, also through the example's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
+from distgnn.data import synthetic
+from distgnn.loader.node import DistNodeDataLoader
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.train import job
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    job.add_job_args(p)
+    add_feature_args(p)
+    args = p.parse_args(list(argv))
+    check_feature_args(p, args)
+    return args
+
+
+@pytest.mark.parametrize("flags", [["--sample-device=cuda"], ["--cache-policy=clique"]])
+def test_gpu_only_choices_need_a_cuda_device(flags, capsys) -> None:
+    with pytest.raises(SystemExit):
+        parse(*flags)
+    assert "need --device cuda" in capsys.readouterr().err
+
+
+def test_the_cache_is_on_by_default_only_on_a_gpu_and_options_come_from_the_flags() -> None:
+    assert parse().cache_gb == 0.0 and parse("--device=cuda").cache_gb == 1.0
+    options = FeatureOptions.from_args(parse("--device=cuda", "--cache-gb=2", "--hot-set=presample", "--pipeline"))
+    assert options == FeatureOptions(2.0, "replicate", "presample", 200, 0.0, True, "cpu", "gpu")
+    cuda = torch.device("cuda", 1)
+    assert options.sampler_kwargs(cuda) == {"device": None, "graph_memory": "gpu"}
+    gpu_sampling = FeatureOptions(sample_device="cuda", graph_memory="pinned")
+    assert gpu_sampling.sampler_kwargs(cuda) == {"device": cuda, "graph_memory": "pinned"}
+
+
+@pytest.fixture(scope="module")
+def graph() -> InProcessGraph:
+    return InProcessGraph(synthetic(200, 4.0, 6, 3, seed=2))
+
+
+def path_for(graph, prefetching: bool, **options) -> FeaturePath:
+    seeds = torch.arange(50)
+    return FeaturePath(
+        graph,
+        torch.device("cpu"),
+        FeatureOptions(**options),
+        seeds=seeds,
+        sampler=None,
+        batch_size=16,
+        seed=0,
+        rank=0,
+        prefetching=prefetching,
+    )
+
+
+@pytest.mark.parametrize("prefetching", [False, True])
+def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph, prefetching) -> None:
+    # A plain tensor is never cached, and a CPU device never pipelines, whatever the options.
+    path = path_for(graph, prefetching, cache_gb=1.0, pipeline=True)
+    assert path.cached is None and not path.pipeline
+    kwargs = path.loader_kwargs()
+    assert kwargs == {
+        "device": torch.device("cpu"),
+        "input_feats": ("feat",) if prefetching else (),
+        "output_feats": ("label",) if prefetching else (),
+    }
+    sampler = NeighborSampler([3, 3])
+    loader = DistNodeDataLoader(graph, torch.arange(50), sampler, 16, prefetch=2 if prefetching else 0, **kwargs)
+    try:
+        assert path.batches(loader) is loader
+        for item in path.batches(loader):
+            batch, x, y = path.inputs(item)
+            assert torch.equal(x, graph.ndata["feat"][batch[0]])
+            assert torch.equal(y, graph.ndata["label"][batch[1]])
+            assert (bool(batch.input_data), bool(batch.output_data)) == (prefetching, prefetching)
+    finally:
+        loader.close()
+        sampler.close()
+        path.close()
+    assert path.result_fields() == {"cache_gb": 0.0, "cache_policy": None, "hot_set": None, "sample_device": "cpu"}

@@ -1,0 +1,159 @@
+"""DistTensor on a 3-machine cluster: pulls and pushes equal a plain tensor; concurrent adds lose nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from serving_graphs import child_processes, job_files, small_graph
+
+from distgnn.client.context import connect
+from distgnn.client.tensor import DistTensor
+from distgnn.errors import InputError, RpcError
+from distgnn.train.cluster import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    graph = small_graph(tmp_path_factory.mktemp("tensor") / "out", num_parts=3, num_nodes=600, num_edges=3000)
+    with LocalCluster(graph.json_path, servers_per_machine=1, rpc_timeout_s=20, num_trainers=1) as cluster:
+        contexts = [connect(cluster.config(m), rank=m, world_size=3) for m in range(3)]
+        try:
+            yield graph, cluster, contexts
+        finally:
+            for ctx in contexts:
+                ctx.close()
+    assert job_files(cluster.job_id) == []
+    assert child_processes() == []
+
+
+def _ids_cases(graph, machine, rng):
+    start, end = graph.node_map[machine]
+    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
+    return {
+        "random_with_repeats": rng.integers(0, graph.num_nodes, 500),
+        "unsorted_unique": rng.permutation(graph.num_nodes)[:200],
+        "empty": np.zeros(0, np.int64),
+        "all_local": rng.integers(start, end, 100),
+        "all_remote": rng.choice(other, 150),
+        "single": np.array([graph.num_nodes - 1]),
+    }
+
+
+@pytest.mark.parametrize("machine", [0, 2])
+@pytest.mark.parametrize("name", ["feat", "label", "train_mask"])
+def test_pull_equals_the_reference_for_any_ids(served, machine, name):
+    graph, _, contexts = served
+    spec = graph.ndata[name]
+    t = DistTensor.attach(spec.shape, torch.from_numpy(spec[:1]).dtype, name, "node", contexts[machine])
+    rng = np.random.default_rng(machine)
+    for case, ids in _ids_cases(graph, machine, rng).items():
+        got = t[torch.from_numpy(ids.astype(np.int64))]
+        assert got.dtype == torch.from_numpy(spec[:1]).dtype, case
+        np.testing.assert_array_equal(got.numpy(), spec[ids], err_msg=case)
+
+
+def test_edge_tensor_pull(served):
+    graph, _, contexts = served
+    w = DistTensor.attach((len(graph.src),), torch.float32, "w", "edge", contexts[1])
+    ids = np.random.default_rng(5).integers(0, len(graph.src), 400)
+    np.testing.assert_array_equal(w[ids].numpy(), graph.edata["w"][ids])
+
+
+def test_new_tensor_push_assign_then_pull_everywhere(served):
+    graph, _, contexts = served
+    shape = (graph.num_nodes, 3)
+    tensors = [DistTensor(shape, torch.float64, "assign_t", init="ones", context=ctx) for ctx in contexts]
+    reference = np.ones(shape)
+    rng = np.random.default_rng(9)
+    for step in range(4):
+        ids = rng.permutation(graph.num_nodes)[:120]
+        rows = rng.standard_normal((120, 3))
+        tensors[step % 3][torch.from_numpy(ids)] = torch.from_numpy(rows)
+        reference[ids] = rows
+    for t in tensors:
+        np.testing.assert_array_equal(t[torch.arange(graph.num_nodes)].numpy(), reference)
+
+
+def test_uniform_init_is_in_range_and_shape_is_checked(served):
+    graph, _, contexts = served
+    t = DistTensor((graph.num_nodes, 2), torch.float32, "uni_t", init="uniform", low=-2, high=-1, context=contexts[0])
+    values = t[torch.arange(graph.num_nodes)]
+    assert values.shape == (graph.num_nodes, 2) and bool(((values >= -2) & (values < -1)).all())
+    with pytest.raises(RpcError, match="rows"):
+        DistTensor((graph.num_nodes + 1, 2), torch.float32, "bad_rows", context=contexts[0])
+    with pytest.raises(InputError, match="out of range"):
+        t[torch.tensor([graph.num_nodes])]
+    with pytest.raises(InputError, match="1-d integer"):
+        t[torch.tensor([0.5])]
+
+
+TRAINER = textwrap.dedent(
+    """
+    import numpy as np, torch, distgnn
+    from distgnn.client.tensor import DistTensor
+    ctx = distgnn.initialize()
+    n = {num_nodes}
+    t = DistTensor((n, 4), torch.float32, "concurrent_add", init="zeros")
+    ctx.barrier("created")
+    rng = np.random.default_rng(ctx.rank)
+    for step in range({steps}):
+        ids = rng.integers(0, n, 300)
+        t.push(torch.from_numpy(ids), torch.ones(300, 4) * (ctx.rank + 1), mode="add")
+    ctx.barrier("pushed")
+    distgnn.shutdown()
+    """
+)
+
+
+def test_concurrent_init_and_add_from_three_trainer_processes_lose_nothing(served):
+    graph, cluster, contexts = served
+    steps = 15
+    procs = []
+    for rank in range(3):
+        env = {**os.environ, **cluster.trainer_env(rank), "RANK": str(rank), "WORLD_SIZE": "3"}
+        code = TRAINER.format(num_nodes=graph.num_nodes, steps=steps)
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-3000:]
+    expected = np.zeros((graph.num_nodes, 4), np.float32)
+    for rank in range(3):
+        rng = np.random.default_rng(rank)
+        for _ in range(steps):
+            np.add.at(expected, rng.integers(0, graph.num_nodes, 300), float(rank + 1))
+    t = DistTensor.attach((graph.num_nodes, 4), torch.float32, "concurrent_add", "node", contexts[1])
+    np.testing.assert_array_equal(t[torch.arange(graph.num_nodes)].numpy(), expected)
+
+
+def test_pulls_split_into_many_chunks_reassemble_in_order(served, monkeypatch):
+    import distgnn.client.tensor
+
+    graph, _, contexts = served
+    monkeypatch.setattr(distgnn.client.tensor, "PULL_CHUNK_BYTES", 7 * 32)  # 7 rows of 8 float32 per request
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])
+    rng = np.random.default_rng(11)
+    for ids in (rng.integers(0, graph.num_nodes, 333), rng.integers(*graph.node_map[2], 50)):
+        np.testing.assert_array_equal(t[torch.from_numpy(ids)].numpy(), graph.ndata["feat"][ids])
+
+
+def test_a_reply_of_the_wrong_row_shape_is_named_not_copied(served, monkeypatch):
+    # A server that answers a pull with rows of another width (a corrupt or foreign reply): the read names
+    # the tensor and both shapes rather than copying bytes into the wrong rows.
+    from distgnn.rpc.client import Reply
+
+    graph, _, contexts = served
+    client = contexts[0].client
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])
+    real_wait = client.wait
+    narrowed = lambda rids: [Reply(r.header, [r.arrays[0][:, :5]]) for r in real_wait(rids)]  # noqa: E731
+    monkeypatch.setattr(client, "wait", narrowed)
+    start, end = graph.node_map[0]
+    ids = np.array([start, end, graph.num_nodes - 1], dtype=np.int64)  # one local row, two remote
+    with pytest.raises(InputError, match=r"feat: a pull came back as float32\[1, 5\], expected float32\[1, 8\]"):
+        t[torch.from_numpy(ids)]

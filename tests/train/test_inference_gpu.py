@@ -1,0 +1,58 @@
+"""Layer-wise inference held on one device: equals the model on full neighbourhoods (CPU here, GPU where there)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distgnn.data import synthetic
+from distgnn.errors import InputError
+from distgnn.nn import GAT, GraphSAGE
+from distgnn.sampling.neighbor import InProcessGraph, NeighborSampler
+from distgnn.train.inference_gpu import layerwise_inference_on_device
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module")
+def graph() -> InProcessGraph:
+    return InProcessGraph(synthetic(400, 6.0, 12, 4, seed=5))
+
+
+def full_neighbourhood_output(model, g, nodes) -> torch.Tensor:
+    _, _, blocks = NeighborSampler([-1] * model.num_layers).sample_blocks(g, nodes)
+    with torch.no_grad():
+        return model.cpu()(blocks, g.ndata["feat"][blocks[0].src_nids])
+
+
+CASES = [(device, model) for device in DEVICES for model in ("sage", "gat")]
+MODELS = {"sage": lambda: GraphSAGE(12, 16, 4, 3, 0.5), "gat": lambda: GAT(12, 8, 4, 2, 2, 0.5)}
+
+
+@pytest.mark.parametrize(("device", "model_name"), CASES)
+@pytest.mark.parametrize("batch_size", [64, 1000])
+def test_every_nodes_output_matches_the_model_on_full_neighbourhoods(graph, device, model_name, batch_size) -> None:
+    make = MODELS[model_name]
+    torch.manual_seed(0)
+    model = make().to(device)
+    features = graph.ndata["feat"].to(device)
+    got = layerwise_inference_on_device(model, graph, features, batch_size, device)
+    assert got.shape == (graph.num_nodes(), 4) and got.device.type == device and got.dtype == torch.float32
+    nodes = torch.randperm(graph.num_nodes())[:60]
+    want = full_neighbourhood_output(model, graph, nodes)
+    torch.testing.assert_close(got[nodes.to(device)].cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_features_in_host_memory_are_read_by_cpu_ids(graph) -> None:
+    torch.manual_seed(2)
+    model = GraphSAGE(12, 8, 4, 2, 0.0)
+    got = layerwise_inference_on_device(model, graph, graph.ndata["feat"], 100, "cpu")
+    assert not model.training  # put in eval mode: no dropout
+    torch.testing.assert_close(
+        got[:30], full_neighbourhood_output(model, graph, torch.arange(30)), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_bad_arguments_raise(graph) -> None:
+    with pytest.raises(InputError, match="batch_size"):
+        layerwise_inference_on_device(GraphSAGE(12, 8, 4, 2), graph, graph.ndata["feat"], 0, "cpu")

@@ -1,0 +1,116 @@
+"""distgnn.train.job: the shared flags, the local runner (trainers, failures, SIGTERM) and the trainer side."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from distgnn.data.datasets import add_dataset_args
+from distgnn.sampling.neighbor import InProcessGraph
+from distgnn.train import job
+
+SCRIPT = Path(__file__).resolve().parents[1] / "launch_progs" / "job_script.py"
+SMALL = ["--dataset=synthetic", "--num-nodes=400", "--avg-degree=4", "--feat-dim=8", "--synthetic-classes=3"]
+SMALL += ["--part-method=random", "--num-parts=2"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    add_dataset_args(p)
+    job.add_job_args(p, epochs=3)
+    return p
+
+
+def test_job_flags_have_the_examples_defaults_and_local_excludes_single(capsys) -> None:
+    args = parser().parse_args([])
+    assert (args.num_parts, args.part_method, args.trainers_per_machine, args.servers_per_machine) == (
+        2,
+        "metis",
+        1,
+        1,
+    )
+    assert (args.epochs, args.prefetch, args.device, args.local, args.single) == (3, None, "cpu", False, False)
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--local", "--single"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_single_process_trainer_holds_the_whole_graph() -> None:
+    args = parser().parse_args([*SMALL, "--single", "--no-malloc-tuning", "--quiet"])
+    with job.start_trainer(args) as trainer:
+        assert isinstance(trainer.g, InProcessGraph) and not trainer.distributed
+        assert (trainer.rank, trainer.world_size, trainer.machine_group, trainer.show_progress) == (0, 1, None, False)
+        mask = torch.as_tensor(trainer.g.ndata["train_mask"]).bool()
+        assert torch.equal(trainer.seeds("train_mask"), torch.nonzero(mask).flatten())
+        assert torch.equal(trainer.inference_nodes(), torch.arange(400))
+        assert trainer.new_buffer(0, 5).shape == (400, 5)
+
+
+def run_script(tmp_path: Path, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    argv = [sys.executable, str(SCRIPT), *SMALL, "--local", f"--workdir={tmp_path}", *extra]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_local_job_runs_every_trainer_and_splits_the_nodes_among_them(tmp_path) -> None:
+    proc = run_script(tmp_path, "--trainers-per-machine=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("TRAINER"))
+    assert [row[:2] for row in rows] == [["0", "4"], ["1", "4"], ["2", "4"], ["3", "4"]], proc.stdout + proc.stderr
+    assert sum(int(row[3]) for row in rows) == 400  # inference covers every node once
+    assert "partitioned synthetic-n400-d4-f8-c3-s0 into 2 parts" in proc.stderr
+    assert len(list((tmp_path / "runs").glob("*/trainer-*.log"))) == 4
+
+
+@pytest.mark.slow
+def test_a_failed_trainer_stops_the_job_with_one_line_naming_it(tmp_path) -> None:
+    proc = run_script(tmp_path, "--fail-rank=1")
+    assert proc.returncode == 3
+    (cause,) = [line for line in proc.stderr.splitlines() if line.endswith("stopping the job")]
+    assert cause.startswith("error: trainer 1 of machine 1 (partition 1, pid ")
+    assert cause.endswith("exited with code 3; last stderr line: trainer 1 gives up on purpose; stopping the job")
+    (summary,) = [line for line in proc.stderr.splitlines() if "full logs in" in line]
+    assert "1 trainer was stopped" in summary
+    run_dir = Path(summary.rsplit("full logs in ", 1)[1])
+    assert "trainer 1 gives up on purpose" in (run_dir / "trainer-1.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_trainer_killed_outright_is_named_with_its_signal(tmp_path) -> None:
+    proc = run_script(tmp_path, "--kill-rank=0")
+    assert proc.returncode == 1
+    assert "error: trainer 0 of machine 0 (partition 0, pid " in proc.stderr and "was killed by SIGKILL" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_trainers_and_the_cluster(tmp_path) -> None:
+    argv = [sys.executable, str(SCRIPT), *SMALL, "--local", f"--workdir={tmp_path}", "--sleep=60"]
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    joined = 0
+    while joined < 2 and (line := runner.stdout.readline()):  # both trainers joined the job
+        joined += line.startswith("TRAINER")
+    assert joined == 2, runner.stderr.read()[-3000:]
+    children = [int(p) for p in subprocess.check_output(["pgrep", "-P", str(runner.pid)]).split()]
+    assert len(children) == 4  # two servers, two trainers
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while not all(gone(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(gone(pid) for pid in children), children
