@@ -1,4 +1,5 @@
-"""Snapshot sequences: discrete-time dynamic graphs, their readers, and BLAD's load-balanced window scheduling.
+"""Snapshot sequences: discrete-time dynamic graphs, their readers, BLAD's load-balanced window scheduling and
+recurrent-GNN training. May import every component but temporal.
 
 * :mod:`~distgnn.snapshot.sequence`: :class:`SnapshotSequence` (graphs over a fixed or growing node set).
 * :mod:`~distgnn.snapshot.pgt`: PyTorch Geometric Temporal's JSON layouts, recognised by their keys.

@@ -2,7 +2,7 @@
 
 Snapshot sequences are small next to their compute (every trainer reads the whole sequence and moves to its
 device only the snapshots its plan gives it), so a job needs no graph servers: :func:`run_local` starts the
-trainers alone, with torchrun's environment, through the job machinery of :mod:`distgnn.job` (its log
+trainers alone, with torchrun's environment, through the job machinery of :mod:`distgnn.train.job` (its log
 streaming, failure watch and stop); :func:`start_trainer` joins torch.distributed. Under ``distgnn-launch``
 the trainers find the same environment.
 
@@ -27,9 +27,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from distgnn import job
-from distgnn.allocator import keep_freed_memory
-from distgnn.cluster import _die_with_parent
 from distgnn.data.events import read_events
 from distgnn.errors import ConfigError, InputError
 from distgnn.launch.failure import ExitWatch
@@ -37,6 +34,9 @@ from distgnn.snapshot.events import snapshots_from_events
 from distgnn.snapshot.pgt import read_pgt_json
 from distgnn.snapshot.sequence import SnapshotSequence
 from distgnn.snapshot.synthetic import synthetic_sequence
+from distgnn.train import job
+from distgnn.train.allocator import keep_freed_memory
+from distgnn.train.cluster import _die_with_parent
 
 
 def add_snapshot_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -31,14 +31,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from distgnn import job
-from distgnn.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.errors import ConfigError, DistGNNError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
 from distgnn.snapshot.schedule import SCHEDULES, make_plan, make_windows
 from distgnn.snapshot.train import SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
-from distgnn.training import EpochSummary
+from distgnn.train import job
+from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.epoch import EpochSummary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +55,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--window", type=int, default=0, help="snapshots per training sample (0: the whole span)")
     model.add_argument("--train-ratio", type=float, default=0.8)
     model.add_argument("--procs-per-gpu", type=int, default=1, choices=(1, 2))
-    model.add_argument("--no-eval", action="store_true", help="skip the test evaluation")
     add_bookkeeping_args(p)
     args = p.parse_args(argv)
     check_bookkeeping_args(p, args)
