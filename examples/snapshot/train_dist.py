@@ -118,12 +118,15 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
                 plan = _replan_on_measured(plan, result.segment_s, costs, windows, world, args.procs_per_gpu)
     steady = epoch_times[1:] or epoch_times
     out = {
-        "dataset": sequence.name,
+        "dataset": args.dataset,
+        "device": str(device),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
+        "num_trainers": world,
+        "epochs": args.epochs,
+        "sequence": sequence.name,
         "model": args.model,
         "schedule": args.schedule,
         "window": args.window,
-        "num_trainers": world,
-        "epochs": args.epochs,
         "train_loss": loss,
         "epoch_time_s": float(np.mean(steady)),
         "load_imbalance": float(np.mean(imbalances[1:] or imbalances)),

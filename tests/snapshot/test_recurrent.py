@@ -165,3 +165,32 @@ def test_model_carries_state_and_grows(cell):
     link = SnapshotModel(cell, 3, 8, task="link")
     (emb,), _ = link(snaps[:1])
     assert emb.shape == (10, 8)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cell", ["gconvgru", "gclstm", "evolvegcn"])
+def test_cuda_matches_cpu(cell):
+    torch.manual_seed(0)
+    snaps_cpu, snaps_gpu = [], []
+    for t, n in enumerate([40, 40, 50]):
+        rows_cols = [
+            normalized_adjacency(np.random.default_rng(t).integers(0, n, (2, 4 * n)), None, n, loops)
+            for loops in (False, True)
+        ]
+        x = torch.randn(n, 3)
+        for device, out in (("cpu", snaps_cpu), ("cuda", snaps_gpu)):
+            adjs = [SparseAdjacency.from_coo(*rc, n, device) for rc in rows_cols]
+            out.append(_Snap(x.to(device), adjs[0], adjs[1]))
+    model = SnapshotModel(cell, 3, 8, k=3)
+    cpu_out, _ = model(snaps_cpu)
+    sum(o.sum() for o in cpu_out).backward()
+    cpu_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.cuda()
+    gpu_out, _ = model(snaps_gpu)
+    sum(o.sum() for o in gpu_out).backward()
+    for a, b in zip(cpu_out, gpu_out, strict=True):
+        torch.testing.assert_close(a, b.cpu(), rtol=1e-4, atol=1e-5)
+    for a, p in zip(cpu_grads, model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad.cpu(), rtol=1e-3, atol=1e-4)
