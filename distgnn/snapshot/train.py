@@ -79,6 +79,20 @@ def vertex_share(snapshot: Snapshot, device: torch.device, rank: int, world: int
     )
 
 
+class EpochPosition:
+    """Where a loop of one step per epoch stands, in the form checkpoints keep a loader's position: after the
+    step of epoch ``e``, ``{"epoch": e, "batch": 1}`` (a resumed loop starts at ``e + 1``)."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batch": 1}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+
+
 @dataclass
 class EpochResult:
     """A trainer's epoch: its share of the loss, the seconds it computed and the seconds it waited for a

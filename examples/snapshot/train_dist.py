@@ -35,7 +35,7 @@ from distgnn.errors import ConfigError, DistGNNError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
 from distgnn.snapshot.schedule import SCHEDULES, make_plan, make_windows
-from distgnn.snapshot.train import SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
+from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import EpochSummary
@@ -93,8 +93,10 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
             flush=True,
         )
     epoch_times, imbalances, loss = [], [], float("nan")
-    with Bookkeeper(args, None, model=model, optimizer=optimizer, loader=None, batches_per_epoch=1) as books:
+    position = EpochPosition()
+    with Bookkeeper(args, None, model=model, optimizer=optimizer, loader=position, batches_per_epoch=1) as books:
         for epoch in books.epochs(args.epochs):
+            position.epoch = epoch
             start = time.perf_counter()
             optimizer.zero_grad(set_to_none=False)
             result = train_epoch(runner, plan, epoch)
