@@ -246,7 +246,8 @@ class EvolveGCNO(nn.Module):
     """EvolveGCN-O: a GCN whose ``(in, hidden)`` weight is evolved from snapshot to snapshot by a GRU (the
     weight is both the GRU's input and its state, its rows the batch), then ``H = A_gcn X W_t``.
 
-    The recurrent state is the weight, not a per-node vector, so a growing node set changes nothing.
+    The recurrent state is the weight, not a per-node vector, so a growing node set changes nothing. ``k`` is
+    accepted for a constructor like the other cells' and not used (the convolution is a GCN's).
     """
 
     def __init__(self, in_channels: int, hidden: int, k: int = 1) -> None:
