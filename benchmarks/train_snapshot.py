@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--schedule-epochs", type=int, default=4)
     p.add_argument("--schedule-window", type=int, default=4)
     p.add_argument("--schedule-model", default="gconvgru")
+    p.add_argument("--schedule-cheb-k", type=int, default=2, help="2: the convolutions read neighbours")
+    p.add_argument("--procs-per-gpu", type=int, default=1, choices=(1, 2), help="with --device cuda")
     p.add_argument("--trainers", default="1,2,4")
     p.add_argument("--skip-pgt", action="store_true")
     return p.parse_args(argv)
@@ -185,6 +187,7 @@ def run_example(schedule: str, trainers: int, args: argparse.Namespace, workdir:
         f"--window={args.schedule_window}",
         f"--epochs={args.schedule_epochs}",
         f"--schedule={schedule}",
+        f"--cheb-k={args.schedule_cheb_k}",
         f"--device={args.device}",
         "--num-threads=1",
         "--no-eval",
@@ -192,6 +195,8 @@ def run_example(schedule: str, trainers: int, args: argparse.Namespace, workdir:
         f"--workdir={workdir}",
     ]
     cmd += ["--single"] if trainers == 1 else ["--local", f"--num-parts={trainers}"]
+    if trainers > 1 and args.procs_per_gpu > 1:
+        cmd.append(f"--procs-per-gpu={args.procs_per_gpu}")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
