@@ -31,6 +31,10 @@
 #          examples/rgcn on synthetic-mag (--local: one server and one trainer, since --local starts one trainer per GPU; --sample-device cuda)
 # suite    every test file that touches CUDA, and the embedding, typed-model and link tests (the whole suite
 #          runs past one call's 10 minutes there)
+# dynamic  issues 23/24: the temporal tests (CUDA sampler vs reference) and the recurrent cells' CUDA test, then
+#          benchmarks/train_tgn.py (vs PyG's TGN) and benchmarks/train_snapshot.py --part peer (vs PyTorch Geometric
+#          Temporal: carry its wheel with decorator and networkx in .whl/) on the GPU; the data is read from
+#          ../shared/data, copied there from DATA_ROOT when set (the GPU machine has no network)
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -85,6 +89,17 @@ if has link; then
       --device cuda --workdir /tmp/distgnn-link >"$OUT/link_cuda${mode%% *}.log" 2>&1 || status=1
     echo "link $mode: $(grep -E '^RESULT|Error' "$OUT/link_cuda${mode%% *}.log" | tail -1)"
   done
+fi
+if has dynamic; then
+  if [[ -n "${DATA_ROOT:-}" && ! -d ../shared/data ]]; then mkdir -p ../shared && cp -r "$DATA_ROOT" ../shared/data; fi
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/temporal tests/snapshot/test_recurrent.py \
+    tests/train/test_timeline.py >"$OUT/pytest_dynamic.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_dynamic.log" | tail -15
+  timeout 200 python3 benchmarks/train_tgn.py --device cuda --epochs 3 >"$OUT/tgn_cuda.log" 2>&1 || status=1
+  tail -14 "$OUT/tgn_cuda.log"
+  timeout 200 python3 benchmarks/train_snapshot.py --part peer --device cuda --epochs 50 --seeds 0 \
+    >"$OUT/snapshot_cuda.log" 2>&1 || status=1
+  tail -14 "$OUT/snapshot_cuda.log"
 fi
 if has nccl; then
   timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \
