@@ -20,6 +20,10 @@
 # timeline benchmarks/scaling.py --gpus 1 --timeline, inline and with the sampling thread (rank 0's per-batch
 #          stage spans and their plots under $OUT; needs a train_dist.py that takes --timeline)
 # trace    the same for 2 epochs of 12 batches, with a torch.profiler trace
+# step     issue 25: the CUDA tests of the graph step (tests/train/test_step.py against the eager step), the fused
+#          ReLU + dropout, the aggregation, the feature path (labels on the GPU, gather into given rows), timeline
+#          and meter; benchmarks/scaling.py --gpus 1 with TF32 products (--matmul-precision high), inline and with the
+#          sampling thread (TIMELINE=1: their timelines); run with train1ab (BASE=main) for the before/after
 # inference  tests/train/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the GPU vs the
 #          host-buffer path) and, for scale, one training run with the sampling thread
 # typed    the CUDA tests of issue 15/16's typed and nn paths: the typed GPU sampler, the CUDA aggregation (mean,
@@ -27,6 +31,10 @@
 #          examples/rgcn on synthetic-mag (--local: one server and one trainer, since --local starts one trainer per GPU; --sample-device cuda)
 # suite    every test file that touches CUDA, and the embedding, typed-model and link tests (the whole suite
 #          runs past one call's 10 minutes there)
+# dynamic  issues 23/24: the temporal tests (CUDA sampler vs reference) and the recurrent cells' CUDA test, then
+#          benchmarks/train_tgn.py (vs PyG's TGN) and benchmarks/train_snapshot.py --part peer (vs PyTorch Geometric
+#          Temporal: carry its wheel with decorator and networkx in .whl/) on the GPU; the data is read from
+#          ../shared/data, copied there from DATA_ROOT when set (the GPU machine has no network)
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -55,6 +63,7 @@ has() { [[ ",$stages," == *",$1,"* ]]; }
 if has tests; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/cache tests/native/test_cuda_extensions.py \
     tests/sampling/test_gpu.py tests/sampling/test_device.py tests/sampling/test_kernels.py tests/nn/test_aggregate_cuda.py \
+    tests/nn/test_relu_dropout_cuda.py tests/train/test_step.py \
     tests/nn/test_layers.py >"$OUT/pytest.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
 fi
@@ -80,6 +89,17 @@ if has link; then
       --device cuda --workdir /tmp/distgnn-link >"$OUT/link_cuda${mode%% *}.log" 2>&1 || status=1
     echo "link $mode: $(grep -E '^RESULT|Error' "$OUT/link_cuda${mode%% *}.log" | tail -1)"
   done
+fi
+if has dynamic; then
+  if [[ -n "${DATA_ROOT:-}" && ! -d ../shared/data ]]; then mkdir -p ../shared && cp -r "$DATA_ROOT" ../shared/data; fi
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/temporal tests/snapshot/test_recurrent.py \
+    tests/train/test_timeline.py >"$OUT/pytest_dynamic.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_dynamic.log" | tail -15
+  timeout 200 python3 benchmarks/train_tgn.py --device cuda --epochs 3 >"$OUT/tgn_cuda.log" 2>&1 || status=1
+  tail -14 "$OUT/tgn_cuda.log"
+  timeout 200 python3 benchmarks/train_snapshot.py --part peer --device cuda --epochs 50 --seeds 0 \
+    >"$OUT/snapshot_cuda.log" 2>&1 || status=1
+  tail -14 "$OUT/snapshot_cuda.log"
 fi
 if has nccl; then
   timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \
@@ -167,6 +187,25 @@ fi
 if has timeline; then
   train1 timeline_inline "$PWD" "$here_cache" --timeline "$OUT/inline.json"
   train1 timeline_thread "$PWD" "$here_cache" --timeline "$OUT/thread.json" -- --prefetch 1
+fi
+if has step; then  # issue 25: the training step replayed from a CUDA graph (this tree; BASE / train1ab for the eager one)
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/train/test_step.py tests/nn/test_relu_dropout_cuda.py \
+    tests/nn/test_aggregate_cuda.py tests/nn/test_layers.py tests/cache/test_feature_path.py tests/train/test_timeline.py \
+    tests/train/test_epoch.py "tests/cache/test_dist_feature.py::test_fetch_writes_into_the_given_rows" \
+    tests/cache/test_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
+    >"$OUT/pytest_step.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_step.log" | tail -8
+  for variant in "tf32_inline:--matmul-precision high" "tf32_thread:--prefetch 1 --matmul-precision high"; do
+    name=${variant%%:*}
+    # shellcheck disable=SC2086
+    train1 "$name" "$PWD" "$here_cache" ${TIMELINE:+--timeline "$OUT/$name.json"} -- ${variant#*:}
+  done
+  for mode in graph eager; do  # device activity under the profiler, 30 batches an epoch
+    train1 "trace_$mode" "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short_$mode.json" \
+      --trace "$OUT/trace_$mode.json" -- --max-batches 30 --step $mode
+    python3 benchmarks/trace_busy.py "$OUT/trace_$mode-1gpu.json" --batches-per-epoch 30 | tail -1
+    gzip -f "$OUT/trace_$mode-1gpu.json"
+  done
 fi
 if has trace; then  # a short run: the trace of a whole products-scale run is too large to bring back
   train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trace "$OUT/trace.json" -- --max-batches 12

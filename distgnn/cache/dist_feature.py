@@ -191,6 +191,15 @@ class CachedFeature:
         With a cache that holds every row and ids on the device, nothing waits for the GPU: an id out of range
         zero-fills its row and raises InputError at the next read (or at ``self.cache.check()``).
         """
+        return self.fetch(ids)
+
+    def fetch(self, ids: Any, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``self[ids]``, written into ``out`` when given (a contiguous ``(len(ids), F)`` tensor of this table's
+        dtype on its device, such as the leading rows of a CUDA graph's input buffer) and returned.
+
+        Raises:
+            InputError: ``out`` has another shape, dtype or device.
+        """
         on_device = isinstance(ids, torch.Tensor) and ids.is_cuda and ids.device == self.device
         if on_device and self.cache is not None and self.cache.covers_all and self.impl != "torch":
             # Every row is a hit: the gather's all-hit path checks the ids on the GPU, without a host sync.
@@ -206,7 +215,16 @@ class CachedFeature:
         if misses.numel():
             rows = self.tensor.read(misses)
             staging = StagingTier(misses, rows.pin_memory() if self._pin else rows)
-        out = torch.empty((device_ids.shape[0], self.shape[1]), dtype=self.dtype, device=self.device)
+        shape = (device_ids.shape[0], self.shape[1])
+        if out is None:
+            out = torch.empty(shape, dtype=self.dtype, device=self.device)
+        elif (
+            tuple(out.shape) != shape or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous()
+        ):
+            raise InputError(
+                f"out must be a contiguous {shape} {self.dtype} tensor on {self.device} for {shape[0]} ids, got "
+                f"{tuple(out.shape)} {out.dtype} on {out.device}"
+            )
         gather(
             out, device_ids, cache=self.cache, host=self.host, staging=staging, impl=self.impl, cpu_share=self.cpu_share
         )

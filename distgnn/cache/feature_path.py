@@ -12,7 +12,7 @@ uncached rows), ``feat[ids]`` read through it, and batch t+1 gathered on a side 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.client.tensor import DistTensor
+from distgnn.errors import InputError
 from distgnn.loader.node import MiniBatch
 from distgnn.sampling.neighbor import derive_seed
 
@@ -125,6 +126,35 @@ class FeatureOptions:
         return {"device": device if self.sample_device == "cuda" else None, "graph_memory": self.graph_memory}
 
 
+class SeedLabels:
+    """The labels of a fixed set of seeds, held on a device and looked up there by global id (no host sync).
+
+    Args:
+        ids: ``(n,)`` int64 global ids of the seeds, ``n >= 1``, unique.
+        labels: ``(n,)`` their labels, in the same order.
+        device: where the table lives and lookups run.
+    """
+
+    def __init__(self, ids: torch.Tensor, labels: torch.Tensor, device: torch.device) -> None:
+        ids, labels = torch.as_tensor(ids, dtype=torch.int64), torch.as_tensor(labels)
+        if ids.dim() != 1 or ids.numel() == 0 or labels.shape[:1] != ids.shape:
+            raise InputError(
+                f"SeedLabels needs n >= 1 seed ids and their n labels, got ids {tuple(ids.shape)} and labels "
+                f"{tuple(labels.shape)}"
+            )
+        order = torch.argsort(ids)
+        self.keys = ids[order].to(device)
+        self.values = labels[order].to(device)
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` labels of ``ids`` (``(B,)`` int64, any device; each one of the seeds) on the table's device.
+        An id that is not a seed trips an assert on the device (raises at once on the CPU) instead of a sync."""
+        ids = ids.to(self.keys.device, non_blocking=True)
+        pos = torch.searchsorted(self.keys, ids).clamp_(max=self.keys.numel() - 1)
+        torch._assert_async((self.keys[pos] == ids).all(), "a batch's seed is not one of the training seeds")
+        return self.values[pos]
+
+
 class FeaturePath:
     """Input features and labels of a loop's batches on ``device``.
 
@@ -169,6 +199,11 @@ class FeaturePath:
         if options.cache_gb > 0 and isinstance(self.feat, DistTensor):
             self.cached = self._open_cache(g, seeds, sampler, batch_size, seed, rank, machine_group)
             self.feat.use_cache(self.cached)  # feat[ids] now reads through the cache, onto the device
+        # On a GPU, the training seeds' labels wait there: a batch's labels are looked up on the device, with
+        # no trip of its seeds through host memory (a host sync per batch that kept the step from being queued).
+        self.seed_labels = None
+        if self.device.type == "cuda" and not prefetching and len(seeds):
+            self.seed_labels = SeedLabels(seeds, self.label[seeds], self.device)
         # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
         self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
 
@@ -220,21 +255,30 @@ class FeaturePath:
         """What the loop iterates: the loader, or with the pipeline ``(batch, features)`` gathered ahead."""
         return GatherAhead(loader, self.cached, self.device) if self.pipeline else loader
 
-    def inputs(self, item: Any) -> tuple[MiniBatch, torch.Tensor, torch.Tensor]:
+    def inputs(
+        self, item: Any, rows: Callable[[int, int, torch.dtype], torch.Tensor | None] | None = None
+    ) -> tuple[MiniBatch, torch.Tensor, torch.Tensor]:
         """``(batch, x, y)`` for an item of :meth:`batches`: ``x`` ``(num_inputs, F)`` features and ``y``
-        ``(num_seeds,)`` labels on the device."""
+        ``(num_seeds,)`` labels on the device.
+
+        ``rows(num_inputs, F, dtype)``, where given, may return a tensor for the cache to gather ``x`` into
+        (:meth:`distgnn.train.step.TrainStep.input_rows`: a CUDA graph's input buffer, saving a copy); None
+        lets it allocate."""
         batch, x = item if self.pipeline else (item, None)
         input_nodes, seeds = batch[0], batch[1]
         if x is not None:
             pass  # gathered ahead with the batch
         elif self.feature_name in batch.input_data:
             x = batch.input_data[self.feature_name]
-        elif self.cached is not None:
-            x = self.feat[input_nodes]  # through the cache
+        elif self.cached is not None:  # through the cache
+            out = rows(len(input_nodes), self.cached.shape[1], self.cached.dtype) if rows is not None else None
+            x = self.cached.fetch(input_nodes, out)
         else:
             x = self.feat[input_nodes.cpu()].to(self.device)
         if self.label_name in batch.output_data:
             y = batch.output_data[self.label_name]
+        elif self.seed_labels is not None:
+            y = self.seed_labels(seeds)
         else:
             y = self.label[seeds.cpu()].to(self.device)
         return batch, x, y

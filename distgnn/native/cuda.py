@@ -1,8 +1,9 @@
 """Builds (on first use) and loads distgnn's CUDA extensions from ``csrc/cuda``.
 
-Three extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
+Four extensions: the gather (``distgnn_gather_cuda``: the feature cache's one-launch gather, planning, IPC
 and host-memory helpers; :func:`gather_kernels`), the graph kernels (``distgnn_graph_cuda``: neighbour
-sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`) and the temporal sampler
+sampling, relabelling and the nn mean aggregation; :func:`graph_kernels`), the fused nn ops
+(``distgnn_nn_cuda``: ReLU + dropout; :func:`nn_kernels`) and the temporal sampler
 (``distgnn_temporal_cuda``; :func:`temporal_kernels`).
 The build goes through ``torch.utils.cpp_extension.load`` into a cache directory per torch version, CUDA
 version and GPU architecture (``~/.cache/distgnn/extensions/...``), so a machine builds it once (about a
@@ -28,6 +29,8 @@ GATHER_SOURCES = ("binding.cpp", "gather.cu", "gather_cached.cu", "plan.cu")
 GATHER_EXTENSION = "distgnn_gather_cuda"
 GRAPH_SOURCES = ("graph_binding.cpp", "sample.cu", "relabel.cu", "aggregate.cu")
 GRAPH_EXTENSION = "distgnn_graph_cuda"
+NN_SOURCES = ("nn_binding.cpp", "relu_dropout.cu")
+NN_EXTENSION = "distgnn_nn_cuda"
 TEMPORAL_SOURCES = ("temporal_sample.cu",)
 TEMPORAL_EXTENSION = "distgnn_temporal_cuda"
 
@@ -102,6 +105,12 @@ def graph_kernels() -> ModuleType:
     """The compiled graph extension (sampling, relabel, mean aggregation); raises ExtensionBuildError when CUDA
     is absent or the build failed."""
     return cuda_extension(GRAPH_EXTENSION, GRAPH_SOURCES, "graph")
+
+
+def nn_kernels() -> ModuleType:
+    """The compiled fused nn extension (ReLU + dropout); raises ExtensionBuildError when CUDA is absent or the
+    build failed."""
+    return cuda_extension(NN_EXTENSION, NN_SOURCES, "nn")
 
 
 def temporal_kernels() -> ModuleType:

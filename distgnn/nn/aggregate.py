@@ -191,6 +191,11 @@ def _native_cuda(block: Block, x: torch.Tensor) -> bool:
     )
 
 
+def cuda_kernels_available() -> bool:
+    """Whether the CUDA mean kernels can run here (the graph extension builds or is cached); builds it once."""
+    return torch.cuda.is_available() and _cuda_extension() is not None
+
+
 @functools.cache
 def _cuda_extension() -> ModuleType | None:
     """The CUDA graph extension (which holds the mean kernels), or None after one warning where it cannot be built."""

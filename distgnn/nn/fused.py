@@ -1,4 +1,4 @@
-"""ReLU followed by (inverted) dropout, fused into one pass on the CPU.
+"""ReLU followed by (inverted) dropout, fused into one pass on the CPU and on a GPU.
 
 ``relu_dropout(x, p, training)`` equals ``F.dropout(F.relu(x), p, training)`` in
 distribution. On the CPU with float32 it runs the C++ kernel of
@@ -7,15 +7,26 @@ counter-based hash of ``(rng_seed, i)`` (``rng_seed`` drawn from torch's
 default generator, so ``torch.manual_seed`` fixes the masks), and the backward
 needs only the output (``grad * scale`` where the output is positive). torch's
 ``bernoulli_`` draws one Mersenne-Twister double per element and made dropout a
-quarter of a GraphSAGE step on the CPU. Elsewhere (CUDA, other dtypes) it is
-the torch composition. :func:`relu_dropout_reference` is the kernel in numpy.
+quarter of a GraphSAGE step on the CPU. On a GPU with float32 it runs the CUDA
+kernels of ``csrc/cuda/relu_dropout.cu`` (the ``nn`` extension,
+:func:`distgnn.native.cuda.nn_kernels`): the same hash of ``(seed, offset + i)``
+with ``seed`` and ``offset`` from torch's CUDA generator (so ``torch.manual_seed``
+fixes the masks and a CUDA graph draws new ones on every replay), one pass
+forward and one backward instead of torch's four and a mask. Elsewhere (other
+dtypes, or where that extension cannot be built, after one warning) it is the
+torch composition. :func:`relu_dropout_reference` is both kernels in numpy.
 """
 
 from __future__ import annotations
 
+import functools
+import warnings
+from types import ModuleType
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from distgnn.native.cpu import extension
 
@@ -33,9 +44,45 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return F.relu(x)
-    if x.device.type != "cpu" or x.dtype != torch.float32 or drop_threshold(p) >= _LEVELS:
+    if x.dtype != torch.float32 or drop_threshold(p) >= _LEVELS:
         return F.dropout(F.relu(x), p, True)
-    return _ReluDropout.apply(x, p)
+    if x.device.type == "cpu":
+        return _ReluDropout.apply(x, p)
+    if x.is_cuda and _cuda_kernels() is not None:
+        return _CudaReluDropout.apply(x, p)
+    return F.dropout(F.relu(x), p, True)
+
+
+@functools.cache
+def _cuda_kernels() -> ModuleType | None:
+    """The CUDA nn extension, or None after one warning where it cannot be built."""
+    from distgnn.errors import ExtensionBuildError
+    from distgnn.native.cuda import nn_kernels
+
+    try:
+        return nn_kernels()
+    except ExtensionBuildError as exc:
+        warnings.warn(f"CUDA relu_dropout falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
+        return None
+
+
+class _CudaReluDropout(torch.autograd.Function):
+    """The CUDA kernels: one pass forward (draws from torch's CUDA generator), one pass backward from the output."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        threshold = drop_threshold(p)
+        scale = _LEVELS / (_LEVELS - threshold)
+        out = _cuda_kernels().relu_dropout(x.detach().contiguous(), threshold, scale)
+        ctx.save_for_backward(out)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        (out,) = ctx.saved_tensors
+        return _cuda_kernels().relu_dropout_backward(out, grad_out.contiguous(), ctx.scale), None
 
 
 class _ReluDropout(torch.autograd.Function):
@@ -74,11 +121,12 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def relu_dropout_reference(x: np.ndarray, threshold: int, scale: float, rng_seed: int) -> np.ndarray:
-    """The kernel's output for a flat float32 ``x``: the same 16-bit draws, in numpy."""
+def relu_dropout_reference(x: np.ndarray, threshold: int, scale: float, rng_seed: int, offset: int = 0) -> np.ndarray:
+    """The kernels' output for a flat float32 ``x``: the same 16-bit draws, in numpy. Element ``i`` draws at
+    counter ``offset + i`` (the CPU kernel's offset is 0; the CUDA kernel's comes from torch's generator)."""
     with np.errstate(over="ignore"):
         key = _mix64(np.array([rng_seed], dtype=np.uint64))[0]
-        index = np.arange(x.shape[0], dtype=np.uint64)
+        index = np.arange(x.shape[0], dtype=np.uint64) + np.uint64(offset)
         words = _mix64(key + (index >> np.uint64(2)) * np.uint64(0x9E3779B97F4A7C15))
     draws = (words >> (np.uint64(16) * (index & np.uint64(3)))) & np.uint64(0xFFFF)
     factor = np.where(draws >= np.uint64(threshold), np.float32(scale), np.float32(0))

@@ -21,6 +21,7 @@ from distgnn.client.graph import DistGraph
 from distgnn.train.checkpoint import Position, add_checkpoint_args, checkpointer_from_args
 from distgnn.train.epoch import EpochMeter, EpochSummary
 from distgnn.train.metrics import RpcTraffic, add_metrics_args, metrics_from_args
+from distgnn.train.timeline import Timeline
 
 
 def add_bookkeeping_args(parser: argparse.ArgumentParser) -> None:
@@ -95,10 +96,18 @@ class Bookkeeper:
         at the batch after it)."""
         return self.batches_per_epoch - (self.position.batch if epoch == self.position.epoch else 0)
 
-    def meter(self, epoch: int, device: torch.device, show_progress: bool = False) -> EpochMeter:
-        """The :class:`~distgnn.train.epoch.EpochMeter` of ``epoch``: its remaining batches, ``--sync-timing``."""
+    def meter(
+        self, epoch: int, device: torch.device, show_progress: bool = False, timeline: Timeline | None = None
+    ) -> EpochMeter:
+        """The :class:`~distgnn.train.epoch.EpochMeter` of ``epoch``: its remaining batches, ``--sync-timing``,
+        and the ``--timeline`` that records its steps (None: none)."""
         return EpochMeter(
-            epoch, self.batches_in(epoch), device, sync_timing=self._sync_timing, show_progress=show_progress
+            epoch,
+            self.batches_in(epoch),
+            device,
+            sync_timing=self._sync_timing,
+            show_progress=show_progress,
+            timeline=timeline,
         )
 
     def step_done(self, epoch: int, loss: torch.Tensor) -> None:

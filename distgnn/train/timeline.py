@@ -18,6 +18,7 @@ in it), and :func:`plot_timeline` draws them (matplotlib, imported only there).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import time
@@ -161,6 +162,27 @@ class Timeline:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def add_timeline_args(parser: argparse.ArgumentParser) -> None:
+    """``--timeline PATH`` (rank 0's per-batch stage spans as JSON) and ``--trace PATH`` (with it, a
+    ``torch.profiler`` Chrome trace of the run, which slows every launch)."""
+    group = parser.add_argument_group("timeline")
+    group.add_argument("--timeline", help="write rank 0's per-batch stage spans (sample, fetch, compute) to PATH")
+    group.add_argument("--trace", help="with --timeline: also a torch.profiler Chrome trace to PATH")
+
+
+def timeline_from_args(args: argparse.Namespace, device: torch.device, rank: int) -> Timeline | None:
+    """The Timeline ``--timeline`` asks for on rank 0; None elsewhere and without the flag.
+
+    Raises:
+        ConfigError: ``--trace`` without ``--timeline``.
+    """
+    if getattr(args, "trace", None) and not getattr(args, "timeline", None):
+        raise ConfigError("--trace needs --timeline PATH (the trace's ranges are the timeline's spans)")
+    if not getattr(args, "timeline", None) or rank != 0:
+        return None
+    return Timeline(device, trace_path=args.trace)
 
 
 def summarize(batches: list[dict], epochs: set[int] | None = None) -> dict[str, dict[str, float]]:

@@ -28,11 +28,11 @@ in distgnn (``distgnn.train.job``, ``distgnn.data.datasets``, ``distgnn.cache.fe
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
@@ -45,6 +45,8 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
 from distgnn.train.inference import accuracy_by_mask, layerwise_inference
+from distgnn.train.step import TrainStep, add_step_args
+from distgnn.train.timeline import add_timeline_args, timeline_from_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,7 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--hidden", type=int, default=256)
     model.add_argument("--dropout", type=float, default=0.5)
     model.add_argument("--heads", type=int, default=4, help="gat: attention heads")
+    add_step_args(p)
     add_bookkeeping_args(p)
+    add_timeline_args(p)
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     check_feature_args(p, args)
@@ -95,9 +99,13 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     model = raw_model
     if trainer.world_size > 1:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes).
-    fused = {"fused": True} if device.type == "cuda" else {}
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    step = TrainStep(model, args.step, args.batch_size, args.fanouts, device)
+    # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes);
+    # a step replayed from a CUDA graph needs it capturable (its step count on the device).
+    fused = {"fused": True, "capturable": step.graphed} if device.type == "cuda" else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay, **fused)
+    step.optimizer = optimizer
     options = FeatureOptions.from_args(args)
     sampler = NeighborSampler(args.fanouts, **options.sampler_kwargs(device))
     features = FeaturePath(
@@ -126,20 +134,19 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     batches = features.batches(loader)
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     log = TrainingLog()
+    timeline = timeline_from_args(args, device, trainer.rank)
     try:
         books = Bookkeeper(args, g, model=model, optimizer=optimizer, loader=loader, batches_per_epoch=num_batches)
         with books:  # resumes from --resume; saves and logs as the flags ask
             for epoch in books.epochs(args.epochs):
                 model.train()
-                meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
-                for (_, seeds, blocks), x, y in meter.steps(batches, features.inputs):
-                    logits = model(blocks, x)
-                    loss = F.cross_entropy(logits, y)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
+                meter = books.meter(epoch, device, trainer.show_progress, timeline)  # fewer batches when resumed
+                # In graph mode the cache gathers each batch's features straight into the graph's input buffer.
+                inputs = functools.partial(features.inputs, rows=step.input_rows)
+                for (_, seeds, blocks), x, y in meter.steps(batches, inputs):
+                    loss, correct = step(blocks, x, y)
                     edges = sum(b.num_edges for b in blocks)
-                    meter.step_done(loss, len(seeds), edges, (logits.argmax(1) == y).sum())
+                    meter.step_done(loss, len(seeds), edges, correct)
                     books.step_done(epoch, loss)
                 summary = log.add(meter.finish(features.cached))
                 books.epoch_done(summary)
@@ -149,6 +156,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         loader.close()
         sampler.close()
         features.close()
+        if timeline is not None:
+            timeline.close()  # writes the trace, if any
+            timeline.write_json(args.timeline, step=step.mode, prefetch=args.prefetch)
     result = {
         **trainer.result_fields(args, num_batches),
         "model": args.model,

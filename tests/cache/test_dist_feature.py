@@ -71,6 +71,20 @@ def test_rows_equal_the_plain_dist_tensor(served, machine, cached_rows):
             np.testing.assert_array_equal(got.numpy(), graph.ndata["feat"][ids.numpy()], err_msg=case)
 
 
+def test_fetch_writes_into_the_given_rows(served):
+    graph, contexts = served
+    feat = _feat(graph, contexts[0])
+    ids = torch.from_numpy(np.random.default_rng(5).integers(0, NUM_NODES, 90))
+    with CachedFeature(feat, "cpu", 37 * 4 * feat.shape[1], hot_ids=torch.arange(37)) as cf:
+        buffer = torch.full((120, feat.shape[1]), float("nan"))
+        got = cf.fetch(ids, buffer[:90])
+        assert got.data_ptr() == buffer.data_ptr()
+        np.testing.assert_array_equal(buffer[:90].numpy(), graph.ndata["feat"][ids.numpy()])
+        assert torch.isnan(buffer[90:]).all()
+        with pytest.raises(InputError, match="out must be a contiguous"):
+            cf.fetch(ids, buffer[:89])
+
+
 def test_counters_split_hits_local_and_remote(served):
     graph, contexts = served
     machine = 0
@@ -280,6 +294,9 @@ def test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync(served, monkeyp
         got = cf[torch.from_numpy(ids).cuda()]
         np.testing.assert_array_equal(got.cpu().numpy(), graph.ndata["feat"][ids])
         assert cf.stats()["cache_hits"] == cf.lookups == 700
+        buffer = torch.full((800, feat.shape[1]), float("nan"), device="cuda")  # a CUDA graph's input rows
+        assert cf.fetch(torch.from_numpy(ids).cuda(), buffer[:700]).data_ptr() == buffer.data_ptr()
+        np.testing.assert_array_equal(buffer[:700].cpu().numpy(), graph.ndata["feat"][ids])
         cf[torch.tensor([0, NUM_NODES], device="cuda")]
         with pytest.raises(InputError, match="outside the slot table"):
             cf.cache.check()

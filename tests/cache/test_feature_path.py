@@ -11,8 +11,15 @@ import argparse
 import pytest
 import torch
 
-from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
+from distgnn.cache.feature_path import (
+    FeatureOptions,
+    FeaturePath,
+    SeedLabels,
+    add_feature_args,
+    check_feature_args,
+)
 from distgnn.data import synthetic
+from distgnn.errors import InputError
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import InProcessGraph
@@ -50,11 +57,11 @@ def graph() -> InProcessGraph:
     return InProcessGraph(synthetic(200, 4.0, 6, 3, seed=2))
 
 
-def path_for(graph, prefetching: bool, **options) -> FeaturePath:
+def path_for(graph, prefetching: bool, device: str = "cpu", **options) -> FeaturePath:
     seeds = torch.arange(50)
     return FeaturePath(
         graph,
-        torch.device("cpu"),
+        torch.device(device),
         FeatureOptions(**options),
         seeds=seeds,
         sampler=None,
@@ -90,3 +97,35 @@ def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph
         sampler.close()
         path.close()
     assert path.result_fields() == {"cache_gb": 0.0, "cache_policy": None, "hot_set": None, "sample_device": "cpu"}
+
+
+def test_seed_labels_are_looked_up_by_id_and_refuse_other_ids() -> None:
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randperm(1000, generator=gen)[:300]
+    labels = torch.randint(0, 40, (300,), generator=gen)
+    table = SeedLabels(ids, labels, torch.device("cpu"))
+    pick = torch.randint(0, 300, (128,), generator=gen)
+    assert torch.equal(table(ids[pick]), labels[pick])
+    other = torch.tensor(sorted(set(range(1000)) - set(ids.tolist()))[:1])
+    with pytest.raises(RuntimeError, match="not one of the training seeds"):
+        table(torch.cat([ids[:3], other]))
+    with pytest.raises(InputError, match="n >= 1 seed ids"):
+        SeedLabels(torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.device("cpu"))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_labels_come_from_the_gpu_table_when_the_loop_fetches_them(graph) -> None:
+    path = path_for(graph, False, device="cuda")
+    assert path.seed_labels is not None
+    sampler = NeighborSampler([3, 3])
+    loader = DistNodeDataLoader(graph, torch.arange(50), sampler, 16, prefetch=0, **path.loader_kwargs())
+    try:
+        for item in path.batches(loader):
+            batch, x, y = path.inputs(item)
+            assert y.is_cuda and torch.equal(y.cpu(), graph.ndata["label"][batch[1].cpu()])
+            assert torch.equal(x.cpu(), graph.ndata["feat"][batch[0].cpu()])
+    finally:
+        loader.close()
+        sampler.close()
+        path.close()

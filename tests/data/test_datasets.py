@@ -58,7 +58,7 @@ def test_spec_from_the_shared_flags() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(["--dataset=synthetic", "--num-nodes=300", "--avg-degree=4", "--feat-dim=8"])
     spec = DatasetSpec.from_args(args)
-    assert spec == DatasetSpec("synthetic", "data", 300, 4.0, 8, 16, 0)
+    assert spec == DatasetSpec("synthetic", None, 300, 4.0, 8, 16, 0)
 
 
 @pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")

@@ -125,6 +125,8 @@ def test_plot_draws_an_image(tmp_path):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_intervals_come_from_cuda_events_without_host_waits():
+    torch.cuda._sleep(1)  # the first launch loads the kernel (7 ms once, on an H100): not what is timed
+    torch.cuda.synchronize()
     timeline = Timeline("cuda")
     timeline.begin_batch(0, 0)
     with timeline.span("compute"):
@@ -137,3 +139,19 @@ def test_gpu_intervals_come_from_cuda_events_without_host_waits():
     host_compute = compute["host_ms"][1] - compute["host_ms"][0]
     assert gpu_compute > 5 > host_compute  # the host only launched it
     assert fetch["gpu_ms"][0] >= compute["gpu_ms"][1]  # the empty span waits its turn on the stream
+
+
+def test_timeline_flags_make_one_on_rank_zero_only():
+    import argparse
+
+    from distgnn.errors import ConfigError
+    from distgnn.train.timeline import add_timeline_args, timeline_from_args
+
+    parser = argparse.ArgumentParser()
+    add_timeline_args(parser)
+    args = parser.parse_args(["--timeline", "t.json"])
+    assert isinstance(timeline_from_args(args, torch.device("cpu"), rank=0), Timeline)
+    assert timeline_from_args(args, torch.device("cpu"), rank=1) is None
+    assert timeline_from_args(parser.parse_args([]), torch.device("cpu"), rank=0) is None
+    with pytest.raises(ConfigError, match="--trace needs --timeline"):
+        timeline_from_args(parser.parse_args(["--trace", "x.json"]), torch.device("cpu"), rank=0)

@@ -1,0 +1,179 @@
+"""A snapshot-training job: its dataset flags, its trainers on this host, a trainer's process group.
+
+Snapshot sequences are small next to their compute (every trainer reads the whole sequence and moves to its
+device only the snapshots its plan gives it), so a job needs no graph servers: :func:`run_local` starts the
+trainers alone, with torchrun's environment, through the job machinery of :mod:`distgnn.train.job` (its log
+streaming, failure watch and stop); :func:`start_trainer` joins torch.distributed. Under ``distgnn-launch``
+the trainers find the same environment.
+
+Datasets (``--dataset``): ``pyg-temporal:PATH`` (a PyTorch Geometric Temporal JSON file, node regression),
+``events:PATH`` (an event stream cut by ``--snapshot-span`` or ``--num-snapshots``, next-snapshot links),
+``synthetic`` (a skewed growing sequence, node regression).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from distgnn.data.events import read_events
+from distgnn.errors import ConfigError, InputError
+from distgnn.launch.failure import ExitWatch
+from distgnn.snapshot.events import snapshots_from_events
+from distgnn.snapshot.pgt import read_pgt_json
+from distgnn.snapshot.sequence import SnapshotSequence
+from distgnn.snapshot.synthetic import synthetic_sequence
+from distgnn.train import job
+from distgnn.train.allocator import keep_freed_memory
+from distgnn.train.cluster import _die_with_parent
+
+
+def add_snapshot_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """``--dataset`` and how to frame or cut it."""
+    group = parser.add_argument_group("snapshot dataset")
+    group.add_argument("--dataset", default="synthetic", help="pyg-temporal:PATH | events:PATH | synthetic")
+    group.add_argument("--lags", type=int, default=None, help="pyg-temporal: past steps as features (default: 4 or 8)")
+    group.add_argument("--snapshot-span", type=float, default=None, help="events: seconds per snapshot")
+    group.add_argument("--num-snapshots", type=int, default=None, help="events: snapshots of equal span")
+    group.add_argument("--bipartite", action="store_true", help="events: sources and destinations are apart")
+    group.add_argument("--synthetic-nodes", type=int, default=100_000)
+    group.add_argument("--synthetic-snapshots", type=int, default=100)
+    group.add_argument("--synthetic-degree", type=float, default=4.0)
+    group.add_argument("--synthetic-features", type=int, default=4)
+    return group
+
+
+def load_sequence(args: argparse.Namespace) -> tuple[SnapshotSequence, str]:
+    """The sequence ``--dataset`` names and its task (``node`` or ``link``).
+
+    Raises:
+        InputError: an unknown kind, or what the reader finds wrong.
+    """
+    kind, _, path = str(args.dataset).partition(":")
+    if kind == "pyg-temporal" and path:
+        return read_pgt_json(path, args.lags), "node"
+    if kind == "events" and path:
+        stream = read_events(path, bipartite=args.bipartite)
+        return snapshots_from_events(stream, args.snapshot_span, args.num_snapshots, Path(path).stem), "link"
+    if kind == "synthetic" and not path:
+        seq = synthetic_sequence(
+            args.synthetic_nodes,
+            args.synthetic_snapshots,
+            args.synthetic_features,
+            args.synthetic_degree,
+            seed=args.seed,
+        )
+        return seq, "node"
+    raise InputError(f"--dataset {args.dataset!r}: expected pyg-temporal:PATH, events:PATH or synthetic")
+
+
+def num_trainers(args: argparse.Namespace) -> int:
+    return 1 if args.single else args.num_parts * args.trainers_per_machine
+
+
+def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
+    """Run ``script`` (the caller, without ``--local``) as every trainer of a job on this host.
+
+    Returns 0 when every trainer succeeded, else the first failure's exit code (1 for a signal), 130 after
+    Ctrl-C; trainers are stopped on any failure or interrupt.
+    """
+    world = num_trainers(args)
+    threads = job.torch_threads(args, world)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    port = job._free_port()
+    trainers: list[subprocess.Popen] = []
+    streams: list[threading.Thread] = []
+    watch = ExitWatch()
+    try:
+        for rank in range(world):
+            env = dict(os.environ)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(rank),
+                LOCAL_WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS=str(threads),
+            )
+            if sys.stderr.isatty():
+                env[job.STDERR_TTY_ENV] = "1"
+            proc = subprocess.Popen(
+                [sys.executable, str(Path(script).resolve()), *trainer_argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
+            )
+            log_path = run_dir / f"trainer-{rank}.log"
+            trainers.append(proc)
+            watch.add(proc, "trainer", rank // args.trainers_per_machine, rank, log_path)
+            streams.append(threading.Thread(target=job._stream, args=(proc.stderr, log_path), daemon=True))
+            streams[-1].start()
+        return job._wait_all(trainers, watch, run_dir)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        watch.stopping()
+        job._stop_all(trainers)
+        for thread in streams:
+            thread.join(timeout=5)
+
+
+@dataclass
+class SnapshotTrainer:
+    """This process's place in the job: rank, world size, device, and whether it shows progress."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    show_progress: bool
+
+
+@contextlib.contextmanager
+def start_trainer(args: argparse.Namespace) -> Iterator[SnapshotTrainer]:
+    """Join the job (torchrun's environment), or with ``--single`` run alone; ``--procs-per-gpu`` trainers
+    share each GPU. On leaving, the trainers meet at a barrier (after success) and the group is destroyed."""
+    if not args.no_malloc_tuning:
+        keep_freed_memory()
+    quiet = args.quiet or not (sys.stderr.isatty() or os.environ.get(job.STDERR_TTY_ENV) == "1")
+    if args.single:
+        torch.set_num_threads(job.torch_threads(args, 1))
+        yield SnapshotTrainer(0, 1, torch.device(args.device), not quiet)
+        return
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.set_num_threads(job.torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
+    if args.device == "cuda":
+        gpu = local_rank // args.procs_per_gpu
+        if gpu >= torch.cuda.device_count():
+            raise ConfigError(
+                f"trainer with LOCAL_RANK {local_rank} and --procs-per-gpu {args.procs_per_gpu} needs GPU {gpu}, "
+                f"this host has {torch.cuda.device_count()}"
+            )
+        device = torch.device("cuda", gpu)
+        torch.cuda.set_device(device)
+        # gloo carries the hand-off and the gradient sum whichever way processes share a GPU (NCCL refuses two
+        # ranks on one device).
+        backend = "gloo" if args.procs_per_gpu > 1 else "cpu:gloo,cuda:nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    try:
+        yield SnapshotTrainer(rank, dist.get_world_size(), device, rank == 0 and not quiet)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,107 @@
+"""Snapshot training: one process's epoch is the mean loss over the training snapshots, and every schedule
+on a simulated cluster trains the same model to the same loss as the single process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from distgnn.nn.recurrent import SnapshotModel
+from distgnn.snapshot import synthetic_sequence
+from distgnn.snapshot.events import first_appearance_ids, snapshots_from_events
+from distgnn.snapshot.schedule import make_plan, make_windows
+from distgnn.snapshot.train import SnapshotRunner, evaluate, train_epoch
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "snapshot" / "train_dist.py"
+SMALL = ["--dataset=synthetic", "--synthetic-nodes=2000", "--synthetic-snapshots=20", "--epochs=4", "--quiet"]
+SMALL += ["--num-threads=1", "--cheb-k=2", "--hidden=8", "--window=3"]
+
+
+@pytest.mark.parametrize("window", [0, 1, 3])
+def test_one_trainer_epoch_is_the_mean_snapshot_loss(window):
+    seq = synthetic_sequence(num_nodes=500, num_snapshots=12, seed=1)
+    torch.manual_seed(0)
+    model = SnapshotModel("gconvgru", seq.num_features, 8, k=2)
+    runner = SnapshotRunner(model, seq, 10, torch.device("cpu"))
+    plan = make_plan("blad", seq.costs()[:10], make_windows(10, window), 1)
+    result = train_epoch(runner, plan, 0)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    # By hand: windows restart from a zero state.
+    loss = 0.0
+    for w in make_windows(10, window):
+        outs, _ = model([runner.snapshot(t) for t in range(w.start, w.stop)])
+        loss = loss + sum(
+            F.mse_loss(o, runner.snapshot(t).y) for t, o in zip(range(w.start, w.stop), outs, strict=True)
+        )
+    (loss / 10).backward()
+    assert result.loss == pytest.approx(float(loss.detach() / 10), rel=1e-5)
+    for a, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6)
+    assert set(evaluate(runner, window, 10, 12)) == {"mse"}
+
+
+def test_events_cut_into_growing_snapshots_train_links():
+    from distgnn.data.events import EventStream
+
+    src = np.array([5, 7, 5, 9, 7, 2], np.int64)
+    dst = np.array([7, 5, 9, 2, 2, 5], np.int64)
+    time = np.array([0.0, 1, 2, 3, 4, 5])
+    new_src, new_dst, n = first_appearance_ids(src, dst)
+    assert list(new_src) == [0, 1, 0, 2, 1, 3] and list(new_dst) == [1, 0, 2, 3, 3, 0] and n == 4
+    seq = snapshots_from_events(EventStream(src, dst, time, 10), span=2.0)
+    assert [s.num_nodes for s in seq] == [2, 4, 4] and [s.num_edges for s in seq] == [2, 2, 2]
+    assert seq.growing and not seq.has_targets
+    with pytest.raises(Exception, match="exactly one of --snapshot-span and --num-snapshots"):
+        snapshots_from_events(EventStream(src, dst, time, 10))
+    torch.manual_seed(0)
+    model = SnapshotModel("gclstm", 2, 8, task="link")
+    runner = SnapshotRunner(model, seq, 1, torch.device("cpu"))
+    result = train_epoch(runner, make_plan("blad", seq.costs()[:1], make_windows(1, 0), 1), 0)
+    assert np.isfinite(result.loss)
+    scores = evaluate(runner, 0, 1, 2)
+    assert 0 <= scores["auc"] <= 1 and 0 < scores["mrr"] <= 1
+
+
+def run(args: list[str], tmp_path: Path) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), *args, f"--workdir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(lines) == 1, proc.stdout[-3000:]
+    return json.loads(lines[0][len("RESULT ") :])
+
+
+@pytest.mark.slow
+def test_every_schedule_trains_the_same_model_to_the_same_loss(tmp_path):
+    # Chebyshev order 2: the vertex schedule exchanges rows; windows of 3 over 16 training snapshots on 2
+    # trainers: the contiguous schedule hands a window's state across its boundary.
+    single = run([*SMALL, "--single"], tmp_path)
+    for schedule in ("blad", "contiguous", "vertex"):
+        job = run([*SMALL, "--local", "--num-parts=2", f"--schedule={schedule}"], tmp_path)
+        assert job["num_trainers"] == 2
+        assert job["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5), schedule
+        assert job["test_mse"] == pytest.approx(single["test_mse"], rel=1e-4), schedule
+        assert job["load_imbalance"] >= 1.0 and job["epoch_time_s"] > 0
+
+
+@pytest.mark.slow
+def test_bad_window_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), *SMALL, "--single", "--window=40"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --window 40 is longer than the 16 training snapshots; give at most 16"
