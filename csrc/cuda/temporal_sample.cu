@@ -12,6 +12,7 @@
 //   syncs once and raises ValueError naming the first such root.
 #include <cstdint>
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
