@@ -10,8 +10,9 @@ test MSE. Both sides compute the MSE of ``(N,)`` predictions against ``(N,)`` ta
 an ``(N, 1)`` prediction against ``(N,)`` targets; that is not copied). One thread.
 
 PyTorch Geometric Temporal imports ``torch_sparse`` when its package is imported, and there is no wheel of it
-for this torch: this script puts a stub ``torch_sparse`` module (an empty ``SparseTensor`` class) on
-``sys.path`` before importing it; the cells benchmarked here (ChebConv inside GConvGRU) never call it.
+for this torch: where it does not import, this script puts a stub ``torch_sparse`` module (an empty
+``SparseTensor`` class) on ``sys.path`` before importing the peer; the cells benchmarked here (ChebConv inside
+GConvGRU) never call it. Without the peer installed, part 1 runs distgnn's side only.
 
 Part 2 (``--part schedules``): ``examples/snapshot/train_dist.py --local`` with each schedule at 1, 2 and 4
 trainers of one thread each on a skewed synthetic sequence (growing node set, log-normal bursts): epoch time,
@@ -95,11 +96,25 @@ def run_distgnn(name: str, seed: int, args: argparse.Namespace) -> tuple[float, 
     return statistics.mean(times[1:] or times), evaluate(runner, 1, num_train, len(seq))["mse"]
 
 
+def pgt_available() -> bool:
+    """Whether PyTorch Geometric Temporal imports (with a stub ``torch_sparse`` on ``sys.path`` when the real
+    one is missing)."""
+    try:
+        import torch_sparse  # noqa: F401
+    except ImportError:
+        stub = Path(tempfile.mkdtemp(prefix="torch_sparse_stub-"))
+        (stub / "torch_sparse").mkdir()
+        (stub / "torch_sparse" / "__init__.py").write_text("class SparseTensor:\n    pass\n")
+        sys.path.insert(0, str(stub))
+    try:
+        import torch_geometric_temporal  # noqa: F401
+    except ImportError as e:
+        print(f"PyTorch Geometric Temporal does not import ({e}): distgnn's side only", flush=True)
+        return False
+    return True
+
+
 def run_pgt(name: str, seed: int, args: argparse.Namespace) -> tuple[float, float]:
-    stub = Path(tempfile.mkdtemp(prefix="torch_sparse_stub-"))
-    (stub / "torch_sparse").mkdir()
-    (stub / "torch_sparse" / "__init__.py").write_text("class SparseTensor:\n    pass\n")
-    sys.path.insert(0, str(stub))
     from torch_geometric_temporal.nn.recurrent import GConvGRU
 
     from distgnn.snapshot import read_pgt_json
@@ -149,10 +164,11 @@ def run_pgt(name: str, seed: int, args: argparse.Namespace) -> tuple[float, floa
 def part_peer(args: argparse.Namespace) -> list[dict]:
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
+    with_peer = not args.skip_pgt and pgt_available()
     rows = []
     for name in args.datasets.split(","):
         ours = [run_distgnn(name, seed, args) for seed in seeds]
-        peer = [] if args.skip_pgt else [run_pgt(name, seed, args) for seed in seeds]
+        peer = [run_pgt(name, seed, args) for seed in seeds] if with_peer else []
         row = {"dataset": name, "seeds": seeds, "distgnn": ours, "pgt": peer}
         rows.append(row)
         print(json.dumps(row), flush=True)
