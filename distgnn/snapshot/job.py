@@ -1,10 +1,9 @@
 """A snapshot-training job: its dataset flags, its trainers on this host, a trainer's process group.
 
 Snapshot sequences are small next to their compute (every trainer reads the whole sequence and moves to its
-device only the snapshots its plan gives it), so a job needs no graph servers: :func:`run_local` starts the
-trainers alone, with torchrun's environment, through the job machinery of :mod:`distgnn.train.job` (its log
-streaming, failure watch and stop); :func:`start_trainer` joins torch.distributed. Under ``distgnn-launch``
-the trainers find the same environment.
+device only the snapshots its plan gives it), so a job needs no graph servers: ``--local`` starts the
+trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``); :func:`start_trainer` joins
+torch.distributed. Under ``distgnn-launch`` the trainers find the same environment.
 
 Datasets (``--dataset``): ``pyg-temporal:PATH`` (a PyTorch Geometric Temporal JSON file, node regression),
 ``events:PATH`` (an event stream cut by ``--snapshot-span`` or ``--num-snapshots``, next-snapshot links),
@@ -16,10 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +25,12 @@ import torch.distributed as dist
 
 from distgnn.data.events import read_events
 from distgnn.errors import ConfigError, InputError
-from distgnn.launch.failure import ExitWatch
 from distgnn.snapshot.events import snapshots_from_events
 from distgnn.snapshot.pgt import read_pgt_json
 from distgnn.snapshot.sequence import SnapshotSequence
 from distgnn.snapshot.synthetic import synthetic_sequence
 from distgnn.train import job
 from distgnn.train.allocator import keep_freed_memory
-from distgnn.train.cluster import _die_with_parent
 
 
 def add_snapshot_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -80,57 +74,6 @@ def load_sequence(args: argparse.Namespace) -> tuple[SnapshotSequence, str]:
 
 def num_trainers(args: argparse.Namespace) -> int:
     return 1 if args.single else args.num_parts * args.trainers_per_machine
-
-
-def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
-    """Run ``script`` (the caller, without ``--local``) as every trainer of a job on this host.
-
-    Returns 0 when every trainer succeeded, else the first failure's exit code (1 for a signal), 130 after
-    Ctrl-C; trainers are stopped on any failure or interrupt.
-    """
-    world = num_trainers(args)
-    threads = job.torch_threads(args, world)
-    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
-    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    port = job._free_port()
-    trainers: list[subprocess.Popen] = []
-    streams: list[threading.Thread] = []
-    watch = ExitWatch()
-    try:
-        for rank in range(world):
-            env = dict(os.environ)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world),
-                LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(world),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS=str(threads),
-            )
-            if sys.stderr.isatty():
-                env[job.STDERR_TTY_ENV] = "1"
-            proc = subprocess.Popen(
-                [sys.executable, str(Path(script).resolve()), *trainer_argv],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                preexec_fn=_die_with_parent,
-            )
-            log_path = run_dir / f"trainer-{rank}.log"
-            trainers.append(proc)
-            watch.add(proc, "trainer", rank // args.trainers_per_machine, rank, log_path)
-            streams.append(threading.Thread(target=job._stream, args=(proc.stderr, log_path), daemon=True))
-            streams[-1].start()
-        return job._wait_all(trainers, watch, run_dir)
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        watch.stopping()
-        job._stop_all(trainers)
-        for thread in streams:
-            thread.join(timeout=5)
 
 
 @dataclass

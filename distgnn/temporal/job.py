@@ -1,12 +1,11 @@
-"""A temporal training job: flags, the local runner, and one trainer's loop with DistTGL's parallelisms.
+"""A temporal training job: flags and one trainer's loop with DistTGL's parallelisms.
 
 * :func:`add_temporal_args`: the stream (``--dataset events:PATH`` or ``synthetic-events:NODES:EVENTS``,
   ``--bipartite``), the model (PyG's TGN example's defaults), the i/j/k flags; the job, checkpoint and metrics
   flags come from distgnn's shared ones.
 * :func:`prepare`: reads the stream and settles i/j/k (DistTGL's heuristic for unset ones) and rejects bad
   configurations, before any process starts.
-* :func:`run_local`: this script again as each trainer of the job on this host (torchrun's environment), its
-  stderr streamed, every trainer stopped at the first failure, Ctrl-C or SIGTERM.
+* ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its share of each batch, DDP on weights.
 
 Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
@@ -19,11 +18,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +35,6 @@ from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
-from distgnn.train.cluster import _die_with_parent
 from distgnn.train.metrics import metrics_from_args
 
 log = logging.getLogger(__name__)
@@ -120,66 +113,6 @@ def describe(plan: Plan, args: argparse.Namespace) -> str:
 
 
 # -- the local runner --------------------------------------------------------------------------------
-
-
-def run_local(script: str | os.PathLike, argv: list[str], args: argparse.Namespace) -> int:
-    """Runs ``script`` (without ``--local``) as the job's ``num_parts * trainers_per_machine`` trainers on this
-    host; returns 0, the first failed trainer's exit code, 130 after Ctrl-C or 143 after SIGTERM."""
-    world = args.num_parts * args.trainers_per_machine
-    threads = args.num_threads or max(1, (os.cpu_count() or 1) // world)
-    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    previous = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    trainers: list[subprocess.Popen] = []
-    try:
-        for rank in range(world):
-            env = dict(os.environ)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world),
-                LOCAL_RANK=str(rank),
-                LOCAL_WORLD_SIZE=str(world),
-                GROUP_RANK=str(rank // args.trainers_per_machine),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS=str(threads),
-            )
-            trainers.append(
-                subprocess.Popen(
-                    [sys.executable, str(Path(script).resolve()), *trainer_argv],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent,
-                )
-            )
-        while True:
-            codes = [proc.poll() for proc in trainers]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                log.error("trainer %d exited with code %d; stopping the job", rank, code)
-                return code if code > 0 else 1
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        log.error("interrupted: stopped the job")
-        return 128 + signal.SIGINT
-    finally:
-        for proc in trainers:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in trainers:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        signal.signal(signal.SIGTERM, previous)
 
 
 # -- one trainer -------------------------------------------------------------------------------------

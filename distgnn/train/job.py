@@ -131,10 +131,12 @@ def _stream(source: Any, log_path: Path) -> None:
 
 
 def run_local(
-    script: str | os.PathLike, argv: list[str], args: argparse.Namespace, part_config: str | os.PathLike
+    script: str | os.PathLike, argv: list[str], args: argparse.Namespace, part_config: str | os.PathLike | None
 ) -> int:
     """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host, on the
-    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`).
+    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`) served by a
+    :class:`LocalCluster`; with ``part_config`` None, trainers alone (jobs whose trainers read their data
+    themselves: event streams, snapshot sequences).
 
     ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
     the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
@@ -143,7 +145,7 @@ def run_local(
     # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        return _run_local(Path(script), argv, args, Path(part_config))
+        return _run_local(Path(script), argv, args, None if part_config is None else Path(part_config))
     except KeyboardInterrupt:
         log.error("interrupted: stopped the job")
         return 128 + signal.SIGINT
@@ -151,7 +153,7 @@ def run_local(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path) -> int:
+def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path | None) -> int:
     world = args.num_parts * args.trainers_per_machine
     threads = torch_threads(args, world)
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
@@ -160,44 +162,50 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_con
     trainers: list[subprocess.Popen] = []
     streams: list[threading.Thread] = []
     watch = ExitWatch()
-    with LocalCluster(
-        part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
-    ) as cluster:
-        for (machine, server), proc in cluster.processes.items():
+    servers = (
+        contextlib.nullcontext()
+        if part_config is None
+        else LocalCluster(
+            part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
+        )
+    )
+    with servers as cluster:
+        for (machine, server), proc in cluster.processes.items() if cluster else ():
             watch.add(proc, "server", machine, server, cluster.server_log_path(machine, server))
         # Chosen once the servers hold their ports, so that none of them can be handed this one.
         port = _free_port()
         try:
-            for machine in range(args.num_parts):
-                for local in range(args.trainers_per_machine):
-                    rank = machine * args.trainers_per_machine + local
-                    env = dict(os.environ)
+            for rank in range(world):
+                machine = rank // args.trainers_per_machine
+                env = dict(os.environ)
+                if cluster:
                     env.update(cluster.trainer_env(machine))
-                    env.update(
-                        RANK=str(rank),
-                        WORLD_SIZE=str(world),
-                        # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the
-                        # host (as torchrun would on one machine), so each one gets its own GPU.
-                        LOCAL_RANK=str(rank),
-                        LOCAL_WORLD_SIZE=str(world),
-                        MASTER_ADDR="127.0.0.1",
-                        MASTER_PORT=str(port),
-                        OMP_NUM_THREADS=str(threads),
-                    )
-                    if sys.stderr.isatty():
-                        env[STDERR_TTY_ENV] = "1"
-                    proc = subprocess.Popen(
-                        [sys.executable, str(script.resolve()), *trainer_argv],
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE,
-                        preexec_fn=_die_with_parent,
-                    )
-                    log_path = run_dir / f"trainer-{rank}.log"
-                    trainers.append(proc)
-                    watch.add(proc, "trainer", machine, rank, log_path)
-                    streams.append(threading.Thread(target=_stream, args=(proc.stderr, log_path), daemon=True))
-                    streams[-1].start()
+                env.update(
+                    RANK=str(rank),
+                    WORLD_SIZE=str(world),
+                    # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the host (as
+                    # torchrun would on one machine), so each one gets its own GPU.
+                    LOCAL_RANK=str(rank),
+                    LOCAL_WORLD_SIZE=str(world),
+                    GROUP_RANK=str(machine),
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(port),
+                    OMP_NUM_THREADS=str(threads),
+                )
+                if sys.stderr.isatty():
+                    env[STDERR_TTY_ENV] = "1"
+                proc = subprocess.Popen(
+                    [sys.executable, str(script.resolve()), *trainer_argv],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    preexec_fn=_die_with_parent,
+                )
+                log_path = run_dir / f"trainer-{rank}.log"
+                trainers.append(proc)
+                watch.add(proc, "trainer", machine, rank, log_path)
+                streams.append(threading.Thread(target=_stream, args=(proc.stderr, log_path), daemon=True))
+                streams[-1].start()
             return _wait_all(trainers, watch, run_dir)
         finally:
             watch.stopping()

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.local:
         job.log_to_stderr()
-        return snapshot_job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
     try:
         with snapshot_job.start_trainer(args) as trainer:
             result = run(trainer, args)

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.local:
         print(temporal_job.describe(plan, args), flush=True)
-        return temporal_job.run_local(__file__, argv, args)
+        return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
     if args.single:
         print(temporal_job.describe(plan, args), flush=True)
     result = temporal_job.run_trainer(args, plan)

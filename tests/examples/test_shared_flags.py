@@ -13,7 +13,7 @@ from distgnn.train import job
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(ROOT.glob("examples/*/train_dist.py"))
 SHARED = ["--local", "--num-parts=2", "--trainers-per-machine=2", "--device=cpu", "--num-threads=1", "--epochs=3"]
-SHARED += ["--seed=4", "--batch-size=64", "--checkpoint-dir=ck", "--resume", "--run-dir=r", "--no-eval"]
+SHARED += ["--seed=4", "--checkpoint-dir=ck", "--resume", "--run-dir=r", "--no-eval"]
 MAG = ["--dataset=synthetic-mag", "--num-papers=800", "--feat-dim=8", "--synthetic-classes=4", "--fanouts=4,4"]
 MAG += ["--batch-size=128", "--hidden=16", "--quiet", "--no-malloc-tuning", "--epochs=1", "--max-batches=2"]
 
@@ -29,7 +29,7 @@ def load(path: Path):
 def test_every_example_takes_the_shared_flags(path: Path) -> None:
     args = load(path).parse_args(SHARED)
     assert (args.local, args.num_parts, args.trainers_per_machine, args.epochs, args.seed) == (True, 2, 2, 3, 4)
-    assert (args.resume, args.no_eval, args.checkpoint_dir, args.batch_size) == ("auto", True, "ck", 64)
+    assert (args.resume, args.no_eval, args.checkpoint_dir, args.run_dir) == ("auto", True, "ck", "r")
     assert load(path).parse_args(["--resume", "ck/step-7"]).resume == "ck/step-7"
 
 
