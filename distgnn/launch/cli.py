@@ -3,6 +3,10 @@
     distgnn-launch --ip-config ip_config.txt --part-config data/g.json \\
                    --num-trainers 2 --num-servers 1 -- python train.py --epochs 3
 
+With ``--num-servers 0`` no graph servers start and ``--part-config`` is
+optional: one torchrun agent per machine runs the trainers, for jobs whose
+trainers read their data themselves (the temporal and snapshot examples).
+
 Everything is checked before anything starts; then each machine runs its
 servers and a torchrun agent with its trainers; output streams back prefixed
 with ``[machine/role/rank]`` and is kept in full in the run directory; any
@@ -40,16 +44,27 @@ from distgnn.launch.transport import LocalTransport, SshTransport
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distgnn-launch",
-        usage="distgnn-launch --ip-config FILE --part-config JSON --num-trainers T [options] -- COMMAND...",
+        usage="distgnn-launch --ip-config FILE [--part-config JSON | --num-servers 0] --num-trainers T [options] "
+        "-- COMMAND...",
         description="Start a distgnn job on every machine of an ip_config, over ssh or locally (see docs/cluster.md).",
     )
     parser.add_argument(
         "--ip-config",
         help="one machine per line: IP [PORT]; line i holds partition i (with --slurm: default one line per node)",
     )
-    parser.add_argument("--part-config", required=True, help="the partition JSON written by distgnn-partition")
+    parser.add_argument(
+        "--part-config",
+        help="the partition JSON written by distgnn-partition (required unless --num-servers 0; "
+        "if given, its num_parts must equal the ip_config's machines)",
+    )
     parser.add_argument("--num-trainers", type=int, required=True, help="trainer processes per machine")
-    parser.add_argument("--num-servers", type=int, default=1, help="server processes per machine (default 1)")
+    parser.add_argument(
+        "--num-servers",
+        type=int,
+        default=1,
+        help="server processes per machine (default 1); 0: no graph servers, only the trainers "
+        "(jobs whose trainers read their data themselves)",
+    )
     parser.add_argument("--num-samplers", type=int, default=0, help="sampler workers per trainer (default 0)")
     parser.add_argument(
         "--workspace",
@@ -123,15 +138,24 @@ def options_from_args(args: argparse.Namespace, command: list[str]) -> LaunchOpt
         raise LaunchError("--local and --slurm exclude each other: pick where the machines are")
     if not args.ip_config:
         raise LaunchError("--ip-config is required (except with --slurm, which can write one from the node list)")
-    if args.num_trainers < 1 or args.num_servers < 1 or args.num_samplers < 0 or args.max_restarts < 0:
+    if args.num_trainers < 1 or args.num_servers < 0 or args.num_samplers < 0 or args.max_restarts < 0:
         raise LaunchError(
-            f"need --num-trainers >= 1, --num-servers >= 1, --num-samplers >= 0, --max-restarts >= 0; got "
+            f"need --num-trainers >= 1, --num-servers >= 0, --num-samplers >= 0, --max-restarts >= 0; got "
             f"{args.num_trainers}, {args.num_servers}, {args.num_samplers}, {args.max_restarts}"
+        )
+    if args.num_servers > 0 and not args.part_config:
+        raise LaunchError(
+            f"--part-config is required with --num-servers {args.num_servers} (the servers serve a partition); "
+            "for trainers that read their data themselves pass --num-servers 0"
+        )
+    if args.num_servers == 0 and (args.num_samplers or args.server_command):
+        raise LaunchError(
+            "--num-samplers and --server-command need graph servers; drop them or pass --num-servers >= 1"
         )
     workspace = os.path.abspath(os.path.expanduser(args.workspace))
     return LaunchOptions(
         ip_config=resolve_path(args.ip_config, workspace),
-        part_config=resolve_path(args.part_config, workspace),
+        part_config=resolve_path(args.part_config, workspace) if args.part_config else None,
         command=tuple(command),
         num_trainers=args.num_trainers,
         num_servers=args.num_servers,
@@ -175,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     restart = 0
     while True:
         plan = build_plan(machines, opts, job_id, facts.master_port, facts.interfaces, restart_count=restart)
+        per_machine = (
+            f"({opts.num_servers} servers + {opts.num_trainers} trainers)"
+            if opts.num_servers
+            else f"{opts.num_trainers} trainers (no graph servers)"
+        )
         print(
-            f"distgnn-launch: job {job_id}: {len(machines)} machines x ({opts.num_servers} servers + "
-            f"{opts.num_trainers} trainers) via {transport.name}, rendezvous {machines[0].ip}:{facts.master_port}"
+            f"distgnn-launch: job {job_id}: {len(machines)} machines x {per_machine} "
+            f"via {transport.name}, rendezvous {machines[0].ip}:{facts.master_port}"
             + (f", restart {restart} of {args.max_restarts}" if restart else ""),
             file=sys.stderr,
             flush=True,

@@ -24,6 +24,12 @@ never on a command line), the partition config path (``--part-config``, on a
 shared volume or in the image), the job id (``DISTGNN_JOB_ID``, else derived
 from torchrun's run id and ``MASTER_ADDR:MASTER_PORT``, the same on every
 node). Standard library only.
+
+With ``--num-servers 0`` (jobs whose trainers read their data themselves) no
+node starts servers, there is no address exchange and no token is needed:
+every worker runs the training script with torchrun's environment plus the
+``DISTGNN_*`` job variables, without ``DISTGNN_IP_CONFIG`` and, unless
+``--part-config`` is given, without ``DISTGNN_PART_CONFIG``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from pathlib import Path
 from distgnn.launch import env as E
 from distgnn.launch.failure import ProcessExit, root_cause_line
 from distgnn.launch.ip_config import DEFAULT_PORT, read_ip_config
+from distgnn.launch.plan import LaunchError
+from distgnn.launch.preflight import read_num_parts
 from distgnn.launch.remote import remove_job_shm
 
 RENDEZVOUS_TIMEOUT_S = 300.0
@@ -253,18 +261,34 @@ class Leader:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchrun ... -m distgnn.launch.node",
-        usage="torchrun ... -m distgnn.launch.node --part-config JSON [options] -- SCRIPT|-m MODULE ARGS...",
+        usage="torchrun ... -m distgnn.launch.node [--part-config JSON | --num-servers 0] [options] "
+        "-- SCRIPT|-m MODULE ARGS...",
         description="Per-node entry for operator-started jobs: local rank 0 starts the node's servers (docs/cluster.md).",
     )
     parser.add_argument("--part-config", default=os.environ.get(E.PART_CONFIG), help="the partition JSON")
     parser.add_argument("--ip-config", help="a shared ip_config (line i = node rank i); default: learned at start")
-    parser.add_argument("--num-servers", type=int, default=1, help="servers per node (default 1)")
+    parser.add_argument(
+        "--num-servers", type=int, default=1, help="servers per node (default 1; 0: trainers only, no partition needed)"
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"first server port (default {DEFAULT_PORT})")
     parser.add_argument("--address", help="this node's address for the others (default: the route to MASTER_ADDR)")
     parser.add_argument("--rdzv-port", type=int, help="node 0's port for the address exchange (default MASTER_PORT+1)")
     parser.add_argument("--server-command", help="command that runs one server (default: PYTHON -m distgnn.server)")
     parser.add_argument("--timeout", type=float, default=RENDEZVOUS_TIMEOUT_S, help="seconds to wait for other nodes")
     return parser
+
+
+def check_num_parts(part_config: str, num_nodes: int) -> None:
+    """Node i holds partition i: the partition config must have one part per node."""
+    try:
+        num_parts = read_num_parts(part_config)
+    except LaunchError as exc:
+        raise NodeError(str(exc)) from None
+    if num_parts != num_nodes:
+        raise NodeError(
+            f"{part_config} has {num_parts} partitions but torchrun runs {num_nodes} nodes; node i holds "
+            "partition i, so the counts must match (re-partition or change --nnodes)"
+        )
 
 
 def run_trainer(command: list[str]) -> None:
@@ -285,31 +309,40 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not command:
             raise NodeError("no training command: put it after '--', e.g. -- train.py --epochs 3")
-        if not args.part_config:
-            raise NodeError(f"no partition config: pass --part-config or set {E.PART_CONFIG}")
+        if args.num_servers < 0:
+            raise NodeError(f"--num-servers must be >= 0, got {args.num_servers}")
+        if args.num_servers and not args.part_config:
+            raise NodeError(
+                f"no partition config: pass --part-config or set {E.PART_CONFIG} "
+                "(or --num-servers 0 for trainers that read their data themselves)"
+            )
         token = os.environ.get(E.TOKEN)
-        if not token:
+        if args.num_servers and not token:
             raise NodeError(f"{E.TOKEN} is not set: give every node the same secret token (a Kubernetes Secret)")
         topo = torchrun_env(dict(os.environ))
+        if args.part_config:
+            check_num_parts(args.part_config, topo["num_nodes"])
         job_id = job_id_of(dict(os.environ))
         ip_config = Path(f"/tmp/distgnn-{job_id}-m{topo['node_rank']}-ip_config.txt")
         env = {
             **os.environ,
-            E.IP_CONFIG: str(ip_config),
-            E.PART_CONFIG: os.path.abspath(args.part_config),
             E.NUM_SERVERS: str(args.num_servers),
             E.NUM_TRAINERS: str(topo["local_world"]),
             E.MACHINE_ID: str(topo["node_rank"]),
             E.JOB_ID: job_id,
             E.SERVER_ID: "0",
         }
+        if args.part_config:
+            env[E.PART_CONFIG] = os.path.abspath(args.part_config)
+        if args.num_servers:
+            env[E.IP_CONFIG] = str(ip_config)
         env.setdefault(E.RESTART_COUNT, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        leader = None
-        if topo["local_rank"] == 0:
+        leader = None  # with --num-servers 0 there is nothing to start or wait for
+        if args.num_servers and topo["local_rank"] == 0:
             leader = Leader(args, topo, job_id, token, ip_config)
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
             leader.start(env)
-        else:
+        elif args.num_servers:
             wait_for_file(ip_config, args.timeout, "the node's ip_config")
     except NodeError as exc:
         print(f"distgnn node: error: {exc}", file=sys.stderr, flush=True)
@@ -325,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if leader is not None:
             leader.finish(ok)
-        elif ok:
+        elif ok and args.num_servers:
             ip_config.with_name(f"{ip_config.stem}.done{topo['local_rank']}").write_text("")
     return 0
 

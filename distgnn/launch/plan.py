@@ -4,7 +4,10 @@ A pure function of the ip_config, the options and what the preflight found
 (rendezvous port, network interfaces) plus the job id, so it is unit-tested
 without starting anything. Per machine:
 ``num_servers`` servers (``python -m distgnn.server``), then one torchrun agent
-that starts ``num_trainers`` trainers running the user's command. The job token
+that starts ``num_trainers`` trainers running the user's command. With
+``num_servers`` 0 (jobs whose trainers read their data themselves: event
+streams, snapshot sequences) the torchrun agents are the whole job and the
+trainers get no partition config unless one was given. The job token
 is not part of the plan: it travels on each process's stdin (see ``remote.py``).
 """
 
@@ -47,7 +50,7 @@ class LaunchOptions:
     """What the user asked for (``distgnn-launch`` flags), with paths already resolved."""
 
     ip_config: str
-    part_config: str
+    part_config: str | None  # None only with num_servers 0
     command: tuple[str, ...]
     num_trainers: int
     num_servers: int = 1
@@ -132,7 +135,6 @@ def job_env(
         {
             E.ROLE: role,
             E.IP_CONFIG: opts.ip_config,
-            E.PART_CONFIG: opts.part_config,
             E.NUM_SERVERS: str(opts.num_servers),
             E.NUM_TRAINERS: str(opts.num_trainers),
             E.NUM_SAMPLERS: str(opts.num_samplers),
@@ -142,6 +144,8 @@ def job_env(
             E.RESTART_COUNT: str(restart_count),
         }
     )
+    if opts.part_config is not None:
+        env[E.PART_CONFIG] = opts.part_config
     return env
 
 
@@ -153,7 +157,8 @@ def build_plan(
     interfaces: tuple[str | None, ...] | None = None,
     restart_count: int = 0,
 ) -> list[ProcessSpec]:
-    """Every process of the job, all servers first (in machine order), then one trainer agent per machine.
+    """Every process of the job, all servers first (in machine order), then one trainer agent per machine
+    (with ``opts.num_servers`` 0 only the agents).
 
     ``restart_count`` (``DISTGNN_RESTART_COUNT`` in every process) is k when the job is started for
     the k-th time after a failure (``--max-restarts``); 0 at first.

@@ -1,6 +1,6 @@
 """Checks that run before anything starts: every problem found here is a clear error and no process runs.
 
-Local checks (ip_config lines, partition count, port ranges, ``--local``
+Local checks (ip_config lines, partition count when a partition is given, port ranges, ``--local``
 addresses), then one short command per machine, in parallel, through the same
 transport the job will use: ssh reachability and authentication, the workspace,
 the interpreter, distgnn and torch importable, the servers' ports free, a
@@ -24,12 +24,13 @@ CHECK_TIMEOUT_S = SSH_CONNECT_TIMEOUT_S + 25
 
 
 def read_machines(opts: LaunchOptions) -> list[Machine]:
-    """The ip_config's machines, checked against the partition count and each other's ports."""
+    """The ip_config's machines, checked against the partition count (when there is a partition) and each
+    other's ports."""
     try:
         machines = read_ip_config(opts.ip_config)
     except IpConfigError as exc:
         raise LaunchError(str(exc)) from None
-    num_parts = read_num_parts(opts.part_config)
+    num_parts = len(machines) if opts.part_config is None else read_num_parts(opts.part_config)
     if num_parts != len(machines):
         raise LaunchError(
             f"{opts.ip_config} lists {len(machines)} machines but {opts.part_config} has {num_parts} partitions; "

@@ -194,7 +194,7 @@ def test_launcher_imports_only_the_standard_library():
     code = (
         "import json, sys\n"
         "before = set(sys.modules)\n"
-        "import distgnn.launch.cli, distgnn.launch.remote\n"
+        "import distgnn.launch.cli, distgnn.launch.node, distgnn.launch.remote\n"
         "print(json.dumps(sorted(set(sys.modules) - before)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -35,8 +35,8 @@ seen = {
     "role": env["DISTGNN_ROLE"],
     "num_trainers": int(env["DISTGNN_NUM_TRAINERS"]),
     "num_servers": int(env["DISTGNN_NUM_SERVERS"]),
-    "ip_config": env["DISTGNN_IP_CONFIG"],
-    "part_config": env["DISTGNN_PART_CONFIG"],
+    "ip_config": env.get("DISTGNN_IP_CONFIG"),
+    "part_config": env.get("DISTGNN_PART_CONFIG"),  # absent in a job without graph servers
     "job_id": env["DISTGNN_JOB_ID"],
     "token_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
     "token_in_argv": token_in_argv,

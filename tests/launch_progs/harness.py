@@ -33,15 +33,18 @@ class FakeJob:
     def write_ip_config(self, text: str) -> None:
         (self.workspace / "ip.txt").write_text(text)
 
-    def argv(self, *flags: str, num_trainers: int = 2, mode: str = "ok", env: tuple[str, ...] = ()) -> list[str]:
+    def argv(
+        self, *flags: str, num_trainers: int = 2, mode: str = "ok", env: tuple[str, ...] = (), servers: bool = True
+    ) -> list[str]:
+        """The launcher's command line; ``servers=False``: ``--num-servers 0``, no partition, no server command."""
+        with_servers = ["--part-config", "g.json", "--server-command", f"{sys.executable} {FAKE_SERVER}"]
         return [
             sys.executable,
             "-m",
             "distgnn.launch.cli",
             "--ip-config",
             "ip.txt",
-            "--part-config",
-            "g.json",
+            *(with_servers if servers else ["--num-servers", "0"]),
             "--num-trainers",
             str(num_trainers),
             "--workspace",
@@ -50,8 +53,6 @@ class FakeJob:
             f"FAKE_DIR={self.fake_dir}",
             f"FAKE_MODE={mode}",
             *env,
-            "--server-command",
-            f"{sys.executable} {FAKE_SERVER}",
             *flags,
             "--",
             sys.executable,
