@@ -89,6 +89,20 @@ def test_slurm_job_runs_every_process_on_its_node(allocation, tmp_path):
     assert_nothing_left(job, job.job_id())
 
 
+@pytest.mark.slow
+def test_slurm_job_without_servers_runs_one_trainer_step_per_node(allocation, tmp_path):
+    job, flags = slurm_job(tmp_path)
+    proc = job.start(without_ip_config(job.argv(*flags, servers=False)))
+    assert proc.wait(timeout=120) == 0, job.stderr()
+    reports = job.trainer_reports()
+    assert sorted(reports) == [0, 1, 2, 3]
+    for rank, r in reports.items():
+        assert r["slurm_node"] == NODES[rank // 2] and r["num_servers"] == 0 and r["part_config"] is None
+    steps = [json.loads(line) for line in allocation.read_text().splitlines()]
+    assert sorted(s["nodes"][0] for s in steps if "run" in s["argv"]) == NODES
+    assert_nothing_left(job, job.job_id())
+
+
 def test_slurm_kill_9_of_a_server_is_named_and_the_job_ends(allocation, tmp_path):
     job, flags = slurm_job(tmp_path)
     proc = job.start(without_ip_config(job.argv(*flags, mode="sleep")))
