@@ -44,6 +44,7 @@ class ProcessExit:
         stopped: True when the runner itself stopped the process (tearing the job down).
         last_stderr: the last non-empty line the process wrote to stderr.
         how: says how it ended where the status alone does not (``lost its ssh connection``).
+        holds_partition: False in a job without graph servers, where machine i holds no partition.
     """
 
     role: str
@@ -56,6 +57,7 @@ class ProcessExit:
     stopped: bool = False
     last_stderr: str = ""
     how: str = ""
+    holds_partition: bool = True
 
     @property
     def failed(self) -> bool:
@@ -68,7 +70,7 @@ class ProcessExit:
 
     def who(self) -> str:
         """``server 0 of machine 1 (partition 1, pid 4242)``."""
-        details = [f"partition {self.machine_id}"]
+        details = [f"partition {self.machine_id}"] if self.holds_partition else []
         if self.host:
             details.append(f"host {self.host}")
         if self.pid is not None:

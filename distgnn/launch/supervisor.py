@@ -302,6 +302,7 @@ class Job:
             stopped=stopped,
             last_stderr=last,
             how=how,
+            holds_partition=any(s.role == "server" for s in self.plan),
         )
 
     def _report(self, cause: ProcessExit) -> None:

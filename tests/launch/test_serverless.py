@@ -116,6 +116,22 @@ def test_local_serverless_sigterm_stops_everything(tmp_path):
 
 @linux_only
 @pytest.mark.slow
+def test_local_serverless_kill_9_is_named_without_a_partition(tmp_path):
+    job = local_job(tmp_path)
+    proc = job.start(job.argv("--local", mode="sleep", servers=False))
+    job.wait_running(num_servers=0, num_trainers=4, proc=proc)
+    pid = job.pids()["trainer-r2"]
+    os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == 1
+    errors = [line for line in job.stderr().splitlines() if line.startswith("distgnn-launch: error:")]
+    assert errors == [
+        f"distgnn-launch: error: trainer 2 of machine 1 (host 127.0.0.1, pid {pid}) was killed by SIGKILL"
+    ]
+    assert_nothing_left(job, job.job_id())
+
+
+@linux_only
+@pytest.mark.slow
 def test_node_mode_without_servers_needs_no_partition_or_token(tmp_path):
     (tmp_path / "fake").mkdir()
     port = free_port(span=5)
