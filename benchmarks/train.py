@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from stage_split import StepClock, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
@@ -221,28 +222,29 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_nid) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps = [], []
+    epoch_times, seps, splits = [], [], []
     for epoch in range(args.epochs):
         ddp.train()
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         edges = 0
         loss_sum = correct = seen = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, seeds, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             x = g.ndata["feat"][input_nodes]
             y = g.ndata["label"][seeds]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             logits = ddp(blocks, x)
             loss = F.cross_entropy(logits, y)
+            clock.lap("forward")
             opt.zero_grad()
             loss.backward()
+            clock.lap("backward")
             opt.step()
-            t3 = time.perf_counter()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges() for b in blocks)
             loss_sum += loss.item() * len(seeds)
             correct += float((logits.argmax(1) == y).sum())
@@ -252,8 +254,9 @@ def dgl_trainer(args) -> int:
             # DistDGL's sampler processes must finish the cut epoch before the next starts (not timed).
             for _ in it:
                 pass
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, correct, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
@@ -261,7 +264,8 @@ def dgl_trainer(args) -> int:
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[3]:.4f} | train acc {totals[2] / totals[3]:.4f} | "
-                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, "
+                f"backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -269,6 +273,7 @@ def dgl_trainer(args) -> int:
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[3]),
     }
@@ -346,6 +351,7 @@ def print_table(args, results: dict[str, dict]) -> None:
             if "test_acc" in a and "test_acc" in b:
                 line += f"; test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
             print(line)
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:

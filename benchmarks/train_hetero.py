@@ -38,6 +38,7 @@ from peers.distdgl_host import (
     run_for_result,
     run_simulated_machines,
 )
+from stage_split import StepClock, inline_split, print_stage_table
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DIST = ROOT / "examples" / "rgcn" / "train_dist.py"
@@ -355,38 +356,40 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_nid) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps = [], []
+    epoch_times, seps, splits = [], [], []
     for epoch in range(args.epochs):
         model.train()
         embed_layer.train()
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         edges = 0
         loss_sum = correct = seen = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, seeds, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             feats = embed_layer(input_nodes)
             y = labels[seeds[TARGET]]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             logits = model(blocks, feats)[TARGET]
             loss = F.cross_entropy(logits, y)
+            clock.lap("forward")
             optimizer.zero_grad()
             emb_optimizer.zero_grad()
             loss.backward()
+            clock.lap("backward")
             optimizer.step()
             emb_optimizer.step()
-            t3 = time.perf_counter()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges(etype) for b in blocks for etype in b.canonical_etypes)
             loss_sum += loss.item() * len(y)
             correct += float((logits.argmax(1) == y).sum())
             seen += len(y)
         elapsed = time.perf_counter() - start
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, correct, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
@@ -394,7 +397,8 @@ def dgl_trainer(args) -> int:
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[3]:.4f} | train acc {totals[2] / totals[3]:.4f} | "
-                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, "
+                f"backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     t = time.perf_counter()
@@ -419,6 +423,7 @@ def dgl_trainer(args) -> int:
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[3]),
         "val_acc": float(eval_counts[0] / eval_counts[1]),
@@ -459,6 +464,7 @@ def print_table(args, results: dict[str, dict]) -> None:
             f"\ndistgnn epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f} (goal <= 0.5); "
             f"test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
         )
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from stage_split import StepClock, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_LINK = ROOT / "examples" / "link_prediction" / "train_dist.py"
@@ -228,44 +229,47 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_eids) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps, stage_times = [], [], []
+    epoch_times, seps, stage_times, splits = [], [], [], []
     for epoch in range(args.epochs):
         ddp.train()
         edges = 0
         loss_sum = seen = 0.0
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, pos_graph, neg_graph, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             x = g.ndata["feat"][input_nodes]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             h = ddp(blocks, x)
             pos, neg = scores(pos_graph, h), scores(neg_graph, h)
             loss = F.binary_cross_entropy_with_logits(
                 torch.cat([pos, neg]), torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
             )
+            clock.lap("forward")
             opt.zero_grad()
             loss.backward()
+            clock.lap("backward")
             opt.step()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + time.perf_counter() - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges() for b in blocks)
             loss_sum += loss.item() * pos_graph.num_edges()
             seen += pos_graph.num_edges()
         elapsed = time.perf_counter() - start
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
-        stage_times.append([round(float(t), 4) for t in stats[1:]])
+        stage_times.append([round(float(t), 4) for t in (stats[1], stats[2], stats[3:].sum())])
         seps.append(float(totals[0]) / float(stats[0]))
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[2]:.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
-                f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -274,6 +278,7 @@ def dgl_trainer(args) -> int:
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
         "stage_times_s": stage_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[2]),
     }
@@ -349,6 +354,7 @@ def print_table(args, results: dict[str, dict]) -> None:
         if "test_mrr" in a and "test_mrr" in b:
             line += f"; test MRR difference: {a['test_mrr'] - b['test_mrr']:+.4f}"
         print(line)
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:

@@ -135,8 +135,10 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 for (_, seeds, blocks), x, y in meter.steps(batches, features.inputs):
                     logits = model(blocks, x)
                     loss = F.cross_entropy(logits, y)
+                    meter.mark("forward")
                     optimizer.zero_grad()
                     loss.backward()
+                    meter.mark("backward")
                     optimizer.step()
                     edges = sum(b.num_edges for b in blocks)
                     meter.step_done(loss, len(seeds), edges, (logits.argmax(1) == y).sum())
