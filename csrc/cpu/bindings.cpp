@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nn_ops.h"
+#include "optim.h"
 #include "relabel.h"
 #include "rows.h"
 #include "sample.h"
@@ -257,6 +258,26 @@ void copy_rows(const py::array& src, const py::object& src_rows, py::array& dst,
   distgnn::copy_rows(src_data, src.shape(0), src_index, dst_data, dst.shape(0), dst_index, n, row_bytes, num_threads);
 }
 
+void sparse_adam(const py::array& weight, const py::array& state, const py::array& ids, const py::array& grad,
+                 float lr, float beta1, float beta2, float eps, int num_threads) {
+  float* weight_data = float_data(weight, "weight", 2, true);
+  float* state_data = float_data(state, "state", 2, true);
+  const int64_t* ids_data = vector_data<int64_t>(ids, "ids", "int64");
+  const float* grad_data = float_data(grad, "grad", 2, false);
+  const int64_t num_rows = weight.shape(0), dim = weight.shape(1), n = ids.shape(0);
+  if (state.shape(0) != num_rows || state.shape(1) != 2 * dim + 1)
+    throw std::invalid_argument("state must be (" + std::to_string(num_rows) + ", " + std::to_string(2 * dim + 1) +
+                                ") ([m | v | t] per weight row), got (" + std::to_string(state.shape(0)) + ", " +
+                                std::to_string(state.shape(1)) + ")");
+  if (grad.shape(0) != n || grad.shape(1) != dim)
+    throw std::invalid_argument("grad must be (" + std::to_string(n) + ", " + std::to_string(dim) +
+                                ") (one row per id), got (" + std::to_string(grad.shape(0)) + ", " +
+                                std::to_string(grad.shape(1)) + ")");
+  py::gil_scoped_release release;
+  distgnn::sparse_adam(weight_data, state_data, num_rows, dim, ids_data, n, grad_data, lr, beta1, beta2, eps,
+                       num_threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu_kernels, m) {
@@ -282,4 +303,7 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         py::arg("rng_seed"), py::arg("num_threads"), "out = relu(x) * keep * scale (see nn_ops.h); out may be x.");
   m.def("relu_dropout_backward", &relu_dropout_backward, py::arg("out"), py::arg("grad"), py::arg("grad_in"),
         py::arg("scale"), py::arg("num_threads"), "grad_in = grad * scale where out > 0, else 0.");
+  m.def("sparse_adam", &sparse_adam, py::arg("weight"), py::arg("state"), py::arg("ids"), py::arg("grad"),
+        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("num_threads"),
+        "Adam on weight[ids] in place, moments and step count in state ([m | v | t] rows); ids unique (see optim.h).");
 }
