@@ -9,8 +9,10 @@ loop was blocked on a batch and its inputs). DistDGL's loops run inline, so thei
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from pathlib import Path
 
 STAGES = ("sample", "fetch", "forward", "backward", "optimizer", "wait")
 
@@ -39,6 +41,14 @@ class StepClock:
 def inline_split(slowest: list[float]) -> list[float]:
     """An inline loop's [sample, fetch, forward, backward, optimizer] plus its waiting (sample + fetch)."""
     return [round(t, 4) for t in (*slowest, slowest[0] + slowest[1])]
+
+
+def checkout_env(root: Path, own_root: Path) -> dict | None:
+    """The environment that runs distgnn from the checkout ``root`` (a baseline: an export of an older commit,
+    ``git archive COMMIT | tar -x -C DIR``) instead of the installed one; None for ``own_root`` itself."""
+    if Path(root).resolve() == Path(own_root).resolve():
+        return None
+    return {**os.environ, "PYTHONPATH": str(Path(root).resolve())}
 
 
 def median_split(result: dict) -> list[float] | None:

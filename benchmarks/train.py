@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
-from stage_split import StepClock, inline_split, print_stage_table  # noqa: E402
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
+SCRIPT = Path("examples", "graphsage", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "bench"
 
 
@@ -68,6 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--no-eval", action="store_true")
@@ -86,10 +91,10 @@ def synthetic_graph(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
+def run_distgnn(args, prefetch: int, malloc_tuning: bool = True, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_DIST),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic",
         f"--num-nodes={args.num_nodes}",
@@ -113,7 +118,7 @@ def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
     ]
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL (simulated machines: see distdgl_cluster) ----------------------------------------------
@@ -369,6 +374,8 @@ def main(argv=None) -> int:
         for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
             mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
             results[f"distgnn ({mode})"] = run_distgnn(args, prefetch)
+            if args.baseline:
+                results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
             if args.also_default_malloc:
                 results[f"distgnn ({mode}, default malloc)"] = run_distgnn(args, prefetch, malloc_tuning=False)
     if not args.skip_dgl:

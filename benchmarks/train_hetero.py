@@ -38,10 +38,10 @@ from peers.distdgl_host import (
     run_for_result,
     run_simulated_machines,
 )
-from stage_split import StepClock, inline_split, print_stage_table
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_DIST = ROOT / "examples" / "rgcn" / "train_dist.py"
+SCRIPT = Path("examples", "rgcn", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "mag"
 NUM_MACHINES = 2
 TARGET = "paper"
@@ -65,6 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trainers-per-machine", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train-hetero"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--role", default="main", help=argparse.SUPPRESS)
@@ -77,10 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args) -> dict:
+def run_distgnn(args, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_DIST),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic-mag",
         f"--num-papers={args.num_papers}",
@@ -104,7 +109,7 @@ def run_distgnn(args) -> dict:
         f"--workdir={Path(args.workdir) / 'distgnn'}",
         "--quiet",
     ]
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL ----------------------------------------------------------------------------------------
@@ -480,6 +485,8 @@ def main(argv=None) -> int:
     results = {}
     if not args.skip_distgnn:
         results["distgnn"] = run_distgnn(args)
+        if args.baseline:
+            results["distgnn (baseline)"] = run_distgnn(args, Path(args.baseline))
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
-from stage_split import StepClock, inline_split, print_stage_table  # noqa: E402
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_LINK = ROOT / "examples" / "link_prediction" / "train_dist.py"
+SCRIPT = Path("examples", "link_prediction", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "linkbench"
 
 
@@ -54,6 +54,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-negatives", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-link"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--no-eval", action="store_true")
@@ -74,10 +79,10 @@ def link_split(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args) -> dict:
+def run_distgnn(args, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_LINK),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic",
         f"--num-nodes={args.num_nodes}",
@@ -105,7 +110,7 @@ def run_distgnn(args) -> dict:
         "--quiet",
     ]
     cmd += ["--no-eval"] if args.no_eval else []
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL ----------------------------------------------------------------------------------------
@@ -370,6 +375,8 @@ def main(argv=None) -> int:
     results = {}
     if not args.skip_distgnn:
         results["distgnn"] = run_distgnn(args)
+        if args.baseline:
+            results["distgnn (baseline)"] = run_distgnn(args, Path(args.baseline))
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)
