@@ -20,6 +20,7 @@ reference path; both give the same embeddings).
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -73,12 +74,23 @@ class DistEmbedding:
     def __call__(self, ids: Any, device: torch.device | str = "cpu") -> torch.Tensor:
         """Rows ``ids`` as a ``(len(ids), embedding_dim)`` tensor on ``device``; with autograd
         enabled it is recorded so that the next optimizer ``step`` applies its gradient."""
+        return self.lookup_async(ids)(device)
+
+    def lookup_async(self, ids: Any) -> Callable[..., torch.Tensor]:
+        """Starts looking up rows ``ids`` (remote rows pulled in the background, see ``DistTensor.read_async``);
+        calling the result with a device finishes the lookup as calling the embedding does. Start the lookups
+        of several embeddings (and feature reads) before finishing any, and their round trips overlap."""
         ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
-        rows = self.weight[ids].to(device)
-        if torch.is_grad_enabled():
-            rows.requires_grad_(True)
-            self._trace.append((ids, rows))
-        return rows
+        pending = self.weight.read_async(ids)
+
+        def finish(device: torch.device | str = "cpu") -> torch.Tensor:
+            rows = pending.result().to(device)
+            if torch.is_grad_enabled():
+                rows.requires_grad_(True)
+                self._trace.append((ids, rows))
+            return rows
+
+        return finish
 
     def _gradients(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(unique ids, summed gradient per id)`` of the recorded lookups, and clear the record."""
