@@ -6,8 +6,10 @@
 #include "optim.h"
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "parallel.h"
 
@@ -28,10 +30,14 @@ void update_row(float* __restrict m, float* __restrict v, float* __restrict w, c
 
 void sparse_adam(float* weight, float* state, int64_t num_rows, int64_t dim, const int64_t* ids, int64_t n,
                  const float* grad, float lr, float beta1, float beta2, float eps, int num_threads) {
+  std::vector<uint8_t> seen(static_cast<size_t>(num_rows), 0);  // a row updated twice would race
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= num_rows)
       throw std::out_of_range("sparse_adam: ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
                               " is outside the table's rows [0, " + std::to_string(num_rows) + ")");
+    if (seen[ids[i]]++)
+      throw std::invalid_argument("sparse_adam: row " + std::to_string(ids[i]) +
+                                  " appears twice in ids; ids must be unique (sum the gradients of repeated ids first)");
   }
   const int64_t stride = 2 * dim + 1;
   const float keep1 = 1.0f - beta1, keep2 = 1.0f - beta2;

@@ -182,7 +182,8 @@ class TypedInput(nn.Module):
         feat_name: the node feature read for the types that have it.
         name: prefix of the DistEmbedding names (all trainers must agree).
 
-    ``forward(input_nodes, src_ntypes, device)`` takes the loader's ``{ntype: per-type ids}`` and the first
+    ``forward(input_nodes, src_ntypes, device)`` takes the loader's ``{ntype: per-type ids}`` (a block's source
+    nodes: no id repeats within a type, so an embedding's gradient goes to its optimizer as it is) and the first
     block's ``src_ntypes``; returns ``(num_src, embed_dim)``.
     """
 
@@ -250,7 +251,7 @@ class TypedInput(nn.Module):
             if ntype in self.features and hasattr(self.features[ntype], "read_async"):
                 started[ntype] = self.features[ntype].read_async(ids.cpu()).result
             elif ntype not in self.features and self.distributed:
-                started[ntype] = self.embeddings[ntype].lookup_async(ids.cpu())
+                started[ntype] = self.embeddings[ntype].lookup_async(ids.cpu(), unique=True)
         pieces: Sequence = []
         for t, ntype in enumerate(self.ntypes):
             ids = input_nodes.get(ntype)

@@ -57,3 +57,12 @@ def test_repeated_or_out_of_range_ids_are_refused_before_any_write() -> None:
         optim.adam_rows(weight, state, np.array([0, 5, 10]), grad, 0.1, 0.9, 0.999, 1e-8)
     np.testing.assert_array_equal(weight, before[0])
     np.testing.assert_array_equal(state, before[1])
+
+
+def test_a_repeated_id_is_refused_in_any_order() -> None:
+    rng = np.random.default_rng()
+    weight, state = random_table(rng, 100, 4)
+    ids = rng.permutation(100)[:50]
+    ids[rng.integers(1, 50)] = ids[0]
+    with pytest.raises(InputError, match="appears twice"):
+        optim.adam_rows(weight, state, ids, np.ones((50, 4), np.float32), 0.1, 0.9, 0.999, 1e-8)
