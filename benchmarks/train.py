@@ -31,9 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_DIST = ROOT / "examples" / "graphsage" / "train_dist.py"
+SCRIPT = Path("examples", "graphsage", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "bench"
 
 
@@ -67,6 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--no-eval", action="store_true")
@@ -85,10 +91,10 @@ def synthetic_graph(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
+def run_distgnn(args, prefetch: int, malloc_tuning: bool = True, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_DIST),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic",
         f"--num-nodes={args.num_nodes}",
@@ -112,7 +118,7 @@ def run_distgnn(args, prefetch: int, malloc_tuning: bool = True) -> dict:
     ]
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL (simulated machines: see distdgl_cluster) ----------------------------------------------
@@ -221,28 +227,29 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_nid) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps = [], []
+    epoch_times, seps, splits = [], [], []
     for epoch in range(args.epochs):
         ddp.train()
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         edges = 0
         loss_sum = correct = seen = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, seeds, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             x = g.ndata["feat"][input_nodes]
             y = g.ndata["label"][seeds]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             logits = ddp(blocks, x)
             loss = F.cross_entropy(logits, y)
+            clock.lap("forward")
             opt.zero_grad()
             loss.backward()
+            clock.lap("backward")
             opt.step()
-            t3 = time.perf_counter()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges() for b in blocks)
             loss_sum += loss.item() * len(seeds)
             correct += float((logits.argmax(1) == y).sum())
@@ -252,8 +259,9 @@ def dgl_trainer(args) -> int:
             # DistDGL's sampler processes must finish the cut epoch before the next starts (not timed).
             for _ in it:
                 pass
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, correct, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
@@ -261,7 +269,8 @@ def dgl_trainer(args) -> int:
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[3]:.4f} | train acc {totals[2] / totals[3]:.4f} | "
-                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, "
+                f"backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -269,6 +278,7 @@ def dgl_trainer(args) -> int:
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[3]),
     }
@@ -346,6 +356,7 @@ def print_table(args, results: dict[str, dict]) -> None:
             if "test_acc" in a and "test_acc" in b:
                 line += f"; test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
             print(line)
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:
@@ -363,6 +374,8 @@ def main(argv=None) -> int:
         for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
             mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
             results[f"distgnn ({mode})"] = run_distgnn(args, prefetch)
+            if args.baseline:
+                results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
             if args.also_default_malloc:
                 results[f"distgnn ({mode}, default malloc)"] = run_distgnn(args, prefetch, malloc_tuning=False)
     if not args.skip_dgl:

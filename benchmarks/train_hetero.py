@@ -38,9 +38,10 @@ from peers.distdgl_host import (
     run_for_result,
     run_simulated_machines,
 )
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_DIST = ROOT / "examples" / "rgcn" / "train_dist.py"
+SCRIPT = Path("examples", "rgcn", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "mag"
 NUM_MACHINES = 2
 TARGET = "paper"
@@ -64,6 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--trainers-per-machine", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-train-hetero"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--role", default="main", help=argparse.SUPPRESS)
@@ -76,10 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args) -> dict:
+def run_distgnn(args, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_DIST),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic-mag",
         f"--num-papers={args.num_papers}",
@@ -103,7 +109,7 @@ def run_distgnn(args) -> dict:
         f"--workdir={Path(args.workdir) / 'distgnn'}",
         "--quiet",
     ]
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL ----------------------------------------------------------------------------------------
@@ -355,38 +361,40 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_nid) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps = [], []
+    epoch_times, seps, splits = [], [], []
     for epoch in range(args.epochs):
         model.train()
         embed_layer.train()
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         edges = 0
         loss_sum = correct = seen = 0.0
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, seeds, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             feats = embed_layer(input_nodes)
             y = labels[seeds[TARGET]]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             logits = model(blocks, feats)[TARGET]
             loss = F.cross_entropy(logits, y)
+            clock.lap("forward")
             optimizer.zero_grad()
             emb_optimizer.zero_grad()
             loss.backward()
+            clock.lap("backward")
             optimizer.step()
             emb_optimizer.step()
-            t3 = time.perf_counter()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + t3 - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges(etype) for b in blocks for etype in b.canonical_etypes)
             loss_sum += loss.item() * len(y)
             correct += float((logits.argmax(1) == y).sum())
             seen += len(y)
         elapsed = time.perf_counter() - start
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, correct, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
@@ -394,7 +402,8 @@ def dgl_trainer(args) -> int:
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[3]:.4f} | train acc {totals[2] / totals[3]:.4f} | "
-                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"time {stats[0]:.2f}s (sample {stats[1]:.2f}s, fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, "
+                f"backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     t = time.perf_counter()
@@ -419,6 +428,7 @@ def dgl_trainer(args) -> int:
         "batches_per_epoch": num_batches,
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[3]),
         "val_acc": float(eval_counts[0] / eval_counts[1]),
@@ -459,6 +469,7 @@ def print_table(args, results: dict[str, dict]) -> None:
             f"\ndistgnn epoch time / DistDGL epoch time: {a['epoch_time_s'] / b['epoch_time_s']:.2f} (goal <= 0.5); "
             f"test accuracy difference: {a['test_acc'] - b['test_acc']:+.4f}"
         )
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:
@@ -474,6 +485,8 @@ def main(argv=None) -> int:
     results = {}
     if not args.skip_distgnn:
         results["distgnn"] = run_distgnn(args)
+        if args.baseline:
+            results["distgnn (baseline)"] = run_distgnn(args, Path(args.baseline))
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)

@@ -29,9 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers.distdgl_cluster import join_as_trainer, machine, run_for_result, run_machines, serve  # noqa: E402
+from stage_split import StepClock, checkout_env, inline_split, print_stage_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_LINK = ROOT / "examples" / "link_prediction" / "train_dist.py"
+SCRIPT = Path("examples", "link_prediction", "train_dist.py")  # under a checkout
 DGL_GRAPH_NAME = "linkbench"
 
 
@@ -53,6 +54,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-negatives", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=str(ROOT / ".work" / "bench-link"))
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="also run distgnn from this checkout (an older commit's export), row 'distgnn (baseline)'",
+    )
     p.add_argument("--skip-dgl", action="store_true")
     p.add_argument("--skip-distgnn", action="store_true")
     p.add_argument("--no-eval", action="store_true")
@@ -73,10 +79,10 @@ def link_split(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args) -> dict:
+def run_distgnn(args, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable,
-        str(TRAIN_LINK),
+        str(root / SCRIPT),
         "--local",
         "--dataset=synthetic",
         f"--num-nodes={args.num_nodes}",
@@ -104,7 +110,7 @@ def run_distgnn(args) -> dict:
         "--quiet",
     ]
     cmd += ["--no-eval"] if args.no_eval else []
-    return run_for_result(cmd, "distgnn")
+    return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
 # -- DistDGL ----------------------------------------------------------------------------------------
@@ -228,44 +234,47 @@ def dgl_trainer(args) -> int:
     counts = torch.tensor([-(-len(train_eids) // args.batch_size)])
     dist.all_reduce(counts, op=dist.ReduceOp.MIN)
     num_batches = int(counts) if not args.max_batches else min(int(counts), args.max_batches)
-    epoch_times, seps, stage_times = [], [], []
+    epoch_times, seps, stage_times, splits = [], [], [], []
     for epoch in range(args.epochs):
         ddp.train()
         edges = 0
         loss_sum = seen = 0.0
-        t_sample = t_fetch = t_compute = 0.0
+        clock = StepClock()
         start = time.perf_counter()
         it = iter(loader)
         for _ in range(num_batches):
-            t0 = time.perf_counter()
+            clock.start()
             input_nodes, pos_graph, neg_graph, blocks = next(it)
-            t1 = time.perf_counter()
+            clock.lap("sample")
             x = g.ndata["feat"][input_nodes]
-            t2 = time.perf_counter()
+            clock.lap("fetch")
             h = ddp(blocks, x)
             pos, neg = scores(pos_graph, h), scores(neg_graph, h)
             loss = F.binary_cross_entropy_with_logits(
                 torch.cat([pos, neg]), torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
             )
+            clock.lap("forward")
             opt.zero_grad()
             loss.backward()
+            clock.lap("backward")
             opt.step()
-            t_sample, t_fetch, t_compute = t_sample + t1 - t0, t_fetch + t2 - t1, t_compute + time.perf_counter() - t2
+            clock.lap("optimizer")
             edges += sum(b.num_edges() for b in blocks)
             loss_sum += loss.item() * pos_graph.num_edges()
             seen += pos_graph.num_edges()
         elapsed = time.perf_counter() - start
-        stats = torch.tensor([elapsed, t_sample, t_fetch, t_compute])
+        stats = torch.tensor([elapsed, *clock.values()], dtype=torch.float64)
         dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        splits.append(inline_split(stats[1:].tolist()))
         totals = torch.tensor([float(edges), loss_sum, seen], dtype=torch.float64)
         dist.all_reduce(totals)
         epoch_times.append(float(stats[0]))
-        stage_times.append([round(float(t), 4) for t in stats[1:]])
+        stage_times.append([round(float(t), 4) for t in (stats[1], stats[2], stats[3:].sum())])
         seps.append(float(totals[0]) / float(stats[0]))
         if rank == 0:
             print(
                 f"epoch {epoch} | loss {totals[1] / totals[2]:.4f} | time {stats[0]:.2f}s (sample {stats[1]:.2f}s, "
-                f"fetch {stats[2]:.2f}s, compute {stats[3]:.2f}s)",
+                f"fetch {stats[2]:.2f}s, forward {stats[3]:.2f}s, backward {stats[4]:.2f}s, optimizer {stats[5]:.2f}s)",
                 flush=True,
             )
     result = {
@@ -274,6 +283,7 @@ def dgl_trainer(args) -> int:
         "epoch_time_s": statistics.median(epoch_times),
         "epoch_times_s": epoch_times,
         "stage_times_s": stage_times,
+        "stage_split_s": splits,
         "seps": statistics.median(seps),
         "train_loss": float(totals[1] / totals[2]),
     }
@@ -349,6 +359,7 @@ def print_table(args, results: dict[str, dict]) -> None:
         if "test_mrr" in a and "test_mrr" in b:
             line += f"; test MRR difference: {a['test_mrr'] - b['test_mrr']:+.4f}"
         print(line)
+    print_stage_table(results)
 
 
 def main(argv=None) -> int:
@@ -364,6 +375,8 @@ def main(argv=None) -> int:
     results = {}
     if not args.skip_distgnn:
         results["distgnn"] = run_distgnn(args)
+        if args.baseline:
+            results["distgnn (baseline)"] = run_distgnn(args, Path(args.baseline))
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
     print_table(args, results)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nn_ops.h"
+#include "optim.h"
 #include "relabel.h"
 #include "rows.h"
 #include "sample.h"
@@ -293,6 +294,26 @@ py::tuple temporal_sample(const py::array& indptr, const py::array& neighbors, c
   return py::make_tuple(out_neighbors, out_times, out_eids, counts);
 }
 
+void sparse_adam(const py::array& weight, const py::array& state, const py::array& ids, const py::array& grad,
+                 float lr, float beta1, float beta2, float eps, int num_threads) {
+  float* weight_data = float_data(weight, "weight", 2, true);
+  float* state_data = float_data(state, "state", 2, true);
+  const int64_t* ids_data = vector_data<int64_t>(ids, "ids", "int64");
+  const float* grad_data = float_data(grad, "grad", 2, false);
+  const int64_t num_rows = weight.shape(0), dim = weight.shape(1), n = ids.shape(0);
+  if (state.shape(0) != num_rows || state.shape(1) != 2 * dim + 1)
+    throw std::invalid_argument("state must be (" + std::to_string(num_rows) + ", " + std::to_string(2 * dim + 1) +
+                                ") ([m | v | t] per weight row), got (" + std::to_string(state.shape(0)) + ", " +
+                                std::to_string(state.shape(1)) + ")");
+  if (grad.shape(0) != n || grad.shape(1) != dim)
+    throw std::invalid_argument("grad must be (" + std::to_string(n) + ", " + std::to_string(dim) +
+                                ") (one row per id), got (" + std::to_string(grad.shape(0)) + ", " +
+                                std::to_string(grad.shape(1)) + ")");
+  py::gil_scoped_release release;
+  distgnn::sparse_adam(weight_data, state_data, num_rows, dim, ids_data, n, grad_data, lr, beta1, beta2, eps,
+                       num_threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_cpu_kernels, m) {
@@ -323,4 +344,7 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         py::arg("rng_seed"), py::arg("num_threads"),
         "Returns (neighbors [R,k] int64, times [R,k] float64, eids [R,k] int64, counts [R] int64); see "
         "distgnn.temporal.sampler.");
+  m.def("sparse_adam", &sparse_adam, py::arg("weight"), py::arg("state"), py::arg("ids"), py::arg("grad"),
+        py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"), py::arg("num_threads"),
+        "Adam on weight[ids] in place, moments and step count in state ([m | v | t] rows); ids unique (see optim.h).");
 }

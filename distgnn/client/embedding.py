@@ -20,6 +20,7 @@ reference path; both give the same embeddings).
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,7 +65,7 @@ class DistEmbedding:
             part_policy=part_policy,
             context=context,
         )
-        self._trace: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._trace: list[tuple[torch.Tensor, torch.Tensor, bool]] = []  # (ids, rows, ids known unique)
 
     @property
     def embedding_dim(self) -> int:
@@ -73,21 +74,38 @@ class DistEmbedding:
     def __call__(self, ids: Any, device: torch.device | str = "cpu") -> torch.Tensor:
         """Rows ``ids`` as a ``(len(ids), embedding_dim)`` tensor on ``device``; with autograd
         enabled it is recorded so that the next optimizer ``step`` applies its gradient."""
+        return self.lookup_async(ids)(device)
+
+    def lookup_async(self, ids: Any, unique: bool = False) -> Callable[..., torch.Tensor]:
+        """Starts looking up rows ``ids`` (remote rows pulled in the background, see ``DistTensor.read_async``);
+        calling the result with a device finishes the lookup as calling the embedding does. Start the lookups
+        of several embeddings (and feature reads) before finishing any, and their round trips overlap.
+
+        ``unique``: the caller guarantees that ``ids`` has no repeats (a block's source nodes): when it is a
+        step's only lookup, the step sends its gradient as it is, without summing per id (a repeat is then
+        refused by the servers)."""
         ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
-        rows = self.weight[ids].to(device)
-        if torch.is_grad_enabled():
-            rows.requires_grad_(True)
-            self._trace.append((ids, rows))
-        return rows
+        pending = self.weight.read_async(ids)
+
+        def finish(device: torch.device | str = "cpu") -> torch.Tensor:
+            rows = pending.result().to(device)
+            if torch.is_grad_enabled():
+                rows.requires_grad_(True)
+                self._trace.append((ids, rows, unique))
+            return rows
+
+        return finish
 
     def _gradients(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(unique ids, summed gradient per id)`` of the recorded lookups, and clear the record."""
-        traced = [(ids, rows.grad) for ids, rows in self._trace if rows.grad is not None]
+        traced = [(ids, rows.grad, unique) for ids, rows, unique in self._trace if rows.grad is not None]
         self._trace.clear()
         if not traced:
             return None
-        ids = torch.cat([ids for ids, _ in traced])
-        grads = torch.cat([grad.detach().cpu() for _, grad in traced])
+        if len(traced) == 1 and traced[0][2]:
+            return traced[0][0], traced[0][1].detach().cpu()
+        ids = torch.cat([ids for ids, _, _ in traced])
+        grads = torch.cat([grad.detach().cpu() for _, grad, _ in traced])
         unique, inverse = torch.unique(ids, return_inverse=True)
         summed = torch.zeros(len(unique), grads.shape[1], dtype=grads.dtype).index_add_(0, inverse, grads)
         return unique, summed
@@ -112,7 +130,7 @@ class _SparseOptimizer(abc.ABC):
         call still gets the gradient of a later ``backward`` (so ``forward; zero_grad; backward; step``, the
         order DGL's examples use, applies that step)."""
         for emb in self.embeddings:
-            for _, rows in emb._trace:
+            for _, rows, _ in emb._trace:
                 rows.grad = None
 
     def step(self) -> None:

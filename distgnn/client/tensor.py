@@ -192,12 +192,25 @@ class DistTensor:
 
     def read(self, ids: Any) -> torch.Tensor:
         """Rows ``ids`` as a CPU tensor: local rows from shared memory, the others pulled from their owners."""
+        return self._read_started(ids).result()
+
+    def read_async(self, ids: Any) -> PendingRead:
+        """Starts reading rows ``ids``: sends the pulls of remote rows and copies the local ones while they are
+        in flight; the returned read's ``result()`` waits for the pulls and gives the ``(len(ids), ...)`` CPU
+        tensor. Start the reads of several tensors before the first ``result()`` (as a typed input layer reads
+        every node type's rows) and their round trips overlap. Through a cache (:meth:`use_cache`) the rows
+        are read at once, on the cache's device, as ``self[ids]`` reads them."""
+        if self._cache is not None:
+            return PendingRead(self, self._cache[ids], [])
+        return self._read_started(ids)
+
+    def _read_started(self, ids: Any) -> PendingRead:
         ids = as_ids(ids, self.shape[0], f"{self.name}")
         local_start, local_end = self._local_start, self._local_start + len(self._local)
         ctx, client = self.context, self.context.client
         if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
             client.settle([self._push_tags[ctx.machine_id]])
-            return torch.from_numpy(np.take(self._local, ids - local_start, axis=0))
+            return PendingRead(self, torch.from_numpy(np.take(self._local, ids - local_start, axis=0)), [])
         fields = {"policy": self.part_policy, "name": self.name}
         groups = self._by_owner(ids)
         if ctx.config.num_servers == 1:
@@ -225,20 +238,7 @@ class DistTensor:
             np.take(self._local, ids[local] - local_start, axis=0, out=out[local])
         elif local is not None:
             copy_rows(self._local, ids[local] - local_start, out, local)
-        replies = client.wait([rid for _, rid in pending])
-        for (part, _), reply in zip(pending, replies, strict=True):
-            rows = reply.arrays[0]
-            expected = (*out[part].shape,) if isinstance(part, slice) else (len(part), *self.shape[1:])
-            if rows.shape != expected or rows.dtype != self._np_dtype:
-                raise InputError(
-                    f"{self.name}: a pull came back as {rows.dtype}{list(rows.shape)}, "
-                    f"expected {self._np_dtype}{list(expected)}"
-                )
-            if isinstance(part, slice):
-                out[part] = rows
-            else:
-                copy_rows(np.ascontiguousarray(rows), None, out, part)
-        return torch.from_numpy(out)
+        return PendingRead(self, out, pending)
 
     def __setitem__(self, ids: Any, rows: Any) -> None:
         self.push(ids, rows, mode="assign")
@@ -275,3 +275,31 @@ class DistTensor:
     def flush(self) -> None:
         """Wait until this thread's pushes made with ``wait=False`` are applied; raises the first that failed."""
         self.context.client.settle(self._push_tags)
+
+
+class PendingRead:
+    """A :meth:`DistTensor.read_async` under way: the local rows are in place, the remote ones in flight."""
+
+    def __init__(self, tensor: DistTensor, out: np.ndarray | torch.Tensor, pending: list) -> None:
+        self._tensor, self._out, self._pending = tensor, out, pending
+
+    def result(self) -> torch.Tensor:
+        """Waits for the pulls and returns the rows (a CPU tensor); call once."""
+        out = self._out
+        if isinstance(out, torch.Tensor):
+            return out
+        tensor = self._tensor
+        replies = tensor.context.client.wait([rid for _, rid in self._pending])
+        for (part, _), reply in zip(self._pending, replies, strict=True):
+            rows = reply.arrays[0]
+            expected = (*out[part].shape,) if isinstance(part, slice) else (len(part), *tensor.shape[1:])
+            if rows.shape != expected or rows.dtype != tensor._np_dtype:
+                raise InputError(
+                    f"{tensor.name}: a pull came back as {rows.dtype}{list(rows.shape)}, "
+                    f"expected {tensor._np_dtype}{list(expected)}"
+                )
+            if isinstance(part, slice):
+                out[part] = rows
+            else:
+                copy_rows(np.ascontiguousarray(rows), None, out, part)
+        return torch.from_numpy(out)

@@ -182,7 +182,8 @@ class TypedInput(nn.Module):
         feat_name: the node feature read for the types that have it.
         name: prefix of the DistEmbedding names (all trainers must agree).
 
-    ``forward(input_nodes, src_ntypes, device)`` takes the loader's ``{ntype: per-type ids}`` and the first
+    ``forward(input_nodes, src_ntypes, device)`` takes the loader's ``{ntype: per-type ids}`` (a block's source
+    nodes: no id repeats within a type, so an embedding's gradient goes to its optimizer as it is) and the first
     block's ``src_ntypes``; returns ``(num_src, embed_dim)``.
     """
 
@@ -241,6 +242,16 @@ class TypedInput(nn.Module):
         self, input_nodes: Mapping[str, torch.Tensor], src_ntypes: torch.Tensor, device: torch.device | str
     ) -> torch.Tensor:
         src_ntypes = src_ntypes.to(device)
+        # Every type's remote rows are requested before any is waited for, so their round trips overlap.
+        started = {}
+        for ntype in self.ntypes:
+            ids = input_nodes.get(ntype)
+            if ids is None or len(ids) == 0:
+                continue
+            if ntype in self.features and hasattr(self.features[ntype], "read_async"):
+                started[ntype] = self.features[ntype].read_async(ids.cpu()).result
+            elif ntype not in self.features and self.distributed:
+                started[ntype] = self.embeddings[ntype].lookup_async(ids.cpu(), unique=True)
         pieces: Sequence = []
         for t, ntype in enumerate(self.ntypes):
             ids = input_nodes.get(ntype)
@@ -251,10 +262,10 @@ class TypedInput(nn.Module):
                 continue
             where = torch.nonzero(src_ntypes == t).flatten()
             if ntype in self.features:
-                rows = self.features[ntype][ids.cpu()].to(device, torch.float32)
-                pieces.append((where, self.projections[ntype](rows)))
+                rows = started[ntype]() if ntype in started else self.features[ntype][ids.cpu()]
+                pieces.append((where, self.projections[ntype](rows.to(device, torch.float32))))
             elif self.distributed:
-                pieces.append((where, self.embeddings[ntype](ids.cpu(), device)))
+                pieces.append((where, started[ntype](device)))
             else:
                 pieces.append((where, self.embeddings[ntype](ids.to(device))))
         if not pieces:

@@ -40,6 +40,7 @@ import numpy as np
 import distgnn.rpc.wire as wire
 from distgnn.config import JobConfig
 from distgnn.errors import InputError, ProtocolError
+from distgnn.server.optim import adam_rows
 from distgnn.server.sampling import sample_neighbors
 from distgnn.server.store import create_tensor
 from distgnn.store import shm
@@ -199,15 +200,7 @@ def handle_adam_step(state: ServerState, header: dict, arrays: list[np.ndarray])
         raise ProtocolError(
             f"adam_step gradient must be float32{[len(local), dim]}, got {grad.dtype}{list(grad.shape)}"
         )
-    if len(np.unique(local)) != len(local):
-        raise InputError("adam_step ids must be unique (sum the gradients of repeated ids first)")
-    rows = moments[local]
-    m, v, t = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
-    m += (1 - beta1) * (grad - m)
-    v += (1 - beta2) * (grad * grad - v)
-    t += 1
-    moments[local] = rows
-    weight[local] -= lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
+    adam_rows(weight, moments, local, grad, lr, beta1, beta2, eps)
     return {}, []
 
 

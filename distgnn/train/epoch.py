@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from distgnn.errors import InputError
 from distgnn.train.timeline import Timeline
 
 
@@ -39,6 +40,9 @@ class EpochSummary:
         loss: mean loss per sample; accuracy: correct / samples, or None when the loop counted none.
         time_s, sample_s, fetch_s, compute_s, wait_s: the slowest trainer's seconds (each stage's maximum
             separately): the whole epoch, sampling, feature fetch, compute, and time blocked on batches.
+        forward_s, backward_s, optimizer_s: the slowest trainer's compute split by :meth:`EpochMeter.mark`
+            (host clock): up to the "forward" mark, from it to the "backward" mark, the rest of the step (all
+            zero when the loop marks nothing).
         edges_per_s: sampled edges of all trainers per second of ``time_s``.
         cache_hits, cache_lookups, cache_peer_hits: summed over trainers; None without a cache.
     """
@@ -55,10 +59,18 @@ class EpochSummary:
     cache_hits: float | None = None
     cache_lookups: float | None = None
     cache_peer_hits: float | None = None
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    optimizer_s: float = 0.0
 
     @property
     def stage_times(self) -> list[float]:
         return [self.sample_s, self.fetch_s, self.compute_s, self.wait_s]
+
+    @property
+    def stage_split(self) -> list[float]:
+        """[sample, fetch, forward, backward, optimizer, waited for batches] seconds."""
+        return [self.sample_s, self.fetch_s, self.forward_s, self.backward_s, self.optimizer_s, self.wait_s]
 
     def line(self) -> str:
         """``epoch   3 | loss 0.4321 | train acc 0.8800 | time 1.20s (sample ...) | 123 sampled edges/s``."""
@@ -80,7 +92,11 @@ class EpochMeter:
 
         meter = EpochMeter(epoch, num_batches, device, show_progress=trainer.show_progress)
         for batch, x, y in meter.steps(loader, inputs):   # inputs(item) -> (batch, x, y)
-            loss = ...; optimizer.step()
+            loss = ...
+            meter.mark("forward")                           # optional: splits the compute
+            loss.backward()
+            meter.mark("backward")
+            optimizer.step()
             meter.step_done(loss, len(batch[1]), num_edges, correct)
         summary = meter.finish(cache)
 
@@ -115,6 +131,8 @@ class EpochMeter:
             total=num_batches, desc=f"epoch {epoch:3d}", disable=not show_progress or num_batches == 0, leave=False
         )
         self.wait_s = self.sample_s = self.fetch_s = self.compute_s = 0.0
+        self.forward_s = self.backward_s = self.optimizer_s = 0.0
+        self._t_mark = 0.0
         # On a GPU the compute is asynchronous: host clocks would time its launches.
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._loss = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -146,7 +164,7 @@ class EpochMeter:
             batch, x, y = inputs(item)
             if self.sync_timing:
                 torch.cuda.synchronize(self.device)
-            self._t2 = time.perf_counter()
+            self._t2 = self._t_mark = time.perf_counter()
             if timeline is not None:
                 timeline.close_span(span)
                 self._compute_span = timeline.open_span("compute")
@@ -159,6 +177,21 @@ class EpochMeter:
             yield batch, x, y
         del source  # an epoch cut short: the loader cancels the rest
 
+    def mark(self, stage: str) -> None:
+        """Ends the step's ``stage`` ("forward": from the inputs to the loss; "backward": from there through
+        ``loss.backward()``); what follows up to :meth:`step_done` counts as the optimizer's. Host clock (with
+        ``sync_timing`` on a GPU, after waiting for it)."""
+        if stage not in ("forward", "backward"):
+            raise InputError(f"EpochMeter.mark: expected stage 'forward' or 'backward', got {stage!r}")
+        if self.sync_timing:
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        if stage == "forward":
+            self.forward_s += now - self._t_mark
+        else:
+            self.backward_s += now - self._t_mark
+        self._t_mark = now
+
     def step_done(self, loss: torch.Tensor, count: int, edges: int, correct: torch.Tensor | None = None) -> None:
         """After the optimizer step: ``loss`` the batch's mean loss (a 0-d tensor), ``count`` its samples,
         ``edges`` the edges of its blocks, ``correct`` a 0-d int tensor of right predictions (or None)."""
@@ -169,7 +202,10 @@ class EpochMeter:
         if self._compute_span is not None:
             self.timeline.close_span(self._compute_span)
             self._compute_span = None
-        self.compute_s += time.perf_counter() - self._t2
+        now = time.perf_counter()
+        self.compute_s += now - self._t2
+        if self._t_mark > self._t2:  # the loop marked its stages: the rest is the optimizer's
+            self.optimizer_s += now - self._t_mark
         self._loss += loss.detach() * count
         if correct is not None:
             self._correct += correct
@@ -187,13 +223,17 @@ class EpochMeter:
             self.compute_s = sum(begin.elapsed_time(end) for begin, end in self._events) / 1e3
         elapsed = time.perf_counter() - self._start
         loss, correct, samples, edges = all_reduce([float(self._loss), float(self._correct), self.samples, self.edges])
-        slowest = all_reduce([elapsed, self.sample_s, self.fetch_s, self.compute_s, self.wait_s], "max")
+        split = [self.forward_s, self.backward_s, self.optimizer_s]
+        slowest = all_reduce([elapsed, self.sample_s, self.fetch_s, self.compute_s, self.wait_s, *split], "max")
         summary = EpochSummary(
             self.epoch,
             loss / max(samples, 1),
             correct / max(samples, 1) if self._counted_correct else None,
-            *slowest,
+            *slowest[:5],
             edges_per_s=edges / slowest[0] if slowest[0] > 0 else 0.0,
+            forward_s=slowest[5],
+            backward_s=slowest[6],
+            optimizer_s=slowest[7],
         )
         if cache is not None:
             summary.cache_hits, summary.cache_lookups, summary.cache_peer_hits = all_reduce(
@@ -215,7 +255,8 @@ class TrainingLog:
 
     def result(self) -> dict[str, Any]:
         """``epoch_time_s`` (median), ``epoch_times_s``, ``stage_times_s`` (per epoch, the slowest trainer's
-        [sample, fetch, compute, waited for batches] seconds), ``seps`` (median sampled edges/s),
+        [sample, fetch, compute, waited for batches] seconds), ``stage_split_s`` (per epoch, the slowest
+        trainer's [sample, fetch, forward, backward, optimizer, waited for batches] seconds), ``seps`` (median sampled edges/s),
         ``train_loss`` (the last epoch's), ``cache_hit_rate`` and ``cache_peer_hit_rate`` (None without a
         cache)."""
         times = [e.time_s for e in self.epochs]
@@ -225,6 +266,7 @@ class TrainingLog:
             "epoch_time_s": statistics.median(times) if times else None,
             "epoch_times_s": [round(t, 4) for t in times],
             "stage_times_s": [[round(t, 4) for t in e.stage_times] for e in self.epochs],
+            "stage_split_s": [[round(t, 4) for t in e.stage_split] for e in self.epochs],
             "seps": statistics.median(e.edges_per_s for e in self.epochs) if self.epochs else None,
             "train_loss": self.epochs[-1].loss if self.epochs else None,
             "cache_hit_rate": sum(e.cache_hits for e in self.epochs) / lookups if cached and lookups else None,

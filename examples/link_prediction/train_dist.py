@@ -208,9 +208,11 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
                 for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
                     loss = loss_fn(*model(x, blocks, pos, neg))
+                    meter.mark("forward")
                     for opt in optimizers:
                         opt.zero_grad()
                     loss.backward()
+                    meter.mark("backward")
                     for opt in optimizers:
                         opt.step()
                     positives = pos[target].num_edges if target else pos.num_edges

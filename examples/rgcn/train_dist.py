@@ -205,7 +205,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                         sparse.zero_grad()
                     logits = model(input_nodes, output_nodes, blocks, device)
                     loss = F.cross_entropy(logits, y)
+                    meter.mark("forward")
                     loss.backward()
+                    meter.mark("backward")
                     optimizer.step()
                     if sparse is not None:
                         sparse.step()

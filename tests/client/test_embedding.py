@@ -63,6 +63,25 @@ def test_steps_equal_the_dense_reference(served, kind):
         torch.testing.assert_close(emb.weight[everything], weight)
 
 
+def test_a_unique_lookup_sends_its_gradient_as_it_is_and_steps_as_the_summed_path(served):
+    graph, ctx = served
+    n, dim = graph.num_nodes, 4
+    embs = [DistEmbedding(n, dim, f"emb_unique_{flag}", context=ctx) for flag in (False, True)]
+    embs[1].weight[torch.arange(n)] = embs[0].weight[torch.arange(n)]
+    opts = [SparseAdam([emb], 0.1) for emb in embs]
+    target = torch.from_numpy(np.random.default_rng().standard_normal((n, dim)).astype(np.float32))
+    rng = np.random.default_rng()
+    for _ in range(3):
+        ids = torch.from_numpy(rng.permutation(n)[:60])  # unique, unsorted, on both machines
+        for emb, opt, unique in zip(embs, opts, (False, True), strict=True):
+            _batch_loss(emb.lookup_async(ids, unique=unique)(), target[ids]).backward()
+            opt.step()
+    for opt in opts:
+        opt.flush()
+    everything = torch.arange(n)
+    torch.testing.assert_close(embs[1].weight[everything], embs[0].weight[everything], rtol=1e-5, atol=1e-6)
+
+
 def test_lookups_without_grad_or_after_zero_grad_change_nothing(served):
     graph, ctx = served
     emb = DistEmbedding(graph.num_nodes, 2, "emb_frozen", init="ones", context=ctx)

@@ -58,6 +58,21 @@ def test_pull_equals_the_reference_for_any_ids(served, machine, name):
         np.testing.assert_array_equal(got.numpy(), spec[ids], err_msg=case)
 
 
+def test_reads_of_several_tensors_started_together_equal_the_reference(served):
+    graph, _, contexts = served
+    tensors = {
+        name: DistTensor.attach(
+            graph.ndata[name].shape, torch.from_numpy(graph.ndata[name][:1]).dtype, name, "node", contexts[1]
+        )
+        for name in ("feat", "label", "train_mask")
+    }
+    rng = np.random.default_rng()
+    cases = list(_ids_cases(graph, 1, rng).values())
+    started = [(name, ids, t.read_async(torch.from_numpy(ids))) for ids in cases for name, t in tensors.items()]
+    for name, ids, pending in reversed(started):  # finished in another order than started
+        np.testing.assert_array_equal(pending.result().numpy(), graph.ndata[name][ids], err_msg=name)
+
+
 def test_edge_tensor_pull(served):
     graph, _, contexts = served
     w = DistTensor.attach((len(graph.src),), torch.float32, "w", "edge", contexts[1])

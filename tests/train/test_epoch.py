@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from distgnn.errors import InputError
 from distgnn.loader.node import MiniBatch
 from distgnn.train.epoch import EpochMeter, EpochSummary, TrainingLog, all_reduce
 from distgnn.train.timeline import Timeline
@@ -56,6 +57,36 @@ def test_an_epoch_sums_the_loaders_stage_times_and_the_mean_loss_and_accuracy() 
     line = summary.line()
     assert line.startswith("epoch   2 | loss 3.0000 | train acc 0.7500 | time ") and line.endswith("cache hit 75.0%")
     assert float(line.split("|")[1].split()[1]) == pytest.approx(summary.loss, abs=1e-4)
+
+
+def test_marks_split_the_compute_into_forward_backward_and_optimizer() -> None:
+    meter = EpochMeter(0, 2, torch.device("cpu"))
+    for _, _, y in meter.steps(batches(2, []), inputs):
+        time.sleep(0.02)
+        meter.mark("forward")
+        time.sleep(0.04)
+        meter.mark("backward")
+        time.sleep(0.01)
+        meter.step_done(torch.tensor(1.0), len(y), edges=1)
+    summary = meter.finish()
+    assert summary.forward_s == pytest.approx(0.04, abs=0.015)
+    assert summary.backward_s == pytest.approx(0.08, abs=0.015)
+    assert summary.optimizer_s == pytest.approx(0.02, abs=0.015)
+    parts = summary.forward_s + summary.backward_s + summary.optimizer_s
+    assert parts == pytest.approx(summary.compute_s, abs=1e-6)
+    split = TrainingLog()
+    split.add(summary)
+    assert split.result()["stage_split_s"][0][2:5] == [round(t, 4) for t in summary.stage_split[2:5]]
+    with pytest.raises(InputError, match="'forward' or 'backward'"):
+        meter.mark("optimizer")
+
+
+def test_an_unmarked_loop_has_no_compute_split() -> None:
+    meter = EpochMeter(0, 1, torch.device("cpu"))
+    for _, _, y in meter.steps(batches(1, []), inputs):
+        meter.step_done(torch.tensor(1.0), len(y), edges=1)
+    summary = meter.finish()
+    assert summary.forward_s == summary.backward_s == summary.optimizer_s == 0.0 and summary.compute_s > 0
 
 
 def test_a_timeline_gets_each_steps_wait_fetch_and_compute_spans() -> None:
