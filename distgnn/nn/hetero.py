@@ -197,7 +197,10 @@ class TypedInput(nn.Module):
         self.feat_name = feat_name
         self.features = {t: g.nodes[t].data[feat_name] for t in self.ntypes if feat_name in g.nodes[t].data}
         self.projections = nn.ModuleDict({t: nn.Linear(int(f.shape[1]), embed_dim) for t, f in self.features.items()})
-        self.distributed = not hasattr(g, "sampling_view")
+        from distgnn.client.graph import DistGraph  # on first use: distgnn.nn imports no RPC code
+
+        # Embeddings live on the servers (DistEmbedding) for a DistGraph, in this module otherwise.
+        self.distributed = isinstance(g, DistGraph)
         self.embeddings: dict[str, object] = {}
         local = {}
         for t in self.ntypes:
