@@ -360,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             leader.finish(ok)
         elif ok and args.num_servers:
             ip_config.with_name(f"{ip_config.stem}.done{topo['local_rank']}").write_text("")
+        elif not args.num_servers and topo["local_rank"] == 0:
+            remove_job_shm(job_id)  # no leader to sweep the job's shared memory on this machine
     return 0
 
 

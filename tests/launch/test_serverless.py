@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from launch_progs.harness import FAKE_TRAINER, FakeJob, alive, assert_nothing_left, job_pids
@@ -159,6 +160,7 @@ def test_node_mode_without_servers_needs_no_partition_or_token(tmp_path):
     while [p for p in job_pids(env[E.JOB_ID]) if alive(p)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in job_pids(env[E.JOB_ID]) if alive(p)]
+    assert not list(Path("/dev/shm").glob(f"distgnn-{env[E.JOB_ID]}-*"))  # swept by local rank 0 of each node
 
 
 @pytest.mark.parametrize(
