@@ -7,26 +7,18 @@ edge it scores (``--exclude``). Evaluation scores every held-out pair against th
 ``--eval-negatives`` random destinations, with embeddings from layer-wise inference: each trainer
 scores its share of the pairs; MRR, hits@k and AUC are over all of them.
 
-* ``--local``: the whole job on this host: split and partition the training graph into
-  ``--workdir`` (reused when there), start a LocalCluster, spawn the trainers, stop everything.
-* no flag: one trainer of a job started by ``distgnn-launch`` (or by ``--local``) on a partition
-  written by :func:`distgnn.partition.prepare.partition_link_split`.
-* ``--single``: the same loader, model and evaluation on the whole training graph in this process.
+The job flags are every example's (``--local`` splits and partitions the training graph once into ``--workdir``;
+``--single`` runs the whole training graph in this process; no flag: a trainer of ``distgnn-launch``).
 
 On a heterogeneous graph (``--dataset synthetic-mag`` or ``chunked:...``) ``--target-etype src:rel:dst``
 names the edge type to predict: a fraction of its edges is held out (directed pairs; their twins of the
 reverse type, ``--reverse-etype`` or synthetic-mag's own, leave the training graph too), evaluation
-negatives are nodes of its destination type, and the model is an R-GCN over typed inputs (projected
-features, learnable embeddings for featureless types) with a scorer for that edge type. ``--exclude
-reverse_id`` then means ``reverse_types`` (``self`` where the type has no reverse); held-out pairs are
-scored from sampled blocks (``--fanouts``) rather than layer-wise inference.
+negatives are nodes of its destination type, and the model is an R-GCN over typed inputs with a scorer for
+that type; ``--exclude reverse_id`` means ``reverse_types``; held-out pairs are scored from sampled blocks.
 
-Rank 0 prints one line per epoch and finally ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N``
-saves the model, the optimizers (and the node embeddings of a typed graph), the loader's position and the RNG
-states; ``--resume auto`` continues from the latest; ``--run-dir`` writes metrics as JSON lines. The split,
-the evaluation, the epoch accounting and the checkpoints live in distgnn (``distgnn.data.datasets.load_link_split``,
-``distgnn.partition.prepare``, ``distgnn.train.evaluation``, ``distgnn.train.inference``, ``distgnn.train.epoch``,
-``distgnn.train.bookkeeping``); this file is the models and their loop.
+Rank 0 prints one line per epoch and finally ``RESULT {json}``; checkpoints (``--checkpoint-dir``, ``--resume``)
+hold the model, the optimizers, a typed graph's embeddings, the loader's position and the RNG states. The split,
+evaluation, epoch accounting and checkpoints live in distgnn; this file is the models and their loop.
 """
 
 from __future__ import annotations
