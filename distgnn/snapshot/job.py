@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from distgnn.data.events import read_events
-from distgnn.errors import ConfigError, InputError
+from distgnn.errors import InputError
 from distgnn.snapshot.events import snapshots_from_events
 from distgnn.snapshot.pgt import read_pgt_json
 from distgnn.snapshot.sequence import SnapshotSequence
@@ -97,23 +97,9 @@ def start_trainer(args: argparse.Namespace) -> Iterator[SnapshotTrainer]:
         torch.set_num_threads(job.torch_threads(args, 1))
         yield SnapshotTrainer(0, 1, torch.device(args.device), not quiet)
         return
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.set_num_threads(job.torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))))
-    if args.device == "cuda":
-        gpu = local_rank // args.procs_per_gpu
-        if gpu >= torch.cuda.device_count():
-            raise ConfigError(
-                f"trainer with LOCAL_RANK {local_rank} and --procs-per-gpu {args.procs_per_gpu} needs GPU {gpu}, "
-                f"this host has {torch.cuda.device_count()}"
-            )
-        device = torch.device("cuda", gpu)
-        torch.cuda.set_device(device)
-        # gloo carries the hand-off and the gradient sum whichever way processes share a GPU (NCCL refuses two
-        # ranks on one device).
-        backend = "gloo" if args.procs_per_gpu > 1 else "cpu:gloo,cuda:nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    # gloo carries the hand-off and the gradient sum whichever way processes share a GPU (NCCL refuses two ranks
+    # on one device).
+    device = job.join_process_group(args, args.procs_per_gpu, "gloo" if args.procs_per_gpu > 1 else None)
     rank = dist.get_rank()
     try:
         yield SnapshotTrainer(rank, dist.get_world_size(), device, rank == 0 and not quiet)

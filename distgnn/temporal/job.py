@@ -35,6 +35,7 @@ from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.train import job
 from distgnn.train.metrics import metrics_from_args
 
 log = logging.getLogger(__name__)
@@ -138,15 +139,12 @@ def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
     fields (the same on every trainer)."""
     distributed = not args.single
     if distributed:
-        dist.init_process_group("gloo")
+        device = job.join_process_group(args, backend="gloo")  # the memory groups and DDP both run over gloo
+    else:
+        torch.set_num_threads(job.torch_threads(args, 1))
+        device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
-    torch.set_num_threads(args.num_threads or max(1, (os.cpu_count() or 1) // world))
-    if args.device == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     try:
         return _train(args, plan, rank, world, device)
     finally:

@@ -329,25 +329,7 @@ def start_trainer(
         g = InProcessGraph(single_graph(args) if single_graph else load_dataset(DatasetSpec.from_args(args)))
         yield Trainer(g, torch.device(args.device), 0, 1, None, not quiet)
         return
-    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
-    faulthandler.enable()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    # torchrun (under distgnn-launch) says how many trainers share this host.
-    torch.set_num_threads(torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine))))
-    if args.device == "cuda":
-        if local_rank >= torch.cuda.device_count():
-            raise ConfigError(
-                f"trainer with LOCAL_RANK {local_rank} needs GPU {local_rank}, this host has "
-                f"{torch.cuda.device_count()}; start at most one trainer per GPU"
-            )
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        # NCCL for the model's CUDA tensors (DDP); gloo for the small CPU collectives
-        # (batch counts, class count, timings) that NCCL cannot carry.
-        backend = "cpu:gloo,cuda:nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    device = join_process_group(args)
     ctx = initialize()
     try:
         if ctx.config.part_config is None:
@@ -392,6 +374,30 @@ def main(
     if trainer.rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
     return 0
+
+
+def join_process_group(args: argparse.Namespace, procs_per_gpu: int = 1, backend: str | None = None) -> torch.device:
+    """Join the job's torch.distributed group as the trainer torchrun started (under :func:`run_local` or
+    ``distgnn-launch``): torch threads for the trainers sharing this host, with ``--device cuda`` this trainer's
+    GPU (``LOCAL_RANK // procs_per_gpu``), and the group (NCCL for CUDA tensors and gloo for the small CPU
+    collectives, unless ``backend`` names one). Returns the trainer's device."""
+    # A crash in native code (an abort, a segfault) prints every Python thread's stack, not just a signal.
+    faulthandler.enable()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    # torchrun (under distgnn-launch) says how many trainers share this host.
+    torch.set_num_threads(torch_threads(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine))))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        gpu = local_rank // procs_per_gpu
+        if gpu >= torch.cuda.device_count():
+            raise ConfigError(
+                f"trainer with LOCAL_RANK {local_rank} ({procs_per_gpu} per GPU) needs GPU {gpu}, this host has "
+                f"{torch.cuda.device_count()}; start at most {procs_per_gpu} trainer(s) per GPU"
+            )
+        device = torch.device("cuda", gpu)
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend or ("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"))
+    return device
 
 
 def machine_group(machine: int) -> Any:
