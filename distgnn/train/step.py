@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -197,14 +197,29 @@ class TrainStep:
             return None
         return self._x[:num_rows]
 
-    def __call__(self, blocks: Sequence[Block], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self,
+        blocks: Sequence[Block],
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mark: Callable[[str], None] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step; returns the loss and the number of right predictions (0-d device tensors).
+
+        ``mark`` (an :meth:`~distgnn.train.epoch.EpochMeter.mark`) is told where the eager step's forward and
+        backward end, for the epoch's stage split; a replayed graph is one launch and has no stages to mark.
+        """
         if self.optimizer is None:
             raise ConfigError("TrainStep has no optimizer: set step.optimizer before the first step")
         if not self.graphed:
             logits = self.model(blocks, x)
             loss = F.cross_entropy(logits, y)
+            if mark is not None:
+                mark("forward")
             self.optimizer.zero_grad()
             loss.backward()
+            if mark is not None:
+                mark("backward")
             self.optimizer.step()
             return loss, (logits.argmax(1) == y).sum()
         self._load(blocks, x, y)

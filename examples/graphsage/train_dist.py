@@ -144,7 +144,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 # In graph mode the cache gathers each batch's features straight into the graph's input buffer.
                 inputs = functools.partial(features.inputs, rows=step.input_rows)
                 for (_, seeds, blocks), x, y in meter.steps(batches, inputs):
-                    loss, correct = step(blocks, x, y)
+                    loss, correct = step(blocks, x, y, meter.mark)
                     edges = sum(b.num_edges for b in blocks)
                     meter.step_done(loss, len(seeds), edges, correct)
                     books.step_done(epoch, loss)

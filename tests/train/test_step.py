@@ -124,6 +124,25 @@ def test_eager_step_is_the_loop_it_replaced():
         assert torch.equal(a, b)
 
 
+def test_eager_step_marks_where_forward_and_backward_end():
+    torch.manual_seed(0)
+    model = GraphSAGE(12, 16, 5, 2, 0.0)
+    step = TrainStep(model, "eager", 16, [3, 2], torch.device("cpu"), torch.optim.Adam(model.parameters(), lr=0.01))
+    gen = torch.Generator().manual_seed(1)
+    blocks = random_blocks(16, [3, 2], gen)
+    x, y = torch.randn(blocks[0].num_src, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)
+    seen = []
+
+    def mark(stage: str) -> None:  # what had happened when each stage was marked
+        grads = [p.grad for p in model.parameters()]
+        seen.append((stage, all(g is None or not g.any() for g in grads)))
+
+    before = [p.detach().clone() for p in model.parameters()]
+    step(blocks, x, y, mark)
+    assert seen == [("forward", True), ("backward", False)]  # no gradient at the first mark, gradients at the second
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # then the update
+
+
 def _train_pair(model_cls, dropout: float, sizes: list[int], seed: int):
     """The same model trained eagerly and through the graph on the same random batches."""
     device = torch.device("cuda")
