@@ -6,7 +6,9 @@
 * :func:`prepare`: reads the stream and settles i/j/k (DistTGL's heuristic for unset ones) and rejects bad
   configurations, before any process starts.
 * ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
-* :func:`run_trainer`: one trainer: its memory copy's time segment, its share of each batch, DDP on weights.
+* :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
+  on weights. Under epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in
+  which every batch is trained j times (:mod:`distgnn.temporal.parallel`); checkpoints are taken at epochs' ends.
 
 Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
@@ -31,6 +33,7 @@ from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import checkpoint, parallel
+from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_staggered
 from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
@@ -100,6 +103,11 @@ def prepare(args: argparse.Namespace) -> Plan:
     num_machines = 1 if args.single else args.num_parts
     chosen = parallel.from_args(args, num_trainers, num_machines)
     parallel.check(chosen, num_trainers, len(train_batches), args.batch_size)
+    if chosen.epoch > 1 and getattr(args, "checkpoint_every", 0):
+        raise ConfigError(
+            f"--checkpoint-every {args.checkpoint_every} with --epoch-parallelism {chosen.epoch}: mid-epoch, batches "
+            "are in flight on every slot; epoch-parallel jobs checkpoint at each epoch's end (drop --checkpoint-every)"
+        )
     return Plan(events, train_end, val_end, train_batches, chosen)
 
 
@@ -119,19 +127,20 @@ def describe(plan: Plan, args: argparse.Namespace) -> str:
 # -- one trainer -------------------------------------------------------------------------------------
 
 
-def _group_of(plan: Plan, rank: int, model: TGN, device: torch.device) -> MemoryGroup | None:
-    """The mini-batch-parallel group of ``rank`` (collective: every trainer creates every copy's group)."""
+def _group_of(plan: Plan, rank: int, model: TGN, device: torch.device) -> MemoryGroup | StaggeredMemory | None:
+    """The group of trainers sharing ``rank``'s memory copy (collective: every trainer creates every copy's
+    group); under epoch parallelism wrapped in the :class:`StaggeredMemory` the runner reads through."""
     par = plan.parallelism
-    if par.minibatch == 1:
+    if par.trainers_per_copy == 1:
         return None
     mine = None
     for copy in range(par.memory):
-        ranks = [par.owner_of(copy) + s for s in range(par.minibatch)]
+        ranks = par.ranks_of(copy)
         group = dist.new_group(ranks, backend="gloo")
         if copy == par.copy_of(rank):
             memory = model.new_memory(device) if rank == ranks[0] else None
             mine = MemoryGroup(ranks, group, memory, model.memory_dim, model.edge_dim)
-    return mine
+    return StaggeredMemory(mine) if par.epoch > 1 else mine
 
 
 def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
@@ -213,17 +222,21 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         trained_s = 0.0
         if first < len(batches):
 
-            def on_step(index: int, loss: float, epoch: int = epoch, first: int = first) -> None:
+            def on_step(index: int, loss: float | None, epoch: int = epoch, first: int = first) -> None:
                 nonlocal step
                 step += 1
                 if root and args.checkpoint_every and step % args.checkpoint_every == 0:
                     save(step, epoch, first + index + 1)
                 if metrics is not None and metrics.should_log_step(step):
-                    metrics.log_step(step, epoch, loss=loss)
+                    metrics.log_step(step, epoch, **({} if loss is None else {"loss": loss}))
 
-            loss, timing = train_epoch(
-                runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=first == 0
-            )
+            if par.epoch > 1:  # epoch-parallel checkpoints are taken at epochs' ends only: first == 0 here
+                runner.reset_memory()
+                loss, timing = train_epoch_staggered(runner, batches, optimizer, net, par, rank, group, on_step)
+            else:
+                loss, timing = train_epoch(
+                    runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=first == 0
+                )
             trained_s = timing.seconds
             epoch_times.append(trained_s)
             if root:

@@ -65,8 +65,6 @@ def test_heuristic_and_checks():
         parallel.check(Parallelism(2, 1, 3), 4, 10, 200)
     with pytest.raises(ConfigError, match="--memory-parallelism 4 is more than the 3 training batches"):
         parallel.check(Parallelism(1, 1, 4), 4, 3, 200)
-    with pytest.raises(ConfigError, match="--epoch-parallelism 2"):
-        parallel.check(Parallelism(1, 2, 1), 2, 3, 200)
     assert [parallel.share_of_batch(0, 7, s, 3) for s in range(3)] == [(0, 3), (3, 5), (5, 7)]
     assert [parallel.segment_of(c, 3, 8) for c in range(3)] == [(0, 3), (3, 6), (6, 8)]
     flags = argparse.Namespace(minibatch_parallelism=0, epoch_parallelism=0, memory_parallelism=2, batch_size=200)
