@@ -12,7 +12,12 @@
 
 Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
-oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints).
+oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints). Copy
+c trains segment ``(c + epoch) mod k``, so each copy's memory goes on from the end of the segment it trained
+the epoch before into the next one (as DistTGL staggers its copies), and resets only when the copy wraps to
+segment 0, the stream's start. In the first epoch a copy starting mid-stream first replays the events before
+its segment through its memory only (:mod:`distgnn.temporal.warm`). So every copy trains on a warm memory, and
+the copy evaluated (the one that just trained the last segment) has seen the whole training stream.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +44,7 @@ from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import metrics_from_args
 
@@ -84,12 +91,26 @@ class Plan:
     train_batches: list[tuple[int, int]]
     parallelism: Parallelism
 
-    def segment(self, copy: int) -> list[tuple[int, int]]:
-        """The training batches of memory copy ``copy``: equal segments (oldest leftover batches dropped)."""
+    @property
+    def first_trained_batch(self) -> int:
+        """Index of the oldest batch trained: the ``batches mod k`` before it are left out."""
+        return len(self.train_batches) % self.parallelism.memory
+
+    def segment(self, index: int) -> list[tuple[int, int]]:
+        """The training batches of time segment ``index`` (of k): equal segments (oldest leftover batches dropped)."""
+        per_copy = len(self.train_batches) // self.parallelism.memory
+        first = self.first_trained_batch + index * per_copy
+        return self.train_batches[first : first + per_copy]
+
+    def segment_of(self, copy: int, epoch: int) -> int:
+        """The segment memory copy ``copy`` trains in ``epoch``: ``(copy + epoch) mod k``, so that each copy goes
+        on, epoch after epoch, from where its memory stands (DistTGL's staggered copies)."""
+        return (copy + epoch) % self.parallelism.memory
+
+    def evaluator_copy(self, epoch: int) -> int:
+        """The copy that trained the last segment in ``epoch``: its memory stands where validation starts."""
         k = self.parallelism.memory
-        per_copy = len(self.train_batches) // k
-        skip = len(self.train_batches) - per_copy * k
-        return self.train_batches[skip + copy * per_copy : skip + (copy + 1) * per_copy]
+        return (k - 1 - epoch) % k
 
 
 def prepare(args: argparse.Namespace) -> Plan:
@@ -164,7 +185,6 @@ def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
 def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: torch.device) -> dict:
     par, events = plan.parallelism, plan.events
     copy, share = par.copy_of(rank), par.share_of(rank)
-    batches = plan.segment(copy)
     torch.manual_seed(args.seed)  # identical initial weights everywhere
     model = TGN(
         events.num_nodes,
@@ -216,11 +236,16 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     metrics = metrics_from_args(args, rank)
     step = start.step
     epoch_times, val, test = [], {}, {}
-    evaluator = par.owner_of(par.memory - 1)  # holds the copy whose segment ends where validation starts
     for epoch in range(start.epoch, args.epochs):
+        segment = plan.segment_of(copy, epoch)
+        batches = plan.segment(segment)
         first = start.batch if epoch == start.epoch else 0
         trained_s = 0.0
         if first < len(batches):
+            began = time.perf_counter()
+            if first == 0:
+                _start_segment(runner, plan, segment, epoch, args.batch_size)
+            warm_s = time.perf_counter() - began
 
             def on_step(index: int, loss: float | None, epoch: int = epoch, first: int = first) -> None:
                 nonlocal step
@@ -231,13 +256,12 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     metrics.log_step(step, epoch, **({} if loss is None else {"loss": loss}))
 
             if par.epoch > 1:  # epoch-parallel checkpoints are taken at epochs' ends only: first == 0 here
-                runner.reset_memory()
                 loss, timing = train_epoch_staggered(runner, batches, optimizer, net, par, rank, group, on_step)
             else:
                 loss, timing = train_epoch(
-                    runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=first == 0
+                    runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=False
                 )
-            trained_s = timing.seconds
+            trained_s = warm_s + timing.seconds
             epoch_times.append(trained_s)
             if root:
                 save(step, epoch, len(batches))
@@ -248,6 +272,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     flush=True,
                 )
         if not args.no_eval:
+            evaluator = par.owner_of(plan.evaluator_copy(epoch))
             val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
             if rank == 0:
                 print(
@@ -261,9 +286,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     if metrics is not None:
         metrics.close()
     epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
-    trained_events = sum(
-        end - begin for begin, end in plan.train_batches[len(plan.train_batches) - len(batches) * par.memory :]
-    )
+    trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
         "dataset": args.dataset,
         "device": str(device),
@@ -281,6 +304,21 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             val_ap=val["ap"], val_auc=val["auc"], test_ap=test["ap"], test_auc=test["auc"], test_mrr=test.get("mrr")
         )
     return result
+
+
+def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
+    """The memory of this trainer's copy (on its owner) as the segment's first batch should find it: empty at
+    the stream's start (segment 0); in the first epoch, the events before the segment replayed through it
+    (:func:`~distgnn.temporal.warm.replay_memory`); later, as the copy's previous segment, the one before this
+    one, left it (nothing to do)."""
+    if runner.memory is None or (segment > 0 and epoch > 0):
+        return
+    runner.reset_memory()
+    if segment > 0:
+        began = time.perf_counter()
+        before = batch_ranges(0, plan.segment(segment)[0][0], batch_size)
+        replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, before)
+        log.info("memory warmed over %d events in %.2f s", before[-1][1], time.perf_counter() - began)
 
 
 def _evaluate(
