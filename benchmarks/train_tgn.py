@@ -207,9 +207,12 @@ def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
 
 
 def scaling(args: argparse.Namespace) -> list[dict]:
-    """Memory parallelism on 1, 2, 4 simulated machines: time to the single trainer's best val AP."""
+    """Memory parallelism on 1, 2, 4 simulated machines: time to the first run's best val AP. Each run is
+    ``N`` trainers or ``N@LR`` (N trainers at learning rate LR, default PyG's 1e-4)."""
     rows = []
-    for trainers in [int(n) for n in args.scaling.split(",")]:
+    for run in args.scaling.split(","):
+        trainers, _, lr = run.partition("@")
+        trainers, lr = int(trainers), float(lr or LR)
         run_dir = Path(args.workdir) / f"scaling-{trainers}-{time.strftime('%H%M%S')}"
         mode = (
             ["--single"]
@@ -228,6 +231,8 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             "1",
             "--seed",
             str(args.seed),
+            "--lr",
+            str(lr),
             "--run-dir",
             str(run_dir),
             "--quiet",
@@ -237,7 +242,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
         epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         epochs = [e for e in epochs if e["kind"] == "epoch"]
-        rows.append({"trainers": trainers, "epochs": epochs})
+        rows.append({"trainers": trainers, "lr": lr, "epochs": epochs})
     best = max(e["val_ap"] for e in rows[0]["epochs"])
     table = []
     for row in rows:
@@ -249,6 +254,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
         table.append(
             {
                 "trainers": row["trainers"],
+                "lr": row["lr"],
                 "best_val_ap": max(e["val_ap"] for e in row["epochs"]),
                 "val_aps": [e["val_ap"] for e in row["epochs"]],
                 "s_per_epoch": statistics.median(e["epoch_time_s"] for e in row["epochs"]),
@@ -284,7 +290,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads (both systems)")
     p.add_argument("--systems", default="distgnn,pyg", help="'' skips the comparison (with --scaling)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scaling", default="", help="e.g. 1,2,4: memory-parallel trainers (simulated machines)")
+    p.add_argument(
+        "--scaling", default="", help="e.g. 1,2,4 or 1,2@2e-4: memory-parallel trainers (simulated machines)[@lr]"
+    )
     p.add_argument("--workdir", default=".work/bench-tgn")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -308,7 +316,7 @@ def main() -> int:
     if args.scaling:
         print(f"\nscaling (memory parallelism, one thread per trainer, {args.epochs} epochs)")
         print(
-            f"{'trainers':>8} {'best val AP':>12} {'val AP by epoch':>24} {'s/epoch':>8} "
+            f"{'trainers':>8} {'lr':>7} {'best val AP':>12} {'val AP by epoch':>24} {'s/epoch':>8} "
             f"{'train s to 1-trainer best':>26} {'ratio':>7}"
         )
         table = scaling(args)
@@ -317,10 +325,10 @@ def main() -> int:
             ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
             by_epoch = " ".join(f"{ap:.4f}" for ap in row["val_aps"])
             print(
-                f"{row['trainers']:>8} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} "
+                f"{row['trainers']:>8} {row['lr']:>7.0e} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} "
                 f"{reached:>26} {ratio:>7}"
             )
-        largest = max(int(n) for n in args.scaling.split(","))
+        largest = max(row["trainers"] for row in table)
         if largest > 1:
             warm_s = warm_up_seconds(events, largest, args.seed)
             print(
