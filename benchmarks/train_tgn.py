@@ -257,6 +257,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
                 "lr": row["lr"],
                 "best_val_ap": max(e["val_ap"] for e in row["epochs"]),
                 "val_aps": [e["val_ap"] for e in row["epochs"]],
+                "test_ap": row["epochs"][-1]["test_ap"],
                 "s_per_epoch": statistics.median(e["epoch_time_s"] for e in row["epochs"]),
                 "train_s_to_target": reached,
             }
@@ -316,7 +317,7 @@ def main() -> int:
     if args.scaling:
         print(f"\nscaling (memory parallelism, one thread per trainer, {args.epochs} epochs)")
         print(
-            f"{'trainers':>8} {'lr':>7} {'best val AP':>12} {'val AP by epoch':>24} {'s/epoch':>8} "
+            f"{'trainers':>8} {'lr':>7} {'best val AP':>12} {'val AP by epoch':>24} {'s/epoch':>8} {'last test AP':>12} "
             f"{'train s to 1-trainer best':>26} {'ratio':>7}"
         )
         table = scaling(args)
@@ -325,7 +326,7 @@ def main() -> int:
             ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
             by_epoch = " ".join(f"{ap:.4f}" for ap in row["val_aps"])
             print(
-                f"{row['trainers']:>8} {row['lr']:>7.0e} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} "
+                f"{row['trainers']:>8} {row['lr']:>7.0e} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} {row['test_ap']:>12.4f} "
                 f"{reached:>26} {ratio:>7}"
             )
         largest = max(row["trainers"] for row in table)

@@ -324,8 +324,8 @@ def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batc
 def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
-    """Validation then test on the evaluator (the last copy's owner); the figures broadcast to every trainer.
-    MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
+    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))
