@@ -52,6 +52,31 @@ class StaggeredMemory:
         self.writing = False  # whether the running use is its batch's first (the one that writes)
         self._writes: tuple | None = None
 
+    def state(self) -> dict[str, np.ndarray]:
+        """The held batch as arrays, for a checkpoint taken mid-epoch ({} when none is held)."""
+        held = self.held
+        if held is None:
+            return {}
+        arrays = {
+            "span": np.array([held.begin, held.first, held.stop], dtype=np.int64),
+            "negatives": torch.stack(held.negatives).cpu().numpy(),
+            "nodes": held.nodes.cpu().numpy(),
+        }
+        arrays.update({f"rows.{name}": array for name, array in held.rows.state().items()})
+        return arrays
+
+    def load_state(self, arrays: dict[str, np.ndarray], device: torch.device) -> None:
+        """Holds the batch :meth:`state` saved (nothing when ``arrays`` is empty)."""
+        if not arrays:
+            self.held = None
+            return
+        begin, first, stop = (int(v) for v in arrays["span"])
+        nodes = torch.from_numpy(np.array(arrays["nodes"])).to(device)
+        rows = NodeMemory(len(nodes), self.group.memory_dim, self.group.edge_dim, device)
+        rows.load_state({name: arrays[f"rows.{name}"] for name in NodeMemory.FIELDS})
+        negatives = list(torch.from_numpy(np.array(arrays["negatives"])).to(device).unbind(0))
+        self.held = _Held(begin, first, stop, negatives, nodes, rows)
+
     def fetch(self, held: _Held | None) -> None:
         """The read round of a step (collective): the trainers starting a batch pass it (its ``rows`` filled
         here from the copy), the others None."""
@@ -118,10 +143,12 @@ def train_epoch_staggered(
     rank: int,
     memory: StaggeredMemory,
     on_step: Callable[[int, float | None], None] | None = None,
+    start_step: int = 0,
 ) -> tuple[float, EpochTiming]:
     """One epoch of trainer ``rank`` over its copy's batches ``ranges`` (``B + j - 1`` steps, each a DDP step of
-    every trainer; ``on_step(step, loss)`` after each, loss None in an idle step), from a memory the caller has
-    reset or warmed. Returns the mean loss of its busy steps and
+    every trainer; ``on_step(index, loss)`` after each, index counted from ``start_step``, loss None in an idle
+    step), from a memory the caller has reset or warmed, or from step ``start_step`` of a resumed epoch (the
+    held batch restored by :meth:`StaggeredMemory.load_state`). Returns the mean loss of its busy steps and
     the timing (events: the batches' events, each trained j times)."""
     j, slot = parallelism.epoch, parallelism.slot_of(rank)
     share = (parallelism.share_of(rank), parallelism.minibatch)
@@ -129,7 +156,7 @@ def train_epoch_staggered(
     start = time.perf_counter()
     losses = []
     num_batches = len(ranges)
-    for step in range(steps_per_epoch(num_batches, j)):
+    for step in range(start_step, steps_per_epoch(num_batches, j)):
         if step < num_batches:
             begin, end = ranges[step]
             drawn = [runner.negatives(end - begin, 1) for _ in range(j)]  # every trainer draws: equal streams
@@ -157,10 +184,10 @@ def train_epoch_staggered(
         if work is not None:
             out.commit()
             losses.append(float(loss.detach()))
-        if on_step is not None:  # every step, so that all trainers count steps alike
-            on_step(step, losses[-1] if work is not None else None)
         if step < num_batches:
             memory.flush(runner.edge_dim)
+        if on_step is not None:  # every step, so that all trainers count steps alike; after the step's writes
+            on_step(step - start_step, losses[-1] if work is not None else None)
     elapsed = time.perf_counter() - start
     memory.held = None
     return float(np.mean(losses)) if losses else 0.0, EpochTiming(elapsed, sum(e - b for b, e in ranges))

@@ -8,7 +8,8 @@
 * ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
   on weights. Under epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in
-  which every batch is trained j times (:mod:`distgnn.temporal.parallel`); checkpoints are taken at epochs' ends.
+  which every batch is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each
+  trainer's batch in flight.
 
 Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
@@ -124,11 +125,6 @@ def prepare(args: argparse.Namespace) -> Plan:
     num_machines = 1 if args.single else args.num_parts
     chosen = parallel.from_args(args, num_trainers, num_machines)
     parallel.check(chosen, num_trainers, len(train_batches), args.batch_size)
-    if chosen.epoch > 1 and getattr(args, "checkpoint_every", 0):
-        raise ConfigError(
-            f"--checkpoint-every {args.checkpoint_every} with --epoch-parallelism {chosen.epoch}: mid-epoch, batches "
-            "are in flight on every slot; epoch-parallel jobs checkpoint at each epoch's end (drop --checkpoint-every)"
-        )
     return Plan(events, train_end, val_end, train_batches, chosen)
 
 
@@ -222,6 +218,8 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             if loaded.meta != meta:
                 raise ConfigError(f"checkpoint {path} was taken for {loaded.meta}, this job is {meta}")
             checkpoint.restore(loaded, rank, model, optimizer, runner.generator, owned)
+            if par.epoch > 1:
+                group.load_state(checkpoint.held_by(loaded, rank), device)
             start = loaded.position
             if rank == 0:
                 print(f"resumed from {path} (step {start.step})", flush=True)
@@ -229,8 +227,9 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
 
     def save(step: int, epoch: int, batch: int) -> None:
         position = checkpoint.Position(step, epoch, batch)
+        held = group.state() if par.epoch > 1 else None
         checkpoint.save(
-            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta
+            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta, held
         )
 
     metrics = metrics_from_args(args, rank)
@@ -239,9 +238,10 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     for epoch in range(start.epoch, args.epochs):
         segment = plan.segment_of(copy, epoch)
         batches = plan.segment(segment)
-        first = start.batch if epoch == start.epoch else 0
+        first = start.batch if epoch == start.epoch else 0  # batches done (epoch parallelism: steps)
+        length = parallel.steps_per_epoch(len(batches), par.epoch)
         trained_s = 0.0
-        if first < len(batches):
+        if first < length:
             began = time.perf_counter()
             if first == 0:
                 _start_segment(runner, plan, segment, epoch, args.batch_size)
@@ -255,8 +255,10 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                 if metrics is not None and metrics.should_log_step(step):
                     metrics.log_step(step, epoch, **({} if loss is None else {"loss": loss}))
 
-            if par.epoch > 1:  # epoch-parallel checkpoints are taken at epochs' ends only: first == 0 here
-                loss, timing = train_epoch_staggered(runner, batches, optimizer, net, par, rank, group, on_step)
+            if par.epoch > 1:
+                loss, timing = train_epoch_staggered(
+                    runner, batches, optimizer, net, par, rank, group, on_step, start_step=first
+                )
             else:
                 loss, timing = train_epoch(
                     runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=False
@@ -264,7 +266,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             trained_s = warm_s + timing.seconds
             epoch_times.append(trained_s)
             if root:
-                save(step, epoch, len(batches))
+                save(step, epoch, length)
             if rank == 0:
                 print(
                     f"epoch {epoch}: loss {loss:.4f}, {trained_s:.2f} s, "

@@ -1,6 +1,6 @@
 """Epoch parallelism: the schedule, and a j = 2 job (simulated trainers over gloo) against a serial replay of the
 documented semantics (:mod:`distgnn.temporal.parallel`) on the same batches, weights and memory, and resuming
-it from an epoch's checkpoint."""
+it from a checkpoint taken mid-epoch."""
 
 from __future__ import annotations
 
@@ -105,31 +105,19 @@ def assert_matches(files: dict, model: TGN, memory: NodeMemory) -> None:
 
 
 @pytest.mark.slow
-def test_epoch_parallel_equals_serial_semantics_and_resumes(tmp_path):
-    flags = [*SMALL, "--lr", str(LR), "--no-eval", "--quiet", "--checkpoint-keep", "10"]
+def test_epoch_parallel_equals_serial_semantics_and_resumes_mid_epoch(tmp_path):
+    flags = [*SMALL, "--lr", str(LR), "--no-eval", "--quiet", "--checkpoint-keep", "10", "--epochs", "2"]
     job = ["--num-parts", "1", "--trainers-per-machine", "2", "--epoch-parallelism", "2"]
-    run_local([*job, *flags, "--epochs", "2", "--checkpoint-dir", str(tmp_path / "a")])
-    steps = sorted((tmp_path / "a").glob("step-*"))
-    assert [p.name for p in steps] == ["step-00000015", "step-00000030"]  # 14 batches + j - 1 steps an epoch
-    for epochs, path in zip((1, 2), steps, strict=True):
-        assert_matches(checkpoint.load(path).files, *reference(epochs, 2, 2))
-    run_local([*job, *flags, "--epochs", "2", "--checkpoint-dir", str(tmp_path / "b"), "--resume", str(steps[0])])
-    full = checkpoint.load(steps[1])
+    run_local([*job, *flags, "--checkpoint-dir", str(tmp_path / "a"), "--checkpoint-every", "7"])
+    steps = {int(p.name[5:]): p for p in (tmp_path / "a").glob("step-*")}
+    assert sorted(steps) == [7, 14, 15, 21, 28, 30]  # every 7 steps and the epochs' ends: 14 batches + j - 1 steps
+    for epochs, step in ((1, 15), (2, 30)):
+        assert_matches(checkpoint.load(steps[step]).files, *reference(epochs, 2, 2))
+    # Step 21 is 6 steps into the second epoch: both slots hold a batch in flight.
+    assert {"trainer0.nodes.npy", "trainer1.nodes.npy"} <= set(checkpoint.load(steps[21]).files)
+    run_local([*job, *flags, "--checkpoint-dir", str(tmp_path / "b"), "--resume", str(steps[21])])
+    full = checkpoint.load(steps[30])
     resumed = checkpoint.load(checkpoint.latest(str(tmp_path / "b")))
     assert resumed.position == full.position
     for name, array in full.files.items():
         np.testing.assert_array_equal(resumed.files[name], array, err_msg=name)
-
-
-def test_epoch_parallel_refuses_mid_epoch_checkpoints():
-    sys.path.insert(0, str(EXAMPLE.parent))
-    try:
-        import train_dist
-    finally:
-        sys.path.pop(0)
-    args = train_dist.parse_args(["--local", "--trainers-per-machine", "2", "--epoch-parallelism", "2", *SMALL])
-    args.checkpoint_every = 5
-    from distgnn.temporal.job import prepare
-
-    with pytest.raises(ConfigError, match="--checkpoint-every 5 with --epoch-parallelism 2"):
-        prepare(args)
