@@ -208,17 +208,20 @@ def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
 
 def scaling(args: argparse.Namespace) -> list[dict]:
     """Memory parallelism on 1, 2, 4 simulated machines: time to the first run's best val AP. Each run is
-    ``N`` trainers or ``N@LR`` (N trainers at learning rate LR, default PyG's 1e-4)."""
+    ``N`` (N trainers, memory parallelism, one simulated machine each), ``jN`` (N trainers of one machine, epoch
+    parallelism over one memory copy), either with ``@LR`` (learning rate LR; default PyG's 1e-4)."""
     rows = []
     for run in args.scaling.split(","):
         trainers, _, lr = run.partition("@")
-        trainers, lr = int(trainers), float(lr or LR)
-        run_dir = Path(args.workdir) / f"scaling-{trainers}-{time.strftime('%H%M%S')}"
-        mode = (
-            ["--single"]
-            if trainers == 1
-            else ["--local", "--num-parts", str(trainers), "--memory-parallelism", str(trainers)]
-        )
+        epoch_parallel = trainers.startswith("j")
+        trainers, lr = int(trainers.removeprefix("j")), float(lr or LR)
+        run_dir = Path(args.workdir) / f"scaling-{run.replace('@', '-')}-{time.strftime('%H%M%S')}"
+        if trainers == 1:
+            mode = ["--single"]
+        elif epoch_parallel:
+            mode = ["--local", "--trainers-per-machine", str(trainers), "--epoch-parallelism", str(trainers)]
+        else:
+            mode = ["--local", "--num-parts", str(trainers), "--memory-parallelism", str(trainers)]
         cmd = [
             sys.executable,
             str(ROOT / "examples" / "tgn" / "train_dist.py"),
@@ -242,7 +245,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
         epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         epochs = [e for e in epochs if e["kind"] == "epoch"]
-        rows.append({"trainers": trainers, "lr": lr, "epochs": epochs})
+        rows.append({"trainers": f"j{trainers}" if epoch_parallel else trainers, "lr": lr, "epochs": epochs})
     best = max(e["val_ap"] for e in rows[0]["epochs"])
     table = []
     for row in rows:
@@ -292,7 +295,9 @@ def main() -> int:
     p.add_argument("--systems", default="distgnn,pyg", help="'' skips the comparison (with --scaling)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--scaling", default="", help="e.g. 1,2,4 or 1,2@2e-4: memory-parallel trainers (simulated machines)[@lr]"
+        "--scaling",
+        default="",
+        help="e.g. 1,2,4 or 1,2@2e-4,j2: trainers, memory-parallel (simulated machines) or jN epoch-parallel[@lr]",
     )
     p.add_argument("--workdir", default=".work/bench-tgn")
     args = p.parse_args()
@@ -329,7 +334,7 @@ def main() -> int:
                 f"{row['trainers']:>8} {row['lr']:>7.0e} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} {row['test_ap']:>12.4f} "
                 f"{reached:>26} {ratio:>7}"
             )
-        largest = max(row["trainers"] for row in table)
+        largest = max(row["trainers"] for row in table if isinstance(row["trainers"], int))
         if largest > 1:
             warm_s = warm_up_seconds(events, largest, args.seed)
             print(
