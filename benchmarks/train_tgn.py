@@ -11,7 +11,7 @@ training events per second, validation and test AP after the last epoch, and the
 
 ``--scaling 1,2,4`` also runs examples/tgn/train_dist.py with memory parallelism on 1, 2 and 4 simulated
 machines (one torch thread each) and reports the time each takes to reach the single trainer's best
-validation AP.
+validation AP, and what the copies' warm-up costs (``--systems ''``: the scaling part alone).
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
@@ -38,6 +38,7 @@ from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
+from distgnn.temporal.warm import replay_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLEGE_MSG = ROOT / ".." / "shared" / "data" / "snap" / "CollegeMsg.txt"
@@ -206,15 +207,21 @@ def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
 
 
 def scaling(args: argparse.Namespace) -> list[dict]:
-    """Memory parallelism on 1, 2, 4 simulated machines: time to the single trainer's best val AP."""
+    """Memory parallelism on 1, 2, 4 simulated machines: time to the first run's best val AP. Each run is
+    ``N`` (N trainers, memory parallelism, one simulated machine each), ``jN`` (N trainers of one machine, epoch
+    parallelism over one memory copy), either with ``@LR`` (learning rate LR; default PyG's 1e-4)."""
     rows = []
-    for trainers in [int(n) for n in args.scaling.split(",")]:
-        run_dir = Path(args.workdir) / f"scaling-{trainers}-{time.strftime('%H%M%S')}"
-        mode = (
-            ["--single"]
-            if trainers == 1
-            else ["--local", "--num-parts", str(trainers), "--memory-parallelism", str(trainers)]
-        )
+    for run in args.scaling.split(","):
+        trainers, _, lr = run.partition("@")
+        epoch_parallel = trainers.startswith("j")
+        trainers, lr = int(trainers.removeprefix("j")), float(lr or LR)
+        run_dir = Path(args.workdir) / f"scaling-{run.replace('@', '-')}-{time.strftime('%H%M%S')}"
+        if trainers == 1:
+            mode = ["--single"]
+        elif epoch_parallel:
+            mode = ["--local", "--trainers-per-machine", str(trainers), "--epoch-parallelism", str(trainers)]
+        else:
+            mode = ["--local", "--num-parts", str(trainers), "--memory-parallelism", str(trainers)]
         cmd = [
             sys.executable,
             str(ROOT / "examples" / "tgn" / "train_dist.py"),
@@ -227,6 +234,8 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             "1",
             "--seed",
             str(args.seed),
+            "--lr",
+            str(lr),
             "--run-dir",
             str(run_dir),
             "--quiet",
@@ -236,7 +245,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
         epochs = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         epochs = [e for e in epochs if e["kind"] == "epoch"]
-        rows.append({"trainers": trainers, "epochs": epochs})
+        rows.append({"trainers": f"j{trainers}" if epoch_parallel else trainers, "lr": lr, "epochs": epochs})
     best = max(e["val_ap"] for e in rows[0]["epochs"])
     table = []
     for row in rows:
@@ -248,7 +257,11 @@ def scaling(args: argparse.Namespace) -> list[dict]:
         table.append(
             {
                 "trainers": row["trainers"],
+                "lr": row["lr"],
                 "best_val_ap": max(e["val_ap"] for e in row["epochs"]),
+                "val_aps": [e["val_ap"] for e in row["epochs"]],
+                "test_ap": row["epochs"][-1]["test_ap"],
+                "s_per_epoch": statistics.median(e["epoch_time_s"] for e in row["epochs"]),
                 "train_s_to_target": reached,
             }
         )
@@ -258,15 +271,34 @@ def scaling(args: argparse.Namespace) -> list[dict]:
     return table
 
 
+def warm_up_seconds(events: EventStream, copies: int, seed: int) -> float:
+    """Seconds the last of ``copies`` memory copies spends warming its memory in the first epoch: the events
+    before its segment replayed through the memory only (as examples/tgn/train_dist.py does), one thread."""
+    torch.manual_seed(seed)
+    model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2)
+    batches = batch_ranges(0, chronological_split(len(events))[0], BATCH)
+    per_copy = len(batches) // copies
+    before = batches[: len(batches) - per_copy]
+    tensors = [torch.from_numpy(a) for a in (events.src, events.dst, events.time)]
+    feat = None if events.feat is None else torch.from_numpy(events.feat)
+    start = time.perf_counter()
+    replay_memory(model, model.new_memory(), *tensors, feat, before)
+    return time.perf_counter() - start
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default=f"events:{COLLEGE_MSG}")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1, help="torch threads (both systems)")
-    p.add_argument("--systems", default="distgnn,pyg")
+    p.add_argument("--systems", default="distgnn,pyg", help="'' skips the comparison (with --scaling)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scaling", default="", help="e.g. 1,2,4: memory-parallel trainers (simulated machines)")
+    p.add_argument(
+        "--scaling",
+        default="",
+        help="e.g. 1,2,4 or 1,2@2e-4,j2: trainers, memory-parallel (simulated machines) or jN epoch-parallel[@lr]",
+    )
     p.add_argument("--workdir", default=".work/bench-tgn")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -276,23 +308,39 @@ def main() -> int:
         f"{args.threads} thread(s); {args.epochs} epochs; {time.strftime('%Y-%m-%d %H:%M')}",
         flush=True,
     )
-    rows = compare(events, args)
-    ours = rows[0]["s_per_epoch"]
-    print(f"{'system':<10} {'s/epoch':>9} {'events/s':>10} {'val AP':>8} {'test AP':>8} {'speed vs PyG':>13}")
-    peer = rows[-1]["s_per_epoch"] if len(rows) > 1 else ours
-    for row in rows:
-        ratio = peer / row["s_per_epoch"]
-        print(
-            f"{row['system']:<10} {row['s_per_epoch']:>9.2f} {row['events_per_s']:>10,.0f} "
-            f"{row['val_ap']:>8.4f} {row['test_ap']:>8.4f} {ratio:>12.2f}x"
-        )
+    if args.systems:
+        rows = compare(events, args)
+        ours = rows[0]["s_per_epoch"]
+        print(f"{'system':<10} {'s/epoch':>9} {'events/s':>10} {'val AP':>8} {'test AP':>8} {'speed vs PyG':>13}")
+        peer = rows[-1]["s_per_epoch"] if len(rows) > 1 else ours
+        for row in rows:
+            ratio = peer / row["s_per_epoch"]
+            print(
+                f"{row['system']:<10} {row['s_per_epoch']:>9.2f} {row['events_per_s']:>10,.0f} "
+                f"{row['val_ap']:>8.4f} {row['test_ap']:>8.4f} {ratio:>12.2f}x"
+            )
     if args.scaling:
         print(f"\nscaling (memory parallelism, one thread per trainer, {args.epochs} epochs)")
-        print(f"{'trainers':>8} {'best val AP':>12} {'train s to 1-trainer best':>26} {'ratio':>7}")
-        for row in scaling(args):
+        print(
+            f"{'trainers':>8} {'lr':>7} {'best val AP':>12} {'val AP by epoch':>24} {'s/epoch':>8} {'last test AP':>12} "
+            f"{'train s to 1-trainer best':>26} {'ratio':>7}"
+        )
+        table = scaling(args)
+        for row in table:
             reached = "not reached" if row["train_s_to_target"] is None else f"{row['train_s_to_target']:.1f}"
             ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-            print(f"{row['trainers']:>8} {row['best_val_ap']:>12.4f} {reached:>26} {ratio:>7}")
+            by_epoch = " ".join(f"{ap:.4f}" for ap in row["val_aps"])
+            print(
+                f"{row['trainers']:>8} {row['lr']:>7.0e} {row['best_val_ap']:>12.4f} {by_epoch:>24} {row['s_per_epoch']:>8.2f} {row['test_ap']:>12.4f} "
+                f"{reached:>26} {ratio:>7}"
+            )
+        largest = max(row["trainers"] for row in table if isinstance(row["trainers"], int))
+        if largest > 1:
+            warm_s = warm_up_seconds(events, largest, args.seed)
+            print(
+                f"warm-up of the last of {largest} copies (first epoch only): {warm_s:.2f} s, one thread, "
+                f"{warm_s / table[0]['s_per_epoch']:.1%} of one trainer's epoch"
+            )
     return 0
 
 

@@ -4,7 +4,8 @@ A checkpoint is a ``step-<n>`` directory of plain ``.npy`` files and a ``manifes
 size and sha256 (the files layer of :mod:`distgnn.store.checkpoint_files`: staged, then renamed into place, nothing
 pickled). Rank 0 writes the weights, the optimizer state and the manifest; each memory copy's owner writes its
 copy (``memory<c>.<field>.npy``); every trainer writes its negative sampler's random state
-(``rng<rank>.npy``). The position says where training stopped: epoch and batch within the epoch.
+(``rng<rank>.npy``) and what else it holds (``trainer<rank>.<name>.npy``: under epoch parallelism, the batch in
+flight). The position says where training stopped: epoch, and batches (epoch parallelism: steps) done in it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def save(
     barrier: Callable[[], None],
     keep: int = 2,
     meta: dict | None = None,
+    held: dict[str, np.ndarray] | None = None,
 ) -> Path:
     """Collective: every trainer calls it at the same position; returns the checkpoint's directory.
 
@@ -65,6 +67,7 @@ def save(
         owned: the memory copies this trainer owns, by copy index.
         barrier: waits for every trainer (``torch.distributed.barrier`` in a job, a no-op alone).
         meta: extra JSON-able facts to check on resume (the stream's size, the parallelism).
+        held: this trainer's own arrays by name (:func:`held_by` gives them back).
     """
     name = checkpoint_name(position.step)
     staging = ".staging-" + name
@@ -76,6 +79,8 @@ def save(
         for field, array in memory.state().items():
             write_new_file(directory / f"memory{copy}.{field}.npy", array)
     write_new_file(directory / f"rng{rank}.npy", generator.get_state().numpy())
+    for name, array in (held or {}).items():
+        write_new_file(directory / f"trainer{rank}.{name}.npy", array)
     if rank == 0:
         for key, value in model.state_dict().items():
             write_new_file(directory / f"model.{key}.npy", value.detach().cpu().numpy())
@@ -162,3 +167,9 @@ def restore(
             raise CheckpointError(
                 f"the checkpoint holds no memory copy {copy}: it was taken with fewer copies"
             ) from None
+
+
+def held_by(loaded: Loaded, rank: int) -> dict[str, np.ndarray]:
+    """The arrays trainer ``rank`` saved as ``held`` (empty when none)."""
+    prefix = f"trainer{rank}."
+    return {name[len(prefix) : -4]: array for name, array in loaded.files.items() if name.startswith(prefix)}

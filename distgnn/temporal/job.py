@@ -6,11 +6,19 @@
 * :func:`prepare`: reads the stream and settles i/j/k (DistTGL's heuristic for unset ones) and rejects bad
   configurations, before any process starts.
 * ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
-* :func:`run_trainer`: one trainer: its memory copy's time segment, its share of each batch, DDP on weights.
+* :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
+  on weights. Under epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in
+  which every batch is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each
+  trainer's batch in flight.
 
 Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
-oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints).
+oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints). Copy
+c trains segment ``(c + epoch) mod k``, so each copy's memory goes on from the end of the segment it trained
+the epoch before into the next one (as DistTGL staggers its copies), and resets only when the copy wraps to
+segment 0, the stream's start. In the first epoch a copy starting mid-stream first replays the events before
+its segment through its memory only (:mod:`distgnn.temporal.warm`). So every copy trains on a warm memory, and
+the copy evaluated (the one that just trained the last segment) has seen the whole training stream.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +40,12 @@ from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import checkpoint, parallel
+from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_staggered
 from distgnn.temporal.graph import build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import metrics_from_args
 
@@ -81,12 +92,26 @@ class Plan:
     train_batches: list[tuple[int, int]]
     parallelism: Parallelism
 
-    def segment(self, copy: int) -> list[tuple[int, int]]:
-        """The training batches of memory copy ``copy``: equal segments (oldest leftover batches dropped)."""
+    @property
+    def first_trained_batch(self) -> int:
+        """Index of the oldest batch trained: the ``batches mod k`` before it are left out."""
+        return len(self.train_batches) % self.parallelism.memory
+
+    def segment(self, index: int) -> list[tuple[int, int]]:
+        """The training batches of time segment ``index`` (of k): equal segments (oldest leftover batches dropped)."""
+        per_copy = len(self.train_batches) // self.parallelism.memory
+        first = self.first_trained_batch + index * per_copy
+        return self.train_batches[first : first + per_copy]
+
+    def segment_of(self, copy: int, epoch: int) -> int:
+        """The segment memory copy ``copy`` trains in ``epoch``: ``(copy + epoch) mod k``, so that each copy goes
+        on, epoch after epoch, from where its memory stands (DistTGL's staggered copies)."""
+        return (copy + epoch) % self.parallelism.memory
+
+    def evaluator_copy(self, epoch: int) -> int:
+        """The copy that trained the last segment in ``epoch``: its memory stands where validation starts."""
         k = self.parallelism.memory
-        per_copy = len(self.train_batches) // k
-        skip = len(self.train_batches) - per_copy * k
-        return self.train_batches[skip + copy * per_copy : skip + (copy + 1) * per_copy]
+        return (k - 1 - epoch) % k
 
 
 def prepare(args: argparse.Namespace) -> Plan:
@@ -119,19 +144,20 @@ def describe(plan: Plan, args: argparse.Namespace) -> str:
 # -- one trainer -------------------------------------------------------------------------------------
 
 
-def _group_of(plan: Plan, rank: int, model: TGN, device: torch.device) -> MemoryGroup | None:
-    """The mini-batch-parallel group of ``rank`` (collective: every trainer creates every copy's group)."""
+def _group_of(plan: Plan, rank: int, model: TGN, device: torch.device) -> MemoryGroup | StaggeredMemory | None:
+    """The group of trainers sharing ``rank``'s memory copy (collective: every trainer creates every copy's
+    group); under epoch parallelism wrapped in the :class:`StaggeredMemory` the runner reads through."""
     par = plan.parallelism
-    if par.minibatch == 1:
+    if par.trainers_per_copy == 1:
         return None
     mine = None
     for copy in range(par.memory):
-        ranks = [par.owner_of(copy) + s for s in range(par.minibatch)]
+        ranks = par.ranks_of(copy)
         group = dist.new_group(ranks, backend="gloo")
         if copy == par.copy_of(rank):
             memory = model.new_memory(device) if rank == ranks[0] else None
             mine = MemoryGroup(ranks, group, memory, model.memory_dim, model.edge_dim)
-    return mine
+    return StaggeredMemory(mine) if par.epoch > 1 else mine
 
 
 def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
@@ -155,7 +181,6 @@ def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
 def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: torch.device) -> dict:
     par, events = plan.parallelism, plan.events
     copy, share = par.copy_of(rank), par.share_of(rank)
-    batches = plan.segment(copy)
     torch.manual_seed(args.seed)  # identical initial weights everywhere
     model = TGN(
         events.num_nodes,
@@ -193,6 +218,8 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             if loaded.meta != meta:
                 raise ConfigError(f"checkpoint {path} was taken for {loaded.meta}, this job is {meta}")
             checkpoint.restore(loaded, rank, model, optimizer, runner.generator, owned)
+            if par.epoch > 1:
+                group.load_state(checkpoint.held_by(loaded, rank), device)
             start = loaded.position
             if rank == 0:
                 print(f"resumed from {path} (step {start.step})", flush=True)
@@ -200,34 +227,46 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
 
     def save(step: int, epoch: int, batch: int) -> None:
         position = checkpoint.Position(step, epoch, batch)
+        held = group.state() if par.epoch > 1 else None
         checkpoint.save(
-            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta
+            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta, held
         )
 
     metrics = metrics_from_args(args, rank)
     step = start.step
     epoch_times, val, test = [], {}, {}
-    evaluator = par.owner_of(par.memory - 1)  # holds the copy whose segment ends where validation starts
     for epoch in range(start.epoch, args.epochs):
-        first = start.batch if epoch == start.epoch else 0
+        segment = plan.segment_of(copy, epoch)
+        batches = plan.segment(segment)
+        first = start.batch if epoch == start.epoch else 0  # batches done (epoch parallelism: steps)
+        length = parallel.steps_per_epoch(len(batches), par.epoch)
         trained_s = 0.0
-        if first < len(batches):
+        if first < length:
+            began = time.perf_counter()
+            if first == 0:
+                _start_segment(runner, plan, segment, epoch, args.batch_size)
+            warm_s = time.perf_counter() - began
 
-            def on_step(index: int, loss: float, epoch: int = epoch, first: int = first) -> None:
+            def on_step(index: int, loss: float | None, epoch: int = epoch, first: int = first) -> None:
                 nonlocal step
                 step += 1
                 if root and args.checkpoint_every and step % args.checkpoint_every == 0:
                     save(step, epoch, first + index + 1)
                 if metrics is not None and metrics.should_log_step(step):
-                    metrics.log_step(step, epoch, loss=loss)
+                    metrics.log_step(step, epoch, **({} if loss is None else {"loss": loss}))
 
-            loss, timing = train_epoch(
-                runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=first == 0
-            )
-            trained_s = timing.seconds
+            if par.epoch > 1:
+                loss, timing = train_epoch_staggered(
+                    runner, batches, optimizer, net, par, rank, group, on_step, start_step=first
+                )
+            else:
+                loss, timing = train_epoch(
+                    runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=False
+                )
+            trained_s = warm_s + timing.seconds
             epoch_times.append(trained_s)
             if root:
-                save(step, epoch, len(batches))
+                save(step, epoch, length)
             if rank == 0:
                 print(
                     f"epoch {epoch}: loss {loss:.4f}, {trained_s:.2f} s, "
@@ -235,6 +274,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     flush=True,
                 )
         if not args.no_eval:
+            evaluator = par.owner_of(plan.evaluator_copy(epoch))
             val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
             if rank == 0:
                 print(
@@ -248,9 +288,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     if metrics is not None:
         metrics.close()
     epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
-    trained_events = sum(
-        end - begin for begin, end in plan.train_batches[len(plan.train_batches) - len(batches) * par.memory :]
-    )
+    trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
         "dataset": args.dataset,
         "device": str(device),
@@ -270,11 +308,26 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     return result
 
 
+def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
+    """The memory of this trainer's copy (on its owner) as the segment's first batch should find it: empty at
+    the stream's start (segment 0); in the first epoch, the events before the segment replayed through it
+    (:func:`~distgnn.temporal.warm.replay_memory`); later, as the copy's previous segment, the one before this
+    one, left it (nothing to do)."""
+    if runner.memory is None or (segment > 0 and epoch > 0):
+        return
+    runner.reset_memory()
+    if segment > 0:
+        began = time.perf_counter()
+        before = batch_ranges(0, plan.segment(segment)[0][0], batch_size)
+        replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, before)
+        log.info("memory warmed over %d events in %.2f s", before[-1][1], time.perf_counter() - began)
+
+
 def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
-    """Validation then test on the evaluator (the last copy's owner); the figures broadcast to every trainer.
-    MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
+    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))

@@ -9,7 +9,9 @@ Three ways to run it, as the other examples:
 
 The stream is ``--dataset events:PATH`` (CSV ``src,dst,time,...`` or SNAP ``src dst time``) or
 ``synthetic-events:NODES:EVENTS``; split chronologically 70/15/15. ``--minibatch-parallelism i
---epoch-parallelism j --memory-parallelism k`` (i*j*k trainers; unset: DistTGL's heuristic, printed at start).
+--epoch-parallelism j --memory-parallelism k`` (i*j*k trainers; unset: DistTGL's heuristic, printed at start):
+i trainers split each batch, j train j epochs at once over one memory copy (an epoch then trains every batch
+j times), k memory copies train their own time segments.
 Rank 0 prints a line per epoch and ends with ``RESULT {json}`` (val_ap, test_ap, test_auc, test_mrr,
 epoch_time_s, events_per_s, num_trainers, i/j/k). ``--checkpoint-dir D --checkpoint-every N`` saves weights,
 optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` writes metrics.jsonl.

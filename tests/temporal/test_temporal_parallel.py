@@ -21,9 +21,10 @@ from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split,
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tgn" / "train_dist.py"
+SPEC = "synthetic-events:200:4000"
 SMALL = [
     "--dataset",
-    "synthetic-events:200:4000",
+    SPEC,
     "--memory-dim",
     "8",
     "--time-dim",
@@ -65,8 +66,6 @@ def test_heuristic_and_checks():
         parallel.check(Parallelism(2, 1, 3), 4, 10, 200)
     with pytest.raises(ConfigError, match="--memory-parallelism 4 is more than the 3 training batches"):
         parallel.check(Parallelism(1, 1, 4), 4, 3, 200)
-    with pytest.raises(ConfigError, match="--epoch-parallelism 2"):
-        parallel.check(Parallelism(1, 2, 1), 2, 3, 200)
     assert [parallel.share_of_batch(0, 7, s, 3) for s in range(3)] == [(0, 3), (3, 5), (5, 7)]
     assert [parallel.segment_of(c, 3, 8) for c in range(3)] == [(0, 3), (3, 6), (6, 8)]
     flags = argparse.Namespace(minibatch_parallelism=0, epoch_parallelism=0, memory_parallelism=2, batch_size=200)
@@ -81,29 +80,61 @@ def test_bad_configuration_is_one_line_before_any_process(capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def replay(stream_spec: str, seed: int, copy: int, batches: list[tuple[int, int]]) -> NodeMemory:
-    """One copy's memory after its segment, replayed alone with the initial weights (lr 0)."""
-    events = load_stream(stream_spec, seed=seed)
-    torch.manual_seed(seed)
+def warm_reference(model: TGN, memory: NodeMemory, events, ranges: list[tuple[int, int]]) -> None:
+    """The documented warm-up: per chunk, the endpoints' memory read (mail through the GRU), written back,
+    the chunk's events stored as mail."""
+    src, dst, time = (torch.from_numpy(a) for a in (events.src, events.dst, events.time))
+    with torch.no_grad():
+        for begin, end in ranges:
+            for u in torch.unique(torch.cat([src[begin:end], dst[begin:end]])).tolist():
+                node = torch.tensor([u])
+                memory.write_memory(node, model.read_memory(memory, node))
+            # Mail from the memory just written: each event's endpoints as the chunk read them.
+            memory.store_mail(
+                src[begin:end],
+                dst[begin:end],
+                time[begin:end],
+                memory.memory[src[begin:end]],
+                memory.memory[dst[begin:end]],
+                None,
+            )
+
+
+def replay(copy: int, segments: list[list[tuple[int, int]]], warm: list[tuple[int, int]]) -> list[dict]:
+    """One copy's memory after each of its epochs (lr 0: the initial weights throughout): ``warm`` replayed
+    first, then each epoch's segment, the memory reset where a segment starts at the stream's first batch."""
+    events = load_stream(SPEC, seed=0)
+    torch.manual_seed(0)
     model = TGN(events.num_nodes, 0, 8, 4, 8)
-    runner = TGNRunner(model, events, build_temporal_csr(events), torch.device("cpu"), 4, seed=seed * 1000 + copy)
-    train_epoch(runner, batches, torch.optim.Adam(model.parameters(), lr=0.0))
-    return runner.memory
+    runner = TGNRunner(model, events, build_temporal_csr(events), torch.device("cpu"), 4, seed=copy)
+    warm_reference(model, runner.memory, events, warm)
+    states = []
+    for segment in segments:
+        train_epoch(runner, segment, torch.optim.Adam(model.parameters(), lr=0.0), reset=segment[0][0] == 0)
+        states.append(runner.memory.state())
+    return states
 
 
 @pytest.mark.slow
 def test_memory_parallel_copies_equal_serial_replays_of_their_segments(tmp_path):
-    run_local(["--num-parts", "2", "--memory-parallelism", "2", "--lr", "0", "--checkpoint-dir", str(tmp_path), *SMALL])
-    loaded = checkpoint.load(checkpoint.latest(str(tmp_path)))
-    events = load_stream("synthetic-events:200:4000")
-    train_end, _ = chronological_split(len(events))
-    batches = batch_ranges(0, train_end, 200)  # 14 batches: 7 per copy
-    for copy in range(2):
-        expected = replay("synthetic-events:200:4000", 0, copy, batches[copy * 7 : (copy + 1) * 7]).state()
-        for field in NodeMemory.FIELDS:
-            np.testing.assert_allclose(loaded.files[f"memory{copy}.{field}.npy"], expected[field], atol=1e-6)
-    # The copies really differ: each saw its own segment only.
-    assert not np.allclose(loaded.files["memory0.memory.npy"], loaded.files["memory1.memory.npy"])
+    flags = [*SMALL, "--checkpoint-keep", "10", "--lr", "0", "--checkpoint-dir", str(tmp_path)]
+    flags[flags.index("--epochs") + 1] = "2"
+    run_local(["--num-parts", "2", "--memory-parallelism", "2", *flags])
+    epochs = [checkpoint.load(path).files for path in sorted(tmp_path.glob("step-*"))]
+    events = load_stream(SPEC)
+    batches = batch_ranges(0, chronological_split(len(events))[0], 200)  # 14 batches: 7 per copy
+    first, second = batches[:7], batches[7:]
+    # Copy 0: segment 0 from an empty memory, then segment 1 going on from there. Copy 1: segment 1 after the
+    # events of segment 0 replayed through its memory only, then segment 0 from an empty memory.
+    expected = {0: replay(0, [first, second], []), 1: replay(1, [second, first], first)}
+    for epoch, files in enumerate(epochs):
+        for copy in range(2):
+            for field in NodeMemory.FIELDS:
+                np.testing.assert_allclose(
+                    files[f"memory{copy}.{field}.npy"], expected[copy][epoch][field], atol=1e-6, err_msg=field
+                )
+    # The copies really differ: each saw its own segments only.
+    assert not np.allclose(epochs[0]["memory0.memory.npy"], epochs[0]["memory1.memory.npy"])
 
 
 @pytest.mark.slow
