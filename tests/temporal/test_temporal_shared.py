@@ -199,3 +199,21 @@ def test_local_job_leaves_no_segment_when_it_ends_well(tmp_path, capfd):
     (line,) = [json.loads(x.split(" ", 1)[1]) for x in capfd.readouterr().out.splitlines() if x.startswith("TRAINER ")]
     assert line[2] and line[3]  # it built and mapped the graph
     assert shm.job_segments(line[0]) == []
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_mapped_graph_on_a_gpu_samples_and_trains_as_the_built_one(slot):
+    events = stream()
+    graph = shared.machine_event_graph(slot, KEY, stream)
+    rng = np.random.default_rng(1)
+    roots = torch.from_numpy(rng.integers(0, events.num_nodes, 500))
+    times = torch.from_numpy(rng.uniform(0, events.time[-1], 500))
+    gpu = TemporalSampler(graph.csr, 5, hops=2, device="cuda").sample(roots, times)
+    cpu = TemporalSampler(build_temporal_csr(events), 5, hops=2).sample(roots, times)
+    for a, b in zip(cpu, gpu, strict=True):
+        for field in ("neighbors", "times", "eids", "mask"):
+            torch.testing.assert_close(getattr(b, field).cpu(), getattr(a, field), rtol=0, atol=0)
+    runner = TGNRunner(TGN(events.num_nodes, 4, 8, 4, 8).cuda(), graph.events, graph.csr, torch.device("cuda"), 4)
+    loss, _ = train_epoch(runner, [(0, 200), (200, 400)], torch.optim.Adam(runner.model.parameters()))
+    assert np.isfinite(loss) and runner.src.is_cuda
