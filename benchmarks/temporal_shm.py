@@ -14,10 +14,11 @@ shared memory.
   them: the first trainer builds the stream and CSR into shared memory, the others map them.
 
 Start-up is the wall time from starting the N processes until the last one is ready (Python and torch
-imports included), and per trainer the time ``prepare`` took.
+imports included), and the time ``prepare`` took in the slowest trainer; with ``--repeat R`` the two modes
+alternate R times and the times are medians.
 
     flock /tmp/distgnn-heavy.lock python benchmarks/temporal_shm.py --dataset synthetic-events:100000:2000000 \\
-        --trainers 2,4
+        --trainers 2,4 --repeat 3
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -135,16 +137,26 @@ def main() -> int:
     parser.add_argument("--dataset", default="synthetic-events:100000:2000000")
     parser.add_argument("--trainers", default="2,4", help="trainer counts, comma-separated")
     parser.add_argument("--batches", type=int, default=20, help="training batches each trainer runs before measuring")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each case; times are their median")
     args = parser.parse_args()
-    print(f"{args.dataset}, {args.batches} training batches per trainer, one torch thread each\n")
+    print(
+        f"{args.dataset}, {args.batches} training batches per trainer, one torch thread each, "
+        f"median of {args.repeat} run(s)\n"
+    )
     print(
         "| trainers | event graph | start-up s (all ready) | prepare s (slowest) | RSS per trainer MB | "
         "PSS per trainer MB | PSS sum MB | /dev/shm MB |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for trainers in (int(t) for t in args.trainers.split(",")):
+        runs: dict[bool, list[dict]] = {False: [], True: []}
+        for _ in range(args.repeat):
+            for shared in (False, True):  # alternating, so the load of a shared box falls on both
+                runs[shared].append(run(args.dataset, trainers, shared, args.batches))
         for shared in (False, True):
-            r = run(args.dataset, trainers, shared, args.batches)
+            r = dict(runs[shared][0])  # memory: the first run's (it repeats to within a few MB)
+            r["startup_s"] = statistics.median(x["startup_s"] for x in runs[shared])
+            r["prepare_s"] = statistics.median(x["prepare_s"] for x in runs[shared])
             rss = "/".join(f"{x:.0f}" for x in r["rss_mb"])
             pss = "/".join(f"{x:.0f}" for x in r["pss_mb"])
             print(
