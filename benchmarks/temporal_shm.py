@@ -43,7 +43,6 @@ def worker(argv: list[str]) -> int:
 
     from distgnn.nn.temporal import TGN
     from distgnn.temporal import job as temporal_job
-    from distgnn.temporal.graph import build_temporal_csr
     from distgnn.temporal.train import TGNRunner, train_epoch
     from distgnn.train import job
 
@@ -58,8 +57,7 @@ def worker(argv: list[str]) -> int:
     prepared = time.monotonic()
     events = plan.events
     model = TGN(events.num_nodes, events.feat_dim, args.memory_dim, args.time_dim, args.embedding_dim, args.heads)
-    csr = plan.csr if plan.csr is not None else build_temporal_csr(events)
-    runner = TGNRunner(model, events, csr, torch.device("cpu"), args.neighbors, seed=args.seed)
+    runner = TGNRunner(model, events, plan.csr, torch.device("cpu"), args.neighbors, seed=args.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
     train_epoch(runner, plan.train_batches[: args.batches], optimizer)
     report = {"pid": os.getpid(), "import_s": imported - start, "prepare_s": prepared - imported}

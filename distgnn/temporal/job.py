@@ -188,8 +188,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
     group = _group_of(plan, rank, model, device) if world > 1 else None
     # Trainers of one copy draw the same negatives (each takes its share); copies draw their own.
-    csr = plan.csr if plan.csr is not None else build_temporal_csr(events)
-    runner = TGNRunner(model, events, csr, device, args.neighbors, seed=args.seed * 1000 + copy, group=group)
+    runner = TGNRunner(model, events, plan.csr, device, args.neighbors, seed=args.seed * 1000 + copy, group=group)
     owned = {copy: runner.memory} if runner.memory is not None else {}
     barrier = dist.barrier if world > 1 else (lambda: None)
     meta = {
