@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -110,7 +111,11 @@ def run(dataset: str, trainers: int, shared: bool, batches: int) -> dict:
         for proc in procs:
             proc.stdin.close()
         for proc in procs:
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # still starting: it would not read its stdin before it is ready
+                proc.wait()
         for path in _segments(job_id):
             path.unlink(missing_ok=True)
     return {
@@ -137,9 +142,12 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=20, help="training batches each trainer runs before measuring")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each case; times are their median")
     args = parser.parse_args()
+    # SIGTERM (timeout, the lead's kill) unwinds like Ctrl-C: each run stops its trainers and removes its segments.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     print(
         f"{args.dataset}, {args.batches} training batches per trainer, one torch thread each, "
-        f"median of {args.repeat} run(s)\n"
+        f"median of {args.repeat} run(s)\n",
+        flush=True,
     )
     print(
         "| trainers | event graph | start-up s (all ready) | prepare s (slowest) | RSS per trainer MB | "
