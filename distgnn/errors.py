@@ -48,3 +48,7 @@ class ExtensionBuildError(DistGNNError):
 
 class CheckpointError(DistGNNError):
     """A checkpoint is missing, incomplete, tampered with, or made for another job (graph, partitions, model)."""
+
+
+class SharedMemoryError(DistGNNError):
+    """A shared-memory segment is missing, truncated, or does not match the manifest that lists it."""

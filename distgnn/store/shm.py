@@ -12,6 +12,10 @@ Names: ``graph.<array>`` (the partition's CSC and id map), ``<policy>.<tensor>``
 (tensors partitioned over an id space: ``node``/``edge``, or per type
 ``node:<ntype>`` / ``edge:<src>:<rel>:<dst>``; owned rows only), and
 ``manifest`` (JSON, written last by the main server: the partition is loaded).
+Array groups (:func:`publish_group`, :func:`attach_group`: ``<group>.<array>`` and
+``<group>.manifest``) hold whole-machine arrays that one process builds and the
+others map, e.g. the event graph of a temporal job (``temporal.*``); a claim
+(:func:`claim`: ``<group>.claim``, holding the builder's pid) elects the builder.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distgnn.errors import DistGNNError, InputError
+from distgnn.errors import DistGNNError, InputError, SharedMemoryError
 
 SHM_DIR = Path("/dev/shm")
 POLICIES = ("node", "edge")
@@ -102,11 +106,9 @@ def attach_array(job_id: str, part_id: int, name: str, writable: bool) -> np.nda
     return arr.view(np.ndarray)
 
 
-def write_manifest(job_id: str, part_id: int, content: dict) -> None:
+def write_manifest(job_id: str, part_id: int, content: dict, name: str = "manifest") -> None:
     data = json.dumps(content).encode()
-    create_array(
-        job_id, part_id, "manifest", np.uint8, (len(data),), lambda a: np.copyto(a, np.frombuffer(data, np.uint8))
-    )
+    create_array(job_id, part_id, name, np.uint8, (len(data),), lambda a: np.copyto(a, np.frombuffer(data, np.uint8)))
 
 
 def read_manifest(job_id: str, part_id: int, wait_s: float = 0.0) -> dict:
@@ -211,3 +213,97 @@ class SharedPartition:
             if arr is not None:
                 self.tensors[key] = arr
         return arr
+
+
+# -- array groups: built by one process of a machine, mapped by the others ----------------------------
+
+
+def claim(job_id: str, part_id: int, group: str) -> bool:
+    """Try to become the builder of ``group`` on this machine: True for exactly one caller (the first), which
+    finds segment ``<group>.claim`` absent and creates it holding its pid."""
+    path = segment_path(job_id, part_id, f"{check_name(group, 'group name')}.claim")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def claim_holder(job_id: str, part_id: int, group: str) -> int | None:
+    """The pid in ``group``'s claim; None before the claimer wrote it (or without a claim)."""
+    try:
+        text = segment_path(job_id, part_id, f"{group}.claim").read_text()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def publish_group(job_id: str, part_id: int, group: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
+    """Copy each of ``arrays`` into segment ``<group>.<name>``, then write ``<group>.manifest`` (``meta`` and
+    every array's dtype and shape): a reader that sees the manifest sees every array complete. On failure the
+    group's array segments written so far are removed (the claim stays: waiting readers see a dead builder)."""
+    check_name(group, "group name")
+    written = []
+    try:
+        for name, array in arrays.items():
+            written.append(segment_path(job_id, part_id, f"{group}.{check_name(name, 'array name')}"))
+            create_array(
+                job_id, part_id, f"{group}.{name}", array.dtype, array.shape, lambda a, x=array: np.copyto(a, x)
+            )
+        listing = {name: {"dtype": array.dtype.str, "shape": list(array.shape)} for name, array in arrays.items()}
+        write_manifest(job_id, part_id, {"meta": meta, "arrays": listing}, name=f"{group}.manifest")
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def attach_group(job_id: str, part_id: int, group: str) -> tuple[dict, dict[str, np.ndarray]] | None:
+    """``(meta, arrays)`` of a published group, every array mapped read-only; None before it is published.
+
+    Raises:
+        SharedMemoryError: the manifest is unreadable, or an array it lists is missing, unreadable, or of
+            another dtype or shape than listed.
+    """
+    manifest_path = segment_path(job_id, part_id, f"{group}.manifest")
+    raw = _attach_checked(job_id, part_id, f"{group}.manifest")
+    if raw is None:
+        return None
+    try:
+        manifest = json.loads(bytes(raw))
+        listing = {name: (np.dtype(a["dtype"]), tuple(a["shape"])) for name, a in manifest["arrays"].items()}
+        meta = manifest["meta"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SharedMemoryError(
+            f"{manifest_path} is not a group manifest ({exc}); remove the job's segments "
+            f"({job_prefix(job_id)}p{part_id}-*) and start the job again"
+        ) from None
+    arrays = {}
+    for name, (dtype, shape) in listing.items():
+        arr = _attach_checked(job_id, part_id, f"{group}.{name}")
+        path = segment_path(job_id, part_id, f"{group}.{name}")
+        if arr is None:
+            raise SharedMemoryError(
+                f"{path} is missing, though {manifest_path} lists it; was the job's shared memory swept "
+                "while it ran? Start the job again"
+            )
+        if arr.dtype != dtype or arr.shape != shape:
+            raise SharedMemoryError(
+                f"{path} holds {arr.dtype}{list(arr.shape)}, its manifest says {dtype}{list(shape)}; "
+                "start the job again"
+            )
+        arrays[name] = arr
+    return meta, arrays
+
+
+def _attach_checked(job_id: str, part_id: int, name: str) -> np.ndarray | None:
+    """:func:`attach_array` read-only, with a truncated or corrupt segment raising SharedMemoryError."""
+    try:
+        return attach_array(job_id, part_id, name, writable=False)
+    except (ValueError, OSError) as exc:
+        raise SharedMemoryError(
+            f"{segment_path(job_id, part_id, name)} is not a readable .npy segment ({exc}); "
+            "it was truncated or overwritten: start the job again"
+        ) from None

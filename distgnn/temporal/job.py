@@ -11,7 +11,8 @@
   which every batch is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each
   trainer's batch in flight.
 
-Every trainer holds the whole stream and its time-sorted CSR (as DistTGL replicates it on every machine).
+Every machine holds the whole stream and its time-sorted CSR (as DistTGL replicates it), once, in shared memory
+that its trainers map (:mod:`distgnn.temporal.shared`).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
 oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints). Copy
 c trains segment ``(c + epoch) mod k``, so each copy's memory goes on from the end of the segment it trained
@@ -39,9 +40,9 @@ from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN
-from distgnn.temporal import checkpoint, parallel
+from distgnn.temporal import checkpoint, parallel, shared
 from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_staggered
-from distgnn.temporal.graph import build_temporal_csr
+from distgnn.temporal.graph import TemporalCSR, build_temporal_csr
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
@@ -84,13 +85,15 @@ def load_stream(spec: str, bipartite: bool = False, seed: int = 0) -> EventStrea
 
 @dataclass
 class Plan:
-    """What every trainer agrees on before starting: the stream, its split, the batches, the parallelism."""
+    """What every trainer agrees on before starting: the stream, its split, the batches, the parallelism; and
+    the stream's CSR (None in the ``--local`` launcher, which trains nothing)."""
 
     events: EventStream
     train_end: int
     val_end: int
     train_batches: list[tuple[int, int]]
     parallelism: Parallelism
+    csr: TemporalCSR | None = None
 
     @property
     def first_trained_batch(self) -> int:
@@ -118,14 +121,26 @@ def prepare(args: argparse.Namespace) -> Plan:
     """Reads the stream and checks the parallelism against the job (raises InputError / ConfigError)."""
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
-    events = load_stream(args.dataset, args.bipartite, args.seed)
+    events, csr = _event_graph(args)
     train_end, val_end = chronological_split(len(events))
     train_batches = batch_ranges(0, train_end, args.batch_size)
     num_trainers = 1 if args.single else args.num_parts * args.trainers_per_machine
     num_machines = 1 if args.single else args.num_parts
     chosen = parallel.from_args(args, num_trainers, num_machines)
     parallel.check(chosen, num_trainers, len(train_batches), args.batch_size)
-    return Plan(events, train_end, val_end, train_batches, chosen)
+    return Plan(events, train_end, val_end, train_batches, chosen, csr)
+
+
+def _event_graph(args: argparse.Namespace) -> tuple[EventStream, TemporalCSR | None]:
+    """The stream and its CSR: a job's trainer maps its machine's shared copy (the machine's first trainer
+    builds it); ``--single`` builds its own; the ``--local`` launcher only reads the stream to check it."""
+    slot = None if args.local or args.single else shared.MachineSlot.from_env(os.environ)
+    if slot is not None:
+        key = f"{args.dataset} seed={args.seed} bipartite={args.bipartite}"
+        graph = shared.machine_event_graph(slot, key, lambda: load_stream(args.dataset, args.bipartite, args.seed))
+        return graph.events, graph.csr
+    events = load_stream(args.dataset, args.bipartite, args.seed)
+    return events, None if args.local else build_temporal_csr(events)
 
 
 def describe(plan: Plan, args: argparse.Namespace) -> str:
@@ -198,9 +213,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
     group = _group_of(plan, rank, model, device) if world > 1 else None
     # Trainers of one copy draw the same negatives (each takes its share); copies draw their own.
-    runner = TGNRunner(
-        model, events, build_temporal_csr(events), device, args.neighbors, seed=args.seed * 1000 + copy, group=group
-    )
+    runner = TGNRunner(model, events, plan.csr, device, args.neighbors, seed=args.seed * 1000 + copy, group=group)
     owned = {copy: runner.memory} if runner.memory is not None else {}
     barrier = dist.barrier if world > 1 else (lambda: None)
     meta = {

@@ -31,6 +31,7 @@ from distgnn.temporal.graph import TemporalCSR
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
+from distgnn.temporal.shared import host_tensor
 from distgnn.train.evaluation import auc, ranks
 
 MRR_NEGATIVES = 49
@@ -106,10 +107,11 @@ class TGNRunner:
         group: MemoryGroup | None = None,
     ):
         self.model, self.device = model, device
-        self.src = torch.from_numpy(events.src).to(device)
-        self.dst = torch.from_numpy(events.dst).to(device)
-        self.time = torch.from_numpy(events.time).to(device)
-        self.feat = None if events.feat is None else torch.from_numpy(events.feat).to(device)
+        # On the CPU these are the stream's arrays themselves (shared memory in a job), never written.
+        self.src = host_tensor(events.src).to(device)
+        self.dst = host_tensor(events.dst).to(device)
+        self.time = host_tensor(events.time).to(device)
+        self.feat = None if events.feat is None else host_tensor(events.feat).to(device)
         self.edge_dim = events.feat_dim
         self.dst_low, self.dst_high = int(events.dst.min()), int(events.dst.max())
         self.sampler = TemporalSampler(csr, k, device=device, num_threads=num_threads)

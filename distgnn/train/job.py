@@ -19,6 +19,7 @@ import faulthandler
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,9 +40,11 @@ from distgnn.client.split import node_split
 from distgnn.client.tensor import DistTensor
 from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
+from distgnn.launch import env as E
 from distgnn.launch.failure import ExitWatch
 from distgnn.partition.format import read_meta
 from distgnn.sampling.source import InProcessGraph
+from distgnn.store import shm
 from distgnn.train.allocator import keep_freed_memory
 from distgnn.train.cluster import LocalCluster, _die_with_parent
 
@@ -136,7 +139,8 @@ def run_local(
     """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host, on the
     partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`) served by a
     :class:`LocalCluster`; with ``part_config`` None, trainers alone (jobs whose trainers read their data
-    themselves: event streams, snapshot sequences).
+    themselves: event streams, snapshot sequences), given a job id and their machine (``DISTGNN_JOB_ID``,
+    ``DISTGNN_MACHINE_ID``) for what they share in shared memory, which is removed when the job ends.
 
     ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
     the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
@@ -156,6 +160,9 @@ def run_local(
 def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path | None) -> int:
     world = args.num_parts * args.trainers_per_machine
     threads = torch_threads(args, world)
+    # Without servers the trainers still get a job id: what they put in shared memory carries it (and their
+    # machine), and is removed below however the job ends.
+    serverless_job = f"j{secrets.token_hex(4)}" if part_config is None else None
     trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
     run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -180,6 +187,8 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_con
                 env = dict(os.environ)
                 if cluster:
                     env.update(cluster.trainer_env(machine))
+                else:
+                    env.update({E.JOB_ID: serverless_job, E.MACHINE_ID: str(machine)})
                 env.update(
                     RANK=str(rank),
                     WORLD_SIZE=str(world),
@@ -210,6 +219,8 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_con
         finally:
             watch.stopping()
             _stop_all(trainers)
+            if serverless_job is not None:
+                shm.remove_segments(serverless_job)
             for thread in streams:
                 thread.join(timeout=5)
             watch.poll()

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.local:
         print(temporal_job.describe(plan, args), flush=True)
-        return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
+        del plan  # checked; the trainers map their machine's copy of the stream (distgnn.temporal.shared)
+        return job.run_local(__file__, argv, args, None)  # trainers alone, no servers
     if args.single:
         print(temporal_job.describe(plan, args), flush=True)
     result = temporal_job.run_trainer(args, plan)
