@@ -54,6 +54,15 @@ def reference(epochs: int, j: int, world: int) -> tuple[TGN, NodeMemory]:
     """The documented semantics replayed in one process: per step, the reads of the starting batch (a snapshot
     of the memory), every busy use's loss summed over the j slots / ``world`` (DDP's mean), one Adam step, then
     the writes of the batch's first use."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the job's trainers (--num-threads 1)
+    try:
+        return _replay(epochs, j, world)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _replay(epochs: int, j: int, world: int) -> tuple[TGN, NodeMemory]:
     events = load_stream(STREAM, seed=SEED)
     torch.manual_seed(SEED)
     model = TGN(events.num_nodes, 0, 8, 4, 8)
@@ -99,14 +108,20 @@ def assert_matches(files: dict, model: TGN, memory: NodeMemory) -> None:
         array, saved = value.numpy(), files[f"model.{key}.npy"]
         if key == "attention.key_value_node.bias":
             array, saved = array[8:], saved[8:]
-        np.testing.assert_allclose(saved, array, atol=1e-4, err_msg=key)
+        # The time encoders' weights multiply raw event times (~1e3 here): DDP's averaged gradients and the
+        # replay's summed loss round differently, and their Adam steps carry that to ~5e-4 on torch 2.11
+        # (1e-4 on 2.13); every other parameter and the memory stay within 1e-4.
+        atol = 1e-3 if key.endswith("time.linear.weight") else 1e-4
+        np.testing.assert_allclose(saved, array, atol=atol, err_msg=key)
     for field, array in memory.state().items():
         np.testing.assert_allclose(files[f"memory0.{field}.npy"], array, atol=1e-4, err_msg=field)
 
 
 @pytest.mark.slow
 def test_epoch_parallel_equals_serial_semantics_and_resumes_mid_epoch(tmp_path):
+    # One thread everywhere: float sums in the same order as the one-thread reference on any machine.
     flags = [*SMALL, "--lr", str(LR), "--no-eval", "--quiet", "--checkpoint-keep", "10", "--epochs", "2"]
+    flags += ["--num-threads", "1"]
     job = ["--num-parts", "1", "--trainers-per-machine", "2", "--epoch-parallelism", "2"]
     run_local([*job, *flags, "--checkpoint-dir", str(tmp_path / "a"), "--checkpoint-every", "7"])
     steps = {int(p.name[5:]): p for p in (tmp_path / "a").glob("step-*")}
