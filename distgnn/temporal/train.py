@@ -11,7 +11,10 @@ model and its :class:`~distgnn.nn.temporal.NodeMemory`. A batch is a contiguous 
    events as mail.
 
 Evaluation follows PyG's TGN example: each held-out batch against one uniform random destination per event
-(from the destination id range), AP and AUC per batch averaged; MRR against 49 random destinations.
+(from the destination id range), AP and AUC per batch averaged; MRR against 49 random destinations. The
+evaluation's negatives come from their own random stream, seeded alike at every evaluation (DistTGL draws its
+evaluation negatives once, ahead of training): every evaluation of a run, and of runs with the same seed,
+scores the same pairs, and evaluating does not move the training negatives.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
 from distgnn.temporal.shared import host_tensor
+from distgnn.temporal.warm import replay_memory
 from distgnn.train.evaluation import auc, ranks
 
 MRR_NEGATIVES = 49
@@ -90,9 +94,10 @@ class TGNRunner:
         csr: its time-sorted CSR.
         device: where the model, memory and sampler run.
         k: neighbours per root (most recent).
-        seed: negatives' random stream.
+        seed: the training negatives' random stream.
         num_threads: the sampler's CPU threads.
         group: the mini-batch-parallel group whose owner holds the memory copy (None: this runner holds it).
+        eval_seed: the evaluation negatives' random stream (restarted at every :meth:`evaluate`).
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class TGNRunner:
         seed: int = 0,
         num_threads: int | None = None,
         group: MemoryGroup | None = None,
+        eval_seed: int = 0,
     ):
         self.model, self.device = model, device
         # On the CPU these are the stream's arrays themselves (shared memory in a job), never written.
@@ -119,10 +125,13 @@ class TGNRunner:
         # Without a group the runner holds its memory copy; in a group only the owner does.
         self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.eval_seed = eval_seed
 
-    def negatives(self, count: int, per_event: int) -> torch.Tensor:
-        """int64 [count, per_event] uniform destinations from the stream's destination id range."""
-        draw = torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=self.generator)
+    def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from
+        ``generator`` (default: the training negatives' stream)."""
+        generator = self.generator if generator is None else generator
+        draw = torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=generator)
         return draw.to(self.device)
 
     def reset_memory(self) -> None:
@@ -221,23 +230,36 @@ class TGNRunner:
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate(self, ranges: list[tuple[int, int]], mrr: bool = False) -> dict[str, float]:
+    def evaluate(
+        self, ranges: list[tuple[int, int]], mrr: bool = False, catch_up: list[tuple[int, int]] | None = None
+    ) -> dict[str, float]:
         """AP and AUC (per batch against one random destination each, averaged) over ``ranges``, and with
         ``mrr`` the mean reciprocal rank against 49 random destinations; the memory moves through them.
-        Runs on the trainer holding the memory copy (alone, outside its group's collectives)."""
+
+        With ``catch_up`` (the event ranges between where the memory stands and ``ranges``, e.g. the training
+        events a trainer has not reached yet mid-epoch), a scratch copy of the memory is first moved over them
+        by :func:`~distgnn.temporal.warm.replay_memory` (memory only, as a warming copy) and evaluated instead;
+        the memory itself stays where it was. Runs on the trainer holding the memory copy (alone, outside its
+        group's collectives)."""
         if self.memory is None:
             raise ConfigError("evaluation runs on the trainer that owns the memory copy")
         group, self.group = self.group, None
+        memory = self.memory
+        if catch_up is not None:
+            self.memory = self.model.new_memory(self.device)
+            self.memory.load_state(memory.state())
+            replay_memory(self.model, self.memory, self.src, self.dst, self.time, self.feat, catch_up)
         try:
             return self._evaluate(ranges, mrr)
         finally:
-            self.group = group
+            self.group, self.memory = group, memory
 
     def _evaluate(self, ranges: list[tuple[int, int]], mrr: bool) -> dict[str, float]:
         aps, aucs, reciprocal = [], [], []
+        generator = torch.Generator(device="cpu").manual_seed(self.eval_seed)
         for begin, end in ranges:
             per_event = 1 + (MRR_NEGATIVES if mrr else 0)
-            out = self.forward(begin, end, self.negatives(end - begin, per_event))
+            out = self.forward(begin, end, self.negatives(end - begin, per_event, generator))
             pos = out.pos.float().cpu()
             first = out.neg[:, 0].float().cpu()
             aps.append(average_precision(pos.numpy(), first.numpy()))

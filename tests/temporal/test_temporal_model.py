@@ -1,4 +1,5 @@
-"""TGN pieces: mailbox semantics, no leak of a batch's own events, time encoding, a short training run."""
+"""TGN pieces: mailbox semantics, no leak of a batch's own events, time encoding, a short training run, what an
+evaluation scores and which memory."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from distgnn.temporal.train import (
     chronological_split,
     train_epoch,
 )
+from distgnn.temporal.warm import replay_memory
 
 
 @pytest.fixture
@@ -126,3 +128,39 @@ def test_training_learns_a_repeated_partner_signal(one_thread):
     assert timing.events == train_end and timing.events_per_s > 0 and loss < 2 * math.log(2)
     val = runner.evaluate(batch_ranges(train_end, val_end, 200), mrr=True)
     assert val["ap"] > 0.65 and val["auc"] > 0.65 and 0 < val["mrr"] <= 1
+
+
+def test_evaluation_scores_fixed_pairs_and_leaves_training_alone(one_thread):
+    """Evaluation negatives come from their own stream, restarted at every evaluation: two evaluations of the same
+    weights and memory agree exactly, and the training negatives' stream does not move."""
+    events = synthetic_events(60, 1200, seed=4)
+    runner = small_runner(events)
+    train_end, val_end = chronological_split(len(events))
+    train_epoch(runner, batch_ranges(0, train_end, 100), torch.optim.Adam(runner.model.parameters(), lr=1e-3))
+    saved = runner.memory.state()
+    before = runner.generator.get_state().clone()
+    first = runner.evaluate(batch_ranges(train_end, val_end, 100))
+    runner.memory.load_state(saved)  # evaluation moved the memory over the validation events: put it back
+    assert runner.evaluate(batch_ranges(train_end, val_end, 100)) == first
+    assert torch.equal(runner.generator.get_state(), before)
+    runner.eval_seed = 1
+    runner.memory.load_state(saved)
+    assert runner.evaluate(batch_ranges(train_end, val_end, 100)) != first  # other negatives, other figures
+
+
+def test_evaluation_with_catch_up_replays_a_scratch_copy(one_thread):
+    """``catch_up`` evaluates a copy of the memory moved over the events it has not seen (memory only): the same
+    figures as replaying them into the memory itself first, and the memory stays where it was."""
+    events = synthetic_events(60, 1200, seed=5)
+    runner = small_runner(events)
+    train_end, val_end = chronological_split(len(events))
+    half = batch_ranges(0, train_end, 100)
+    train_epoch(runner, half[: len(half) // 2], torch.optim.Adam(runner.model.parameters(), lr=1e-3))
+    stands = runner.memory.state()
+    caught = runner.evaluate(batch_ranges(train_end, val_end, 100), catch_up=half[len(half) // 2 :])
+    for name, array in runner.memory.state().items():
+        assert np.array_equal(array, stands[name]), name
+    replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, half[len(half) // 2 :])
+    assert runner.evaluate(batch_ranges(train_end, val_end, 100)) == caught
+    runner.memory.load_state(stands)
+    assert runner.evaluate(batch_ranges(train_end, val_end, 100)) != caught  # the catch-up matters
