@@ -45,6 +45,11 @@ class NodeMemory:
         self.mail_time = torch.zeros(num_nodes, dtype=torch.float64, device=device)
         self.has_mail = torch.zeros(num_nodes, dtype=torch.bool, device=device)
 
+    @staticmethod
+    def nbytes(num_nodes: int, memory_dim: int, edge_dim: int = 0) -> int:
+        """Bytes of the five arrays for ``num_nodes`` nodes (what one memory copy holds)."""
+        return num_nodes * (4 * memory_dim + 8 + 4 * (2 * memory_dim + edge_dim) + 8 + 1)
+
     def reset(self) -> None:
         """Back to the start of the stream: zero memory, empty mailbox."""
         for name in self.FIELDS:

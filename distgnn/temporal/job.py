@@ -7,9 +7,11 @@
   configurations, before any process starts.
 * ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
-  on weights. Under epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in
-  which every batch is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each
-  trainer's batch in flight.
+  on weights, Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
+  epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in which every batch
+  is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each trainer's batch in
+  flight. ``--evals-per-epoch N`` adds N - 1 validations inside each epoch (``eval`` records in metrics.jsonl
+  with the training seconds so far; every validation, the epoch's own included, logs one).
 
 Every machine holds the whole stream and its time-sorted CSR (as DistTGL replicates it), once, in shared memory
 that its trainers map (:mod:`distgnn.temporal.shared`).
@@ -39,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
-from distgnn.nn.temporal import TGN
+from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal import checkpoint, parallel, shared
 from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_staggered
 from distgnn.temporal.graph import TemporalCSR, build_temporal_csr
@@ -48,7 +50,7 @@ from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
-from distgnn.train.metrics import metrics_from_args
+from distgnn.train.metrics import MetricsLogger, metrics_from_args
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +67,28 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--bipartite", action="store_true", help="renumber destinations after sources (JODIE)")
     model = parser.add_argument_group("model and optimiser (PyG's TGN example's defaults)")
     model.add_argument("--batch-size", type=int, default=200)
-    model.add_argument("--lr", type=float, default=1e-4)
+    model.add_argument("--lr", type=float, default=1e-4, help="Adam's learning rate of one trainer")
+    model.add_argument(
+        "--lr-scaling",
+        choices=parallel.LR_SCALINGS,
+        default="linear",
+        help="linear: --lr times the j*k batches one step averages (DistTGL's rule); none: --lr as given",
+    )
     model.add_argument("--memory-dim", type=int, default=100)
     model.add_argument("--time-dim", type=int, default=100)
     model.add_argument("--embedding-dim", type=int, default=100)
     model.add_argument("--heads", type=int, default=2)
     model.add_argument("--neighbors", type=int, default=10, help="most recent neighbours per node")
     model.add_argument("--static-memory-dim", type=int, default=0, help="DistTGL's static node memory (0: off)")
+    model.add_argument(
+        "--evals-per-epoch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="validation N times an epoch, after equal shares of its steps (the last at its end); one before\n"
+        "the end scores a scratch copy of the evaluating memory caught up to the end of the training events\n"
+        "(memory only); its time is left out of the training seconds",
+    )
     parallel.add_parallel_args(parser)
 
 
@@ -94,6 +111,7 @@ class Plan:
     train_batches: list[tuple[int, int]]
     parallelism: Parallelism
     csr: TemporalCSR | None = None
+    reason: str = "flags"  # why this parallelism (DistTGL's rule, or the flags)
 
     @property
     def first_trained_batch(self) -> int:
@@ -121,14 +139,17 @@ def prepare(args: argparse.Namespace) -> Plan:
     """Reads the stream and checks the parallelism against the job (raises InputError / ConfigError)."""
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.evals_per_epoch < 1:
+        raise ConfigError(f"--evals-per-epoch must be >= 1, got {args.evals_per_epoch}")
     events, csr = _event_graph(args)
     train_end, val_end = chronological_split(len(events))
     train_batches = batch_ranges(0, train_end, args.batch_size)
     num_trainers = 1 if args.single else args.num_parts * args.trainers_per_machine
     num_machines = 1 if args.single else args.num_parts
-    chosen = parallel.from_args(args, num_trainers, num_machines)
-    parallel.check(chosen, num_trainers, len(train_batches), args.batch_size)
-    return Plan(events, train_end, val_end, train_batches, chosen, csr)
+    copy_bytes = NodeMemory.nbytes(events.num_nodes, args.memory_dim, events.feat_dim)
+    chosen = parallel.from_args(args, num_trainers, num_machines, len(train_batches), copy_bytes)
+    parallel.check(chosen.parallelism, num_trainers, len(train_batches), args.batch_size)
+    return Plan(events, train_end, val_end, train_batches, chosen.parallelism, csr, chosen.reason)
 
 
 def _event_graph(args: argparse.Namespace) -> tuple[EventStream, TemporalCSR | None]:
@@ -145,11 +166,13 @@ def _event_graph(args: argparse.Namespace) -> tuple[EventStream, TemporalCSR | N
 
 def describe(plan: Plan, args: argparse.Namespace) -> str:
     heuristic = not (args.minibatch_parallelism or args.epoch_parallelism or args.memory_parallelism)
-    origin = "DistTGL's heuristic" if heuristic else "flags"
+    origin = f"DistTGL's heuristic: {plan.reason}" if heuristic else "flags"
+    multiplier = parallel.lr_multiplier(plan.parallelism, args.lr_scaling)
     return (
         f"temporal job: {len(plan.events)} events, {plan.events.num_nodes} nodes, "
         f"{len(plan.train_batches)} training batches of {args.batch_size}; parallelism "
-        f"{plan.parallelism.describe()} from {origin}"
+        f"{plan.parallelism.describe()} from {origin}; lr {args.lr:g} x {multiplier:g} = {args.lr * multiplier:g} "
+        f"(--lr-scaling {args.lr_scaling})"
     )
 
 
@@ -210,10 +233,13 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     if world > 1:
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     # One multi-tensor update for the ~30 small parameters (the per-tensor loop costs ~10% of a CPU step).
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, foreach=True)
+    lr = args.lr * parallel.lr_multiplier(par, args.lr_scaling)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     group = _group_of(plan, rank, model, device) if world > 1 else None
     # Trainers of one copy draw the same negatives (each takes its share); copies draw their own.
-    runner = TGNRunner(model, events, plan.csr, device, args.neighbors, seed=args.seed * 1000 + copy, group=group)
+    runner = TGNRunner(
+        model, events, plan.csr, device, args.neighbors, seed=args.seed * 1000 + copy, group=group, eval_seed=args.seed
+    )
     owned = {copy: runner.memory} if runner.memory is not None else {}
     barrier = dist.barrier if world > 1 else (lambda: None)
     meta = {
@@ -248,25 +274,41 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     metrics = metrics_from_args(args, rank)
     step = start.step
     epoch_times, val, test = [], {}, {}
+    trained_total = 0.0  # training seconds of the job so far, evaluations left out
     for epoch in range(start.epoch, args.epochs):
         segment = plan.segment_of(copy, epoch)
         batches = plan.segment(segment)
         first = start.batch if epoch == start.epoch else 0  # batches done (epoch parallelism: steps)
         length = parallel.steps_per_epoch(len(batches), par.epoch)
+        evaluator = par.owner_of(plan.evaluator_copy(epoch))
         trained_s = 0.0
         if first < length:
             began = time.perf_counter()
             if first == 0:
                 _start_segment(runner, plan, segment, epoch, args.batch_size)
             warm_s = time.perf_counter() - began
+            # Where the evaluating copy's memory stands after a step: the end of the last batch written (batch t is
+            # written at step t, under epoch parallelism too).
+            evaluator_batches = plan.segment(plan.segment_of(plan.evaluator_copy(epoch), epoch))
+            midway = _MidEpochValidation(
+                set() if args.no_eval else mid_epoch_marks(length, args.evals_per_epoch),
+                length,
+                [end for _, end in evaluator_batches],
+                evaluator,
+                began,
+                trained_total,
+            )
 
-            def on_step(index: int, loss: float | None, epoch: int = epoch, first: int = first) -> None:
+            def on_step(index: int, loss: float | None, epoch: int = epoch, first: int = first, midway=midway) -> None:
                 nonlocal step
                 step += 1
+                done = first + index + 1
                 if root and args.checkpoint_every and step % args.checkpoint_every == 0:
-                    save(step, epoch, first + index + 1)
+                    save(step, epoch, done)
                 if metrics is not None and metrics.should_log_step(step):
                     metrics.log_step(step, epoch, **({} if loss is None else {"loss": loss}))
+                if done in midway.marks:
+                    midway.validate(runner, plan, args, rank, world, done, epoch, step, metrics)
 
             if par.epoch > 1:
                 loss, timing = train_epoch_staggered(
@@ -276,8 +318,9 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                 loss, timing = train_epoch(
                     runner, batches[first:], optimizer, net, on_step, (share, par.minibatch), reset=False
                 )
-            trained_s = warm_s + timing.seconds
+            trained_s = warm_s + timing.seconds - midway.eval_s
             epoch_times.append(trained_s)
+            trained_total += trained_s
             if root:
                 save(step, epoch, length)
             if rank == 0:
@@ -287,12 +330,14 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     flush=True,
                 )
         if not args.no_eval:
-            evaluator = par.owner_of(plan.evaluator_copy(epoch))
             val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
             if rank == 0:
                 print(
                     f"epoch {epoch}: val AP {val['ap']:.4f} AUC {val['auc']:.4f}, test AP {test['ap']:.4f}", flush=True
                 )
+            if metrics is not None:
+                record = {"step": step, "epoch": epoch, "fraction": 1.0, "train_s": trained_total}
+                metrics.log("eval", record | {f"val_{k}": v for k, v in val.items()})
         if metrics is not None:
             record = {"step": step, "epoch": epoch, "epoch_time_s": trained_s}
             record.update({f"val_{k}": v for k, v in val.items()})
@@ -334,6 +379,77 @@ def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batc
         before = batch_ranges(0, plan.segment(segment)[0][0], batch_size)
         replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, before)
         log.info("memory warmed over %d events in %.2f s", before[-1][1], time.perf_counter() - began)
+
+
+@dataclass
+class _MidEpochValidation:
+    """``--evals-per-epoch``'s validations inside one epoch of ``steps``: after the steps in ``marks``;
+    ``batch_ends`` are the end events of the evaluating copy's batches this epoch; ``began`` is when the epoch started and
+    ``trained_before`` the job's training seconds before it; ``eval_s`` sums the time they took."""
+
+    marks: set[int]
+    steps: int
+    batch_ends: list[int]
+    evaluator: int
+    began: float
+    trained_before: float
+    eval_s: float = 0.0
+
+    def validate(
+        self,
+        runner: TGNRunner,
+        plan: Plan,
+        args: argparse.Namespace,
+        rank: int,
+        world: int,
+        done: int,
+        epoch: int,
+        step: int,
+        metrics: MetricsLogger | None,
+    ) -> None:
+        """Validates after step ``done`` of the epoch (collective), prints and logs an ``eval`` record."""
+        now = time.perf_counter()
+        stands_at = self.batch_ends[min(done, len(self.batch_ends)) - 1]
+        catch_up = batch_ranges(stands_at, plan.train_end, args.batch_size)
+        figures = _validate(runner, plan, args, rank, world, self.evaluator, catch_up)
+        trained = self.trained_before + now - self.began - self.eval_s
+        self.eval_s += time.perf_counter() - now
+        if rank == 0:
+            print(
+                f"epoch {epoch} after {done}/{self.steps} steps: val AP {figures['ap']:.4f} ({trained:.2f} training s; "
+                f"memory caught up over {plan.train_end - stands_at} events)",
+                flush=True,
+            )
+        if metrics is not None:
+            record = {"step": step, "epoch": epoch, "fraction": done / self.steps, "train_s": trained}
+            metrics.log("eval", record | {f"val_{k}": v for k, v in figures.items()})
+
+
+def mid_epoch_marks(steps: int, evals_per_epoch: int) -> set[int]:
+    """Steps (counted from 1) of an epoch of ``steps`` after which ``--evals-per-epoch`` validates before the
+    epoch's end: after ``round(steps * n / N)`` for n = 1 .. N - 1 (the N-th is the epoch's own evaluation)."""
+    marks = {round(steps * n / evals_per_epoch) for n in range(1, evals_per_epoch)}
+    return {mark for mark in marks if 0 < mark < steps}
+
+
+def _validate(
+    runner: TGNRunner,
+    plan: Plan,
+    args: argparse.Namespace,
+    rank: int,
+    world: int,
+    evaluator: int,
+    catch_up: list[tuple[int, int]],
+) -> dict[str, float]:
+    """Validation mid-epoch on the evaluator, from a scratch copy of its memory caught up over ``catch_up`` (the
+    training events it has not trained yet); the figures broadcast to every trainer."""
+    figures = torch.zeros(2, dtype=torch.float64)
+    if rank == evaluator:
+        val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size), catch_up=catch_up)
+        figures = torch.tensor([val["ap"], val["auc"]], dtype=torch.float64)
+    if world > 1:
+        dist.broadcast(figures, src=evaluator)
+    return {"ap": float(figures[0]), "auc": float(figures[1])}
 
 
 def _evaluate(

@@ -34,18 +34,23 @@ one of its batch's first use (its nodes' mail is applied again with newer weight
 the plain chronological loop.
 
 :func:`check` rejects bad configurations before any process starts; :func:`default_parallelism` is DistTGL's
-heuristic.
+rule for unset i, j, k (memory copies first, as many as the machines' memory holds; then epoch slots; then
+batch shares), :func:`lr_multiplier` its linear learning-rate scaling.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 from dataclasses import dataclass
+
+import torch
 
 from distgnn.errors import ConfigError
 
-# Below this many events per trainer and step, splitting a batch costs more than it saves (DistTGL keeps
-# each GPU's share of a batch large enough to fill it; on CPUs a share of a few dozen events is the floor).
+# Below this many events per trainer and step, splitting a batch costs more than it saves (on CPUs a share of a
+# few dozen events is the floor).
 MIN_EVENTS_PER_SHARE = 50
 
 
@@ -89,18 +94,94 @@ class Parallelism:
         return f"i={self.minibatch} (mini-batch) x j={self.epoch} (epoch) x k={self.memory} (memory)"
 
 
-def default_parallelism(num_machines: int, trainers_per_machine: int, batch_size: int) -> Parallelism:
-    """DistTGL's heuristic for this hardware: memory parallelism across machines (k >= machines, they never
-    exchange memory); inside a machine, mini-batch parallelism first (it keeps the batch and so the accuracy
-    of one trainer) as long as each trainer's share stays at least :data:`MIN_EVENTS_PER_SHARE` events, the
-    machine's remaining trainers as further memory copies. It leaves j = 1: epoch parallelism is chosen by
-    the flag only."""
-    i = 1
-    for candidate in range(trainers_per_machine, 0, -1):
-        if trainers_per_machine % candidate == 0 and batch_size // candidate >= MIN_EVENTS_PER_SHARE:
-            i = candidate
-            break
-    return Parallelism(i, 1, num_machines * (trainers_per_machine // i))
+@dataclass(frozen=True)
+class Choice:
+    """A parallelism and why: the flags', or what :func:`default_parallelism` chose and on what grounds."""
+
+    parallelism: Parallelism
+    reason: str
+
+
+def default_parallelism(
+    num_machines: int,
+    trainers_per_machine: int,
+    batch_size: int,
+    num_train_batches: int,
+    copy_bytes: int,
+    copy_budget: int,
+) -> Choice:
+    """DistTGL's rule for choosing i, j, k from the stream and the hardware, in its order:
+
+    1. memory parallelism first, and always across machines (k >= machines): copies share no memory, so
+       machines never exchange node memory (only gradients), and a copy trains as one trainer does, at its
+       batch size and on fresh memory. Inside a machine, one copy per trainer as far as the machine holds
+       them: ``copy_budget`` bytes for copies of ``copy_bytes`` each (node memory and mailbox of every node),
+       and no more copies than training batches (each copy needs a segment of its own);
+    2. the trainers a copy is left with go to epoch parallelism: j staggered epochs over the one copy (each
+       trainer still trains whole batches of one trainer's size; the cost is memory up to j - 1 steps stale),
+       as many as the copy's segment has batches;
+    3. mini-batch parallelism last, for trainers j cannot take (a segment of fewer batches than trainers).
+       DistTGL ranks it last because its i trainers each take a whole batch (the step's batch grows i-fold);
+       distgnn's i splits one batch, so a share below :data:`MIN_EVENTS_PER_SHARE` events is noted in the reason.
+
+    Trainers per copy are a divisor of the machine's trainers, so every copy has the same i and j."""
+    q = trainers_per_machine
+    fit = copy_budget // max(copy_bytes, 1)
+    room = max(1, num_train_batches // num_machines)
+    copies = max(c for c in _divisors(q) if c <= max(1, min(fit, room)))
+    rest, k = q // copies, num_machines * copies
+    per_copy = max(1, num_train_batches // k)
+    j = max(d for d in _divisors(rest) if d <= per_copy)
+    i = rest // j
+    held = f"{copies} cop{'y' if copies == 1 else 'ies'} of {_megabytes(copy_bytes)}"
+    why = [
+        f"k = {k}: {num_machines} machine(s) x {held} (memory parallelism first; a machine holds one copy per "
+        f"trainer while its {_megabytes(copy_budget)} for copies (room for {fit}) and its "
+        f"{num_train_batches // num_machines} training batches allow)"
+    ]
+    if rest > 1:
+        why.append(f"j = {j}: the {rest} trainers of each copy train staggered epochs over it (epoch parallelism next)")
+    if i > 1:
+        share = f"shares of {batch_size // i} events" + (
+            f", below the {MIN_EVENTS_PER_SHARE} that pay for splitting"
+            if batch_size // i < MIN_EVENTS_PER_SHARE
+            else ""
+        )
+        why.append(f"i = {i}: a copy's segment has only {per_copy} batches for j, the rest split each batch ({share})")
+    return Choice(Parallelism(i, j, k), "; ".join(why))
+
+
+def copy_budget(device: str, trainers_per_machine: int) -> int:
+    """Bytes a machine gives its memory copies: half its physical memory, where the copies live on the CPU;
+    with ``cuda`` (a copy lives on its owner's GPU), half of a GPU's memory for each of the machine's
+    trainers. Read on the host that plans the job, taken as the machines' hardware."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).total_memory // 2 * trainers_per_machine
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e9 else f"{size / 1e6:.1f} MB"
+
+
+LR_SCALINGS = ("linear", "sqrt", "none")
+
+
+def lr_multiplier(parallelism: Parallelism, scaling: str) -> float:
+    """What ``--lr-scaling`` multiplies the learning rate by, from the number of batches whose gradients one
+    optimizer step averages, ``j * k`` (each of the k copies trains its own batch, each of a copy's j epoch
+    slots its own; the i trainers of a slot split one batch, so i adds none): ``linear``, j * k, DistTGL's rule
+    (it scales Adam's rate by its i * j * k trainers, as its mini-batch parallelism gives each of the i
+    trainers a whole batch where distgnn's splits one); ``sqrt``, the square root of j * k (the rule for
+    adaptive optimisers, whose step does not grow with the averaged gradient); ``none``, 1."""
+    if scaling not in LR_SCALINGS:
+        raise ConfigError(f"--lr-scaling must be one of {', '.join(LR_SCALINGS)}, got {scaling!r}")
+    batches = parallelism.epoch * parallelism.memory
+    return {"linear": float(batches), "sqrt": math.sqrt(batches), "none": 1.0}[scaling]
 
 
 def add_parallel_args(parser: argparse.ArgumentParser) -> None:
@@ -118,19 +199,24 @@ def add_parallel_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--memory-parallelism", type=int, default=0, metavar="K", help="memory copies")
 
 
-def from_args(args: argparse.Namespace, num_trainers: int, num_machines: int) -> Parallelism:
-    """The flags' i/j/k with unset ones filled in by the heuristic (then checked by :func:`check`)."""
+def from_args(
+    args: argparse.Namespace, num_trainers: int, num_machines: int, num_train_batches: int, copy_bytes: int
+) -> Choice:
+    """The flags' i/j/k with unset ones filled in (then checked by :func:`check`); all unset: DistTGL's rule
+    (:func:`default_parallelism`) for this job's machines, the stream's batches and a copy of ``copy_bytes``."""
     chosen = (args.minibatch_parallelism, args.epoch_parallelism, args.memory_parallelism)
     if any(v < 0 for v in chosen):
         raise ConfigError(f"--minibatch/epoch/memory-parallelism must be >= 0 (0: heuristic), got {chosen}")
     if not any(chosen):
-        return default_parallelism(num_machines, num_trainers // max(num_machines, 1), args.batch_size)
+        per_machine = num_trainers // max(num_machines, 1)
+        budget = copy_budget(args.device, per_machine)
+        return default_parallelism(num_machines, per_machine, args.batch_size, num_train_batches, copy_bytes, budget)
     i, j, k = (v or 1 for v in chosen)
     if not args.memory_parallelism:
         k = max(1, num_trainers // (i * j))
     if not args.minibatch_parallelism:
         i = max(1, num_trainers // (j * k))
-    return Parallelism(i, j, k)
+    return Choice(Parallelism(i, j, k), "flags")
 
 
 def check(parallelism: Parallelism, num_trainers: int, num_train_batches: int, batch_size: int) -> None:

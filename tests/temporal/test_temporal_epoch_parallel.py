@@ -120,7 +120,10 @@ def assert_matches(files: dict, model: TGN, memory: NodeMemory) -> None:
 @pytest.mark.slow
 def test_epoch_parallel_equals_serial_semantics_and_resumes_mid_epoch(tmp_path):
     # One thread everywhere: float sums in the same order as the one-thread reference on any machine.
-    flags = [*SMALL, "--lr", str(LR), "--no-eval", "--quiet", "--checkpoint-keep", "10", "--epochs", "2"]
+    # The job's rate as given (--lr-scaling none): the reference's rounding against DDP's stays within the bounds
+    # below at this rate; the scaling itself is a product tested in test_temporal_parallel.py.
+    flags = [*SMALL, "--lr", str(LR), "--lr-scaling", "none", "--no-eval", "--quiet", "--checkpoint-keep", "10"]
+    flags += ["--epochs", "2"]
     flags += ["--num-threads", "1"]
     job = ["--num-parts", "1", "--trainers-per-machine", "2", "--epoch-parallelism", "2"]
     run_local([*job, *flags, "--checkpoint-dir", str(tmp_path / "a"), "--checkpoint-every", "7"])

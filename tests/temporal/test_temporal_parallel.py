@@ -4,6 +4,7 @@ segment, mini-batch parallelism against one trainer on the same batches, and res
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
-from distgnn.temporal import build_temporal_csr, checkpoint, parallel
+from distgnn.temporal import build_temporal_csr, checkpoint, job, parallel
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
@@ -56,11 +57,33 @@ def run_local(args: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def test_heuristic_and_checks():
-    assert parallel.default_parallelism(1, 1, 200) == Parallelism(1, 1, 1)
-    assert parallel.default_parallelism(2, 1, 200) == Parallelism(1, 1, 2)
-    assert parallel.default_parallelism(2, 4, 200) == Parallelism(4, 1, 2)
-    assert parallel.default_parallelism(1, 4, 100) == Parallelism(2, 1, 2)  # shares of >= 50 events
+def test_heuristic_follows_disttgl_rule():
+    """Memory copies first (one per machine at least, one per trainer while the budget and batches allow), then
+    epoch slots for the trainers a copy is left with, then mini-batch shares for those j cannot take."""
+    mb = 1_000_000
+
+    def choose(machines, per_machine, batches, budget_copies, batch_size=200):
+        choice = parallel.default_parallelism(machines, per_machine, batch_size, batches, mb, budget_copies * mb)
+        return choice.parallelism, choice.reason
+
+    assert choose(1, 1, 210, 100)[0] == Parallelism(1, 1, 1)
+    assert choose(2, 1, 210, 100)[0] == Parallelism(1, 1, 2)  # across machines: always memory parallelism
+    assert choose(2, 4, 210, 100)[0] == Parallelism(1, 1, 8)  # copies fit: one per trainer
+    chosen, reason = choose(2, 4, 210, 2)  # room for 2 copies a machine: the other trainers share them
+    assert chosen == Parallelism(1, 2, 4)
+    assert "k = 4" in reason and "room for 2" in reason and "j = 2" in reason
+    assert choose(1, 4, 210, 1)[0] == Parallelism(1, 4, 1)  # no room for a second copy: j takes all four
+    assert choose(3, 1, 210, 0)[0] == Parallelism(1, 1, 3)  # one copy a machine even when none "fits"
+    assert choose(1, 6, 210, 4)[0] == Parallelism(1, 2, 3)  # copies a divisor of the trainers: 3, not 4
+    chosen, reason = choose(1, 4, 2, 1)  # a segment of 2 batches: j = 2, the other 2 split each batch
+    assert chosen == Parallelism(2, 2, 1)
+    assert "i = 2" in reason and "shares of 100 events" in reason
+    # 3 batches: at most 3 copies, a divisor of 4: 2, whose segments of 1 batch leave j = 1, so i = 2
+    assert choose(1, 4, 3, 100)[0] == Parallelism(2, 1, 2)
+    assert "below the 50" in choose(1, 8, 1, 1, batch_size=200)[1]  # i = 8: shares of 25 events
+
+
+def test_checks_and_flags():
     parallel.check(Parallelism(2, 1, 2), 4, 10, 200)
     with pytest.raises(ConfigError, match="--minibatch-parallelism 2 x --epoch-parallelism 1 x --memory-parallelism 3"):
         parallel.check(Parallelism(2, 1, 3), 4, 10, 200)
@@ -68,8 +91,20 @@ def test_heuristic_and_checks():
         parallel.check(Parallelism(1, 1, 4), 4, 3, 200)
     assert [parallel.share_of_batch(0, 7, s, 3) for s in range(3)] == [(0, 3), (3, 5), (5, 7)]
     assert [parallel.segment_of(c, 3, 8) for c in range(3)] == [(0, 3), (3, 6), (6, 8)]
-    flags = argparse.Namespace(minibatch_parallelism=0, epoch_parallelism=0, memory_parallelism=2, batch_size=200)
-    assert parallel.from_args(flags, 4, 2) == Parallelism(2, 1, 2)
+    flags = argparse.Namespace(
+        minibatch_parallelism=0, epoch_parallelism=0, memory_parallelism=2, batch_size=200, device="cpu"
+    )
+    assert parallel.from_args(flags, 4, 2, 210, 1000) == parallel.Choice(Parallelism(2, 1, 2), "flags")
+    flags.memory_parallelism = 0
+    assert parallel.from_args(flags, 4, 2, 210, 1000).parallelism == Parallelism(1, 1, 4)  # the rule's
+
+
+def test_lr_multiplier_counts_batches_per_step():
+    assert parallel.lr_multiplier(Parallelism(2, 3, 4), "linear") == 12  # j * k; the i shares are one batch
+    assert parallel.lr_multiplier(Parallelism(3, 2, 8), "sqrt") == 4
+    assert parallel.lr_multiplier(Parallelism(2, 3, 4), "none") == 1
+    with pytest.raises(ConfigError, match="--lr-scaling must be one of linear, sqrt, none, got 'cubic'"):
+        parallel.lr_multiplier(Parallelism(), "cubic")
 
 
 def test_bad_configuration_is_one_line_before_any_process(capsys):
@@ -181,3 +216,24 @@ def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path):
     assert full.position == resumed.position
     for name, array in full.files.items():
         np.testing.assert_array_equal(resumed.files[name], array, err_msg=name)
+
+
+def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, capsys):
+    assert job.mid_epoch_marks(10, 4) == {2, 5, 8}
+    assert job.mid_epoch_marks(3, 5) == {1, 2} and job.mid_epoch_marks(10, 1) == set()
+    main = example_main()
+    small = [a for a in SMALL if a not in ("--no-eval", "--quiet")]
+    args = ["--single", *small, "--epochs", "2", "--evals-per-epoch", "3", "--num-threads", "1", "--quiet"]
+    assert main([*args, "--run-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "lr 0.0001 x 1 = 0.0001 (--lr-scaling linear)" in out and "memory caught up over" in out
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["kind"] == "eval"]
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in evals] == [0, 0, 0, 1, 1, 1]
+    assert [r["fraction"] for r in evals] == pytest.approx([1 / 3, 2 / 3, 1, 1 / 3, 2 / 3, 1], abs=0.04)
+    seconds = [r["train_s"] for r in evals]
+    assert all(a < b for a, b in zip(seconds, seconds[1:], strict=False))
+    # The epoch's own evaluation is the last of its three; the training seconds add up over the epochs.
+    assert [r["val_ap"] for r in evals[2::3]] == [r["val_ap"] for r in epochs]
+    assert seconds[-1] == pytest.approx(sum(r["epoch_time_s"] for r in epochs))
