@@ -14,8 +14,9 @@ machines (one torch thread each) and reports the time each takes to reach the si
 validation AP, and what the copies' warm-up costs (``--systems ''``: the scaling part alone). Time to
 accuracy: training seconds (evaluations left out), summed over the run, until a validation first scores the
 single trainer's best validation AP; every run validates by the same rule (``--evals-per-epoch`` times an
-epoch, the example's flag) and uses the same ``--lr-scaling`` (the example's flag: linear multiplies the
-learning rate by the j*k batches a step averages; the single trainer's is 1).
+epoch, the example's flag) and uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies
+the learning rate by the square root of the j*k batches a step averages, linear by j*k; the single trainer's
+is 1).
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
@@ -319,7 +320,7 @@ def main() -> int:
     )
     p.add_argument(
         "--lr-scaling",
-        default="linear",
+        default="sqrt",
         choices=("linear", "sqrt", "none"),
         help="the example's flag, for every --scaling run",
     )

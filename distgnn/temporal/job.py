@@ -71,8 +71,10 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--lr-scaling",
         choices=parallel.LR_SCALINGS,
-        default="linear",
-        help="linear: --lr times the j*k batches one step averages (DistTGL's rule); none: --lr as given",
+        default="sqrt",
+        help="--lr times the j*k batches one step averages (linear, DistTGL's rule), times its square root\n"
+        "(sqrt: on CollegeMsg as fast to the single trainer's best as linear, without linear's late collapse\n"
+        "at 4 copies; docs/BENCHMARKS.md), or as given (none)",
     )
     model.add_argument("--memory-dim", type=int, default=100)
     model.add_argument("--time-dim", type=int, default=100)
