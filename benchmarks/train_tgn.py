@@ -14,7 +14,8 @@ machines (one torch thread each) and reports the time each takes to reach the si
 validation AP, and what the copies' warm-up costs (``--systems ''``: the scaling part alone). Time to
 accuracy: training seconds (evaluations left out), summed over the run, until a validation first scores the
 single trainer's best validation AP; every run validates by the same rule (``--evals-per-epoch`` times an
-epoch, the example's flag) and uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies
+epoch, the example's flag, 4 here: a validation inside an epoch scores a memory caught up by replay, which
+scores lower than the memory an epoch ends with, so a run reaching the target there has reached it) and uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies
 the learning rate by the square root of the j*k batches a step averages, linear by j*k; the single trainer's
 is 1).
 
@@ -325,7 +326,7 @@ def main() -> int:
         help="the example's flag, for every --scaling run",
     )
     p.add_argument(
-        "--evals-per-epoch", type=int, default=1, help="the example's flag: validations an epoch in --scaling runs"
+        "--evals-per-epoch", type=int, default=4, help="the example's flag: validations an epoch in --scaling runs"
     )
     p.add_argument("--workdir", default=".work/bench-tgn")
     args = p.parse_args()

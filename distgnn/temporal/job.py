@@ -73,8 +73,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=parallel.LR_SCALINGS,
         default="sqrt",
         help="--lr times the j*k batches one step averages (linear, DistTGL's rule), times its square root\n"
-        "(sqrt: on CollegeMsg as fast to the single trainer's best as linear, without linear's late collapse\n"
-        "at 4 copies; docs/BENCHMARKS.md), or as given (none)",
+        "(sqrt: on CollegeMsg 2 copies reach the single trainer's best as soon as with linear, and 4 copies\n"
+        "escape linear's third-epoch collapse; docs/BENCHMARKS.md), or as given (none)",
     )
     model.add_argument("--memory-dim", type=int, default=100)
     model.add_argument("--time-dim", type=int, default=100)
