@@ -35,7 +35,7 @@ the plain chronological loop.
 
 :func:`check` rejects bad configurations before any process starts; :func:`default_parallelism` is DistTGL's
 rule for unset i, j, k (memory copies first, as many as the machines' memory holds; then epoch slots; then
-batch shares), :func:`lr_multiplier` its linear learning-rate scaling.
+batch shares), :func:`lr_multiplier` the learning-rate scaling for the batches a step averages.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def default_parallelism(
     copy_bytes: int,
     copy_budget: int,
 ) -> Choice:
-    """DistTGL's rule for choosing i, j, k from the stream and the hardware, in its order:
+    """DistTGL's rule for choosing i, j, k from the stream and the hardware, in its order (from its paper as
+    recalled: its text was not at hand, its code has no rule; docs/BENCHMARKS.md, branch t-scale):
 
     1. memory parallelism first, and always across machines (k >= machines): copies share no memory, so
        machines never exchange node memory (only gradients), and a copy trains as one trainer does, at its
