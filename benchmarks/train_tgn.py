@@ -13,11 +13,11 @@ training events per second, validation and test AP after the last epoch, and the
 machines (one torch thread each) and reports the time each takes to reach the single trainer's best
 validation AP, and what the copies' warm-up costs (``--systems ''``: the scaling part alone). Time to
 accuracy: training seconds (evaluations left out), summed over the run, until a validation first scores the
-single trainer's best validation AP; every run validates by the same rule (``--evals-per-epoch`` times an
+single trainer's best validation AP. Every run validates by the same rule (``--evals-per-epoch`` times an
 epoch, the example's flag, 4 here: a validation inside an epoch scores a memory caught up by replay, which
-scores lower than the memory an epoch ends with, so a run reaching the target there has reached it) and uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies
-the learning rate by the square root of the j*k batches a step averages, linear by j*k; the single trainer's
-is 1).
+scores lower than the memory an epoch ends with, so a run reaching the target there has reached it) and
+uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies the learning rate by the
+square root of the j*k batches a step averages, linear by j*k; the single trainer's is 1).
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000

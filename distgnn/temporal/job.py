@@ -386,8 +386,8 @@ def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batc
 @dataclass
 class _MidEpochValidation:
     """``--evals-per-epoch``'s validations inside one epoch of ``steps``: after the steps in ``marks``;
-    ``batch_ends`` are the end events of the evaluating copy's batches this epoch; ``began`` is when the epoch started and
-    ``trained_before`` the job's training seconds before it; ``eval_s`` sums the time they took."""
+    ``batch_ends`` are the end events of the evaluating copy's batches this epoch; ``began`` is when the epoch
+    started and ``trained_before`` the job's training seconds before it; ``eval_s`` sums the time they took."""
 
     marks: set[int]
     steps: int
