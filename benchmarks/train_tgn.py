@@ -36,7 +36,7 @@ from torch import nn
 from distgnn.data.events import EventStream
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
-from distgnn.temporal.job import load_stream
+from distgnn.temporal.job import adam, load_stream
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
 
@@ -53,8 +53,7 @@ class Ours:
         self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2).to(device)
         csr = build_temporal_csr(events)
         self.runner = TGNRunner(self.model, events, csr, device, NEIGHBORS, seed=seed, step=step)
-        capturable = device.type == "cuda" and step != "eager"  # as the example
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR, foreach=True, capturable=capturable)
+        self.optimizer = adam(self.model.parameters(), LR, device, step)  # as the example
         self.train_end, self.val_end = chronological_split(len(events))
         self.num_events = len(events)
 

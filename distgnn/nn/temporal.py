@@ -169,6 +169,7 @@ class TemporalAttention(nn.Module):
         # edge term), which halves the layer's largest product: one row per sampled neighbour.
         self.event = nn.Linear(edge_dim + time_dim, out_dim, bias=False)
         self.out = nn.Linear(out_dim, out_dim)
+        self.pack_events = True  # on the CPU, project the filled neighbour slots only (False: every slot)
 
     def forward(
         self,
@@ -190,7 +191,7 @@ class TemporalAttention(nn.Module):
         query_node, own = self.root(root_features).split(self.out_dim, 1)
         query = query_node + self.query_time(self.time(features.new_zeros(1)))
         q = query.view(num_roots, 1, self.heads, self.head_dim)
-        event = self.event(torch.cat([edge_feat, self.time(delta)], 2)).view(num_roots, k, 1, self.heads, self.head_dim)
+        event = self._event_term(edge_feat, delta, mask).view(num_roots, k, 1, self.heads, self.head_dim)
         key, value = (key_value + event).unbind(2)
         scores = (q * key).sum(-1) / math.sqrt(self.head_dim)  # [R, k, heads]
         scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
@@ -198,6 +199,21 @@ class TemporalAttention(nn.Module):
         weights = torch.nan_to_num(weights, nan=0.0)  # a root without neighbours attends to nothing
         attended = (weights.unsqueeze(-1) * value).sum(1).reshape(num_roots, -1)
         return self.out(attended) + own
+
+    def _event_term(self, edge_feat: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The event projection per neighbour slot, [R, k, out_dim]. On the CPU only the filled slots are
+        projected (about half of them on CollegeMsg) and the empty ones get zeros: an empty slot's score is
+        masked to -inf and its value weighted 0, so nothing downstream, gradients included, sees the
+        difference. On a GPU every slot is projected (packing would sync with the host)."""
+        if mask.is_cuda or not self.pack_events:
+            inputs = self.time(delta) if edge_feat.shape[-1] == 0 else torch.cat([edge_feat, self.time(delta)], 2)
+            return self.event(inputs)
+        filled = mask.flatten().nonzero().squeeze(1)
+        encoded = self.time(delta.flatten()[filled])
+        if edge_feat.shape[-1]:
+            encoded = torch.cat([edge_feat.flatten(0, 1)[filled], encoded], 1)
+        projected = self.event(encoded)
+        return projected.new_zeros(mask.numel(), self.out_dim).index_copy(0, filled, projected).view(*mask.shape, -1)
 
 
 class LinkPredictor(nn.Module):
