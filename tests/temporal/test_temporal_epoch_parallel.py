@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal import build_temporal_csr, checkpoint, parallel
-from distgnn.temporal.job import load_stream
+from distgnn.temporal.job import adam, load_stream
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split
 
@@ -67,7 +67,7 @@ def _replay(epochs: int, j: int, world: int) -> tuple[TGN, NodeMemory]:
     torch.manual_seed(SEED)
     model = TGN(events.num_nodes, 0, 8, 4, 8)
     runner = TGNRunner(model, events, build_temporal_csr(events), torch.device("cpu"), 4, seed=SEED * 1000)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR, foreach=True)
+    optimizer = adam(model.parameters(), LR, torch.device("cpu"), "eager")  # the job's Adam, update for update
     live = runner.memory
     batches = batch_ranges(0, chronological_split(len(events))[0], 200)
     for _ in range(epochs):
