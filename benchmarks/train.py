@@ -57,6 +57,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="distgnn runs to make, by loader prefetch depth (0 with 0 workers: sample inline; 2: background thread)",
     )
     p.add_argument(
+        "--distgnn-aggregate",
+        default="trainer",
+        help="distgnn runs to make, by --aggregate-inputs (comma-separated: trainer, owners): where the first\n"
+        "layer's neighbour means are summed",
+    )
+    p.add_argument(
         "--also-default-malloc",
         action="store_true",
         help="also run each distgnn variant with glibc malloc left as it is (train_dist.py --no-malloc-tuning)",
@@ -91,7 +97,10 @@ def synthetic_graph(args):
 # -- distgnn ----------------------------------------------------------------------------------------
 
 
-def run_distgnn(args, prefetch: int, malloc_tuning: bool = True, root: Path = ROOT) -> dict:
+def run_distgnn(
+    args, prefetch: int, malloc_tuning: bool = True, root: Path = ROOT, aggregate: str | None = None
+) -> dict:
+    """One distgnn run; ``aggregate``: its ``--aggregate-inputs`` (None: not passed, for a checkout older than it)."""
     cmd = [
         sys.executable,
         str(root / SCRIPT),
@@ -118,6 +127,7 @@ def run_distgnn(args, prefetch: int, malloc_tuning: bool = True, root: Path = RO
     ]
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
+    cmd += [] if aggregate is None else [f"--aggregate-inputs={aggregate}"]
     return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
@@ -371,13 +381,18 @@ def main(argv=None) -> int:
         return roles[args.role](args) or 0
     results = {}
     if not args.skip_distgnn:
+        aggregates = args.distgnn_aggregate.split(",")
         for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
-            mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
-            results[f"distgnn ({mode})"] = run_distgnn(args, prefetch)
-            if args.baseline:
-                results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
-            if args.also_default_malloc:
-                results[f"distgnn ({mode}, default malloc)"] = run_distgnn(args, prefetch, malloc_tuning=False)
+            for aggregate in aggregates:
+                mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
+                mode += "" if aggregates == ["trainer"] else f", inputs {aggregate}"
+                results[f"distgnn ({mode})"] = run_distgnn(args, prefetch, aggregate=aggregate)
+                if args.baseline:  # an older checkout: its own defaults
+                    results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
+                if args.also_default_malloc:
+                    results[f"distgnn ({mode}, default malloc)"] = run_distgnn(
+                        args, prefetch, aggregate=aggregate, malloc_tuning=False
+                    )
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
         if args.also_tuned_dgl:

@@ -21,7 +21,7 @@ square root of the j*k batches a step averages, linear by j*k; the single traine
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
-    python benchmarks/train_tgn.py --device cuda                       # on a GPU
+    python benchmarks/train_tgn.py --device cuda                       # on a GPU (--step eager: no CUDA graph)
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from torch import nn
 from distgnn.data.events import EventStream
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
-from distgnn.temporal.job import load_stream
+from distgnn.temporal.job import adam, load_stream
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
 
@@ -55,11 +55,12 @@ DIM, NEIGHBORS, BATCH, LR = 100, 10, 200, 1e-4
 class Ours:
     name = "distgnn"
 
-    def __init__(self, events: EventStream, device: torch.device, seed: int):
+    def __init__(self, events: EventStream, device: torch.device, seed: int, step: str = "auto"):
         torch.manual_seed(seed)
         self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2).to(device)
-        self.runner = TGNRunner(self.model, events, build_temporal_csr(events), device, NEIGHBORS, seed=seed)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR, foreach=True)  # as the example
+        csr = build_temporal_csr(events)
+        self.runner = TGNRunner(self.model, events, csr, device, NEIGHBORS, seed=seed, step=step)
+        self.optimizer = adam(self.model.parameters(), LR, device, step)  # as the example
         self.train_end, self.val_end = chronological_split(len(events))
         self.num_events = len(events)
 
@@ -185,7 +186,7 @@ class Pyg:
 
 def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
     device = torch.device(args.device)
-    systems = [Ours(events, device, args.seed)]
+    systems = [Ours(events, device, args.seed, args.step)]
     if "pyg" in args.systems:
         systems.append(Pyg(events, device, args.seed))
     times: dict[str, list[float]] = {s.name: [] for s in systems}
@@ -315,6 +316,12 @@ def main() -> int:
     p.add_argument("--systems", default="distgnn,pyg", help="'' skips the comparison (with --scaling)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--step",
+        default="auto",
+        choices=("auto", "eager", "graph"),
+        help="distgnn's training step: graph (replayed from a CUDA graph), eager, auto (graph on a GPU)",
+    )
+    p.add_argument(
         "--scaling",
         default="",
         help="e.g. 1,2,4 or 1,2@2e-4,j2: trainers, memory-parallel (simulated machines) or jN epoch-parallel[@lr]",
@@ -333,7 +340,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     events = load_stream(args.dataset, seed=args.seed)
     print(
-        f"stream {args.dataset}: {len(events)} events, {events.num_nodes} nodes; device {args.device}, "
+        f"stream {args.dataset}: {len(events)} events, {events.num_nodes} nodes; device {args.device}, step {args.step}, "
         f"{args.threads} thread(s); {args.epochs} epochs; {time.strftime('%Y-%m-%d %H:%M')}",
         flush=True,
     )

@@ -163,7 +163,7 @@ void check_columns(int64_t col, int64_t f, int64_t stride, const char* name) {
 }
 
 void mean_aggregate(const py::array& indptr, const py::array& indices, const py::array& x, const py::array& out,
-                    int64_t mean_col, int64_t self_col, int num_threads) {
+                    int64_t mean_col, int64_t self_col, int num_threads, bool average) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
   const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
   const float* x_data = float_data(x, "x", 2, false);
@@ -181,7 +181,7 @@ void mean_aggregate(const py::array& indptr, const py::array& indices, const py:
                                 std::to_string(num_dst) + " destinations it must start with");
   py::gil_scoped_release release;
   distgnn::mean_aggregate(indptr_data, indices_data, num_dst, indices.shape(0), x_data, x.shape(0), f, out_data, stride,
-                          mean_col, self_col, num_threads);
+                          mean_col, self_col, num_threads, average);
 }
 
 void mean_aggregate_backward(const py::array& indptr, const py::array& indices, const py::array& grad,
@@ -330,8 +330,9 @@ PYBIND11_MODULE(_cpu_kernels, m) {
   m.def("relabel", &relabel, py::arg("dst_nids"), py::arg("src_nids_per_edge"),
         "Returns (src_nids int64, indices int64); dst ids first, then new sources by first appearance.");
   m.def("mean_aggregate", &mean_aggregate, py::arg("indptr"), py::arg("indices"), py::arg("x"), py::arg("out"),
-        py::arg("mean_col"), py::arg("self_col"), py::arg("num_threads"),
-        "Fills out[:, mean_col:+F] with the in-neighbour mean of x's rows (and out[:, self_col:+F] with x[:num_dst]).");
+        py::arg("mean_col"), py::arg("self_col"), py::arg("num_threads"), py::arg("average") = true,
+        "Fills out[:, mean_col:+F] with the in-neighbour mean (average=False: sum) of x's rows (and out[:, "
+        "self_col:+F] with x[:num_dst]).");
   m.def("mean_aggregate_backward", &mean_aggregate_backward, py::arg("indptr"), py::arg("indices"), py::arg("grad"),
         py::arg("mean_col"), py::arg("self_col"), py::arg("grad_x"), py::arg("num_threads"),
         "Overwrites grad_x with the gradient of mean_aggregate for the upstream gradient grad.");

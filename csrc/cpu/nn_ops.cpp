@@ -41,7 +41,7 @@ uint64_t dropout_word(uint64_t key, int64_t group) {
 
 void mean_aggregate(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_edges,
                     const float* x, int64_t num_src, int64_t f, float* out, int64_t out_stride, int64_t mean_col,
-                    int64_t self_col, int num_threads) {
+                    int64_t self_col, int num_threads, bool average) {
   std::atomic<int64_t> bad_row{kNoFault}, bad_edge{kNoFault};
   parallel_for(num_dst, num_threads, kRowGrain, [&] {
     return [&](int64_t begin, int64_t end) {
@@ -64,6 +64,7 @@ void mean_aggregate(const int64_t* indptr, const int64_t* indices, int64_t num_d
           const float* row = x + s * f;
           for (int64_t c = 0; c < f; ++c) mean[c] += row[c];
         }
+        if (!average) continue;
         const float inv = 1.0f / static_cast<float>(last - first);
         for (int64_t c = 0; c < f; ++c) mean[c] *= inv;
       }

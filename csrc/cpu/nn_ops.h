@@ -16,9 +16,11 @@ namespace distgnn {
 // apart, so the two halves of a [self | mean] matrix are filled in one pass.
 // Throws std::out_of_range naming the first bad destination or edge when
 // indptr is not monotone within [0, num_edges] or an index is outside [0, num_src).
+// With average = false the neighbours' rows are summed, not averaged (the partial sums a feature owner
+// computes over the neighbours it holds: distgnn.client.tensor.DistTensor.self_and_mean).
 void mean_aggregate(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_edges,
                     const float* x, int64_t num_src, int64_t f, float* out, int64_t out_stride, int64_t mean_col,
-                    int64_t self_col, int num_threads);
+                    int64_t self_col, int num_threads, bool average = true);
 
 // Gradient of mean_aggregate with respect to x (the same indptr/indices, already
 // validated by the forward): grad_x (num_src, f) is overwritten with

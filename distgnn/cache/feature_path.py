@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from distgnn.cache.pipeline import GatherAhead
 from distgnn.client.tensor import DistTensor
 from distgnn.errors import InputError
 from distgnn.loader.node import MiniBatch
+from distgnn.sampling.block import SelfAndMean
 from distgnn.sampling.neighbor import derive_seed
 
 
@@ -79,6 +81,15 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
         "trains (with --prefetch or --num-workers, sampling runs ahead too); off by default: on 2x H200 the epoch "
         "was bound by the sampling servers and the overlap gained nothing (docs/BENCHMARKS.md)",
     )
+    group.add_argument(
+        "--aggregate-inputs",
+        default="trainer",
+        choices=("trainer", "owners"),
+        help="where a mean-aggregating first layer (GraphSAGE) averages its neighbours' features: 'trainer' pulls\n"
+        "every sampled neighbour's row; 'owners' has the machines that hold the rows sum them (this machine's from\n"
+        "shared memory) and pulls only the sums and the destinations' own rows (~4x fewer bytes at 1M nodes, but\n"
+        "the sums run on the servers: no faster on a 2-core simulated cluster, docs/BENCHMARKS.md)",
+    )
     return group
 
 
@@ -107,6 +118,7 @@ class FeatureOptions:
     pipeline: bool = False
     sample_device: str = "cpu"
     graph_memory: str = "gpu"
+    aggregate_inputs: str = "trainer"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FeatureOptions:
@@ -119,6 +131,7 @@ class FeatureOptions:
             args.pipeline,
             args.sample_device,
             args.graph_memory,
+            args.aggregate_inputs,
         )
 
     def sampler_kwargs(self, device: torch.device) -> dict[str, Any]:
@@ -169,6 +182,10 @@ class FeaturePath:
         machine_group: the gloo group of this machine's trainers (the clique cache's members).
         prefetching: the loader samples in the background (``--prefetch`` > 0 or sampler workers), so it
             can fetch node data with the batch.
+        first_layer_mean: the model's first layer takes its input as
+            :class:`~distgnn.sampling.block.SelfAndMean` (GraphSAGE): with ``aggregate_inputs`` owners (features
+            in a float32 DistTensor read without a cache) :meth:`inputs` returns that, summed by the features'
+            owners (:meth:`~distgnn.client.tensor.DistTensor.self_and_mean`).
 
     The cache exists only for a DistTensor feature and ``cache_gb`` > 0; the pipeline only with the cache
     on a GPU and ``pipeline``. :meth:`close` releases the cache (after the loader closed).
@@ -187,6 +204,7 @@ class FeaturePath:
         rank: int,
         machine_group: Any = None,
         prefetching: bool = False,
+        first_layer_mean: bool = False,
         feature: str = "feat",
         label: str = "label",
     ) -> None:
@@ -206,6 +224,24 @@ class FeaturePath:
             self.seed_labels = SeedLabels(seeds, self.label[seeds], self.device)
         # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
         self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
+        self.at_owners = self._aggregate_at_owners(options.aggregate_inputs, first_layer_mean)
+
+    def _aggregate_at_owners(self, choice: str, first_layer_mean: bool) -> bool:
+        """Whether the first layer's neighbour means are summed by the features' owners (see the class)."""
+        if choice not in ("trainer", "owners"):
+            raise InputError(f"aggregate_inputs must be 'trainer' or 'owners', got {choice!r}")
+        why_not = None
+        if not first_layer_mean:
+            why_not = "the model's first layer is not a mean aggregation (GraphSAGE)"
+        elif not isinstance(self.feat, DistTensor):
+            why_not = "the features are not a DistTensor of the servers"
+        elif self.cached is not None:
+            why_not = "the features are read through the GPU cache"
+        elif self.feat.dtype != torch.float32 or len(self.feat.shape) != 2:
+            why_not = f"the features are {self.feat.dtype}{list(self.feat.shape)}, not float32 (N, F)"
+        if choice == "owners" and why_not is not None:
+            raise InputError(f"--aggregate-inputs owners: {why_not}")
+        return choice == "owners"
 
     def _open_cache(
         self,
@@ -246,8 +282,11 @@ class FeaturePath:
         return {
             # The pipeline copies CPU-sampled batches itself; a GPU sampler's batches are already on the device.
             "device": torch.device("cpu") if self.pipeline and self.options.sample_device == "cpu" else self.device,
-            # With the cache, features are gathered in the loop on the device instead of by the loader.
-            "input_feats": (self.feature_name,) if self.prefetching and self.cached is None else (),
+            # With the cache, features are gathered in the loop on the device instead of by the loader; summed
+            # by their owners, they are asked for in the loop too.
+            "input_feats": (self.feature_name,)
+            if self.prefetching and self.cached is None and not self.at_owners
+            else (),
             "output_feats": (self.label_name,) if self.prefetching else (),
         }
 
@@ -268,6 +307,12 @@ class FeaturePath:
         input_nodes, seeds = batch[0], batch[1]
         if x is not None:
             pass  # gathered ahead with the batch
+        elif self.at_owners:
+            first = batch[2][0]
+            ids = input_nodes.cpu().numpy()
+            neighbours = np.take(ids, first.indices.cpu().numpy())  # numpy's take: 10x torch's index here
+            rows = self.feat.self_and_mean(ids[: first.num_dst], first.indptr.cpu().numpy(), neighbours)
+            x = SelfAndMean(rows.to(self.device))
         elif self.feature_name in batch.input_data:
             x = batch.input_data[self.feature_name]
         elif self.cached is not None:  # through the cache
@@ -287,6 +332,7 @@ class FeaturePath:
         """The RESULT keys that describe the feature path: ``cache_gb cache_policy hot_set sample_device``."""
         on = self.cached is not None
         return {
+            "aggregate_inputs": "owners" if self.at_owners else "trainer",
             "cache_gb": self.options.cache_gb if on else 0.0,
             "cache_policy": self.options.cache_policy if on else None,
             "hot_set": self.options.hot_set if on else None,

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import distgnn.nn.aggregate as aggregate
-from distgnn.sampling.block import Block
+from distgnn.sampling.block import Block, SelfAndMean
 
 
 class SAGEConv(nn.Module):
@@ -39,7 +39,15 @@ class SAGEConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, block: Block, x: torch.Tensor | SelfAndMean) -> torch.Tensor:
+        """``x``: ``(block.num_src, in_feats)``, or the block's ``[x_dst | mean]`` aggregated already
+        (:class:`~distgnn.sampling.block.SelfAndMean`, a first layer over fixed features)."""
+        if isinstance(x, SelfAndMean):
+            if x.rows.shape != (block.num_dst, 2 * self.in_feats):
+                raise ValueError(
+                    f"SelfAndMean rows must be ({block.num_dst}, {2 * self.in_feats}), got {tuple(x.rows.shape)}"
+                )
+            return self._combine(x.rows)
         if self.out_feats < self.in_feats:
             out = aggregate.mean(block, self.fc_neigh(x))
             if self.bias is not None:
@@ -47,8 +55,11 @@ class SAGEConv(nn.Module):
             return torch.addmm(out, x[: block.num_dst], self.fc_self.weight.t())
         # One product of [x_dst | mean] with [W_self | W_neigh]: the aggregation writes both halves in
         # one pass, and the gradient of x comes back in one tensor (no zero-padded slice gradient to add).
+        return self._combine(aggregate.self_and_mean(block, x))
+
+    def _combine(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``[x_dst | mean] @ [W_self | W_neigh]^T + b``."""
         weight = torch.cat([self.fc_self.weight, self.fc_neigh.weight], dim=1)
-        inputs = aggregate.self_and_mean(block, x)
         if self.bias is None:
             return inputs @ weight.t()
         return torch.addmm(self.bias, inputs, weight.t())

@@ -96,12 +96,14 @@ class RelGraphConv(nn.Module):
             means = aggregate.mean(_rows_block(groups.indptr, groups.src, x.shape[0]), x)  # (groups, in)
             per_rel = means.split(groups.per_relation())
             messages = torch.cat([m @ weights[r] for r, m in enumerate(per_rel)])
-        out = x.new_zeros((block.num_dst, self.out_feats)).index_add_(0, groups.dst, messages)
+        # The self-loop product (with the bias) is the tensor the messages are added into: no zero-filled
+        # output, no separate bias pass.
         if self.loop_weight is not None:
-            out = torch.addmm(out, x[: block.num_dst], self.loop_weight)
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+            x_dst = x[: block.num_dst]
+            out = x_dst @ self.loop_weight if self.bias is None else torch.addmm(self.bias, x_dst, self.loop_weight)
+            return out.index_add_(0, groups.dst, messages)
+        out = x.new_zeros((block.num_dst, self.out_feats)).index_add_(0, groups.dst, messages)
+        return out if self.bias is None else out + self.bias
 
 
 class _RelationGroups(NamedTuple):
@@ -256,12 +258,13 @@ class TypedInput(nn.Module):
             elif ntype not in self.features and self.distributed:
                 started[ntype] = self.embeddings[ntype].lookup_async(ids.cpu(), unique=True)
         pieces: Sequence = []
+        where_none = torch.empty(0, dtype=torch.int64, device=device)
         for t, ntype in enumerate(self.ntypes):
             ids = input_nodes.get(ntype)
             if ids is None or len(ids) == 0:
                 if ntype in self.projections:  # no rows, but the projection stays in the graph: DDP needs
                     rows = torch.empty(0, self.projections[ntype].in_features, device=device)  # no unused-
-                    pieces.append((src_ntypes.new_empty(0), self.projections[ntype](rows)))  # parameter search
+                    pieces.append((where_none, self.projections[ntype](rows)))  # parameter search
                 continue
             where = torch.nonzero(src_ntypes == t).flatten()
             if ntype in self.features:
@@ -273,9 +276,25 @@ class TypedInput(nn.Module):
                 pieces.append((where, self.embeddings[ntype](ids.to(device))))
         if not pieces:
             return torch.empty(len(src_ntypes), self.embed_dim, device=device)
-        # Every source is in exactly one piece: one concatenation and one gather put the rows in source order
-        # (an index_put per piece copied the whole input once per type, forward and backward).
-        where = torch.cat([where for where, _ in pieces])
-        position = torch.empty_like(where)
-        position[where] = torch.arange(len(where), device=where.device)
-        return torch.cat([rows for _, rows in pieces])[position]
+        return _PlaceRows.apply(len(src_ntypes), tuple(where for where, _ in pieces), *(rows for _, rows in pieces))
+
+
+class _PlaceRows(torch.autograd.Function):
+    """``(num_rows, width)`` with piece ``i``'s rows written at positions ``wheres[i]``; every position is in
+    exactly one piece (a typed block's sources, one piece per type).
+
+    One write of each row forward and one gather of its gradient backward: a concatenation followed by a
+    gather into source order wrote the rows twice and scattered the gradient back through a zero-filled buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, num_rows: int, wheres: tuple[torch.Tensor, ...], *rows: torch.Tensor) -> torch.Tensor:
+        out = rows[0].new_empty((num_rows, rows[0].shape[1]))
+        for where, piece in zip(wheres, rows, strict=True):
+            out.index_copy_(0, where, piece)
+        ctx.wheres = wheres
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return (None, None, *(grad.index_select(0, where) for where in ctx.wheres))

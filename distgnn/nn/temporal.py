@@ -156,7 +156,9 @@ class TemporalAttention(nn.Module):
     gets the projection alone. Node features are projected once per distinct node, then gathered.
 
     ``forward(features [U, f], root_index [R], nbr_index [R, k], edge_feat [R, k, d_e], delta [R, k],
-    mask [R, k] bool)`` -> ``[R, out_dim]``; rows of ``features`` are the batch's distinct nodes.
+    mask [R, k] bool)`` -> ``[R, out_dim]``; rows of ``features`` are the batch's distinct nodes. With both
+    indices None, ``features`` is [R + R * k, f] in the dense layout: the roots' rows, then each root's k
+    neighbour rows (no gather, so no data-dependent work in backward either).
     """
 
     def __init__(self, in_dim: int, edge_dim: int, time_dim: int, out_dim: int, heads: int = 2):
@@ -172,29 +174,51 @@ class TemporalAttention(nn.Module):
         # edge term), which halves the layer's largest product: one row per sampled neighbour.
         self.event = nn.Linear(edge_dim + time_dim, out_dim, bias=False)
         self.out = nn.Linear(out_dim, out_dim)
+        self.pack_events = True  # on the CPU, project the filled neighbour slots only (False: every slot)
 
     def forward(
         self,
         features: torch.Tensor,
-        root_index: torch.Tensor,
-        nbr_index: torch.Tensor,
+        root_index: torch.Tensor | None,
+        nbr_index: torch.Tensor | None,
         edge_feat: torch.Tensor,
         delta: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
         num_roots, k = mask.shape
-        query_node, own = self.root(features[root_index]).split(self.out_dim, 1)
+        shape = (num_roots, k, 2, self.heads, self.head_dim)
+        if root_index is None:  # the dense layout (TGN.forward_dense): R root rows, then R * k neighbour rows
+            root_features = features[:num_roots]
+            key_value = self.key_value_node(features[num_roots:]).view(shape)
+        else:
+            root_features = features[root_index]
+            key_value = self.key_value_node(features)[nbr_index].view(shape)
+        query_node, own = self.root(root_features).split(self.out_dim, 1)
         query = query_node + self.query_time(self.time(features.new_zeros(1)))
         q = query.view(num_roots, 1, self.heads, self.head_dim)
-        shape = (num_roots, k, 2, self.heads, self.head_dim)
-        event = self.event(torch.cat([edge_feat, self.time(delta)], 2)).view(num_roots, k, 1, self.heads, self.head_dim)
-        key, value = (self.key_value_node(features)[nbr_index].view(shape) + event).unbind(2)
+        event = self._event_term(edge_feat, delta, mask).view(num_roots, k, 1, self.heads, self.head_dim)
+        key, value = (key_value + event).unbind(2)
         scores = (q * key).sum(-1) / math.sqrt(self.head_dim)  # [R, k, heads]
         scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
         weights = torch.softmax(scores, dim=1)
         weights = torch.nan_to_num(weights, nan=0.0)  # a root without neighbours attends to nothing
         attended = (weights.unsqueeze(-1) * value).sum(1).reshape(num_roots, -1)
         return self.out(attended) + own
+
+    def _event_term(self, edge_feat: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The event projection per neighbour slot, [R, k, out_dim]. On the CPU only the filled slots are
+        projected (about half of them on CollegeMsg) and the empty ones get zeros: an empty slot's score is
+        masked to -inf and its value weighted 0, so nothing downstream, gradients included, sees the
+        difference. On a GPU every slot is projected (packing would sync with the host)."""
+        if mask.is_cuda or not self.pack_events:
+            inputs = self.time(delta) if edge_feat.shape[-1] == 0 else torch.cat([edge_feat, self.time(delta)], 2)
+            return self.event(inputs)
+        filled = mask.flatten().nonzero().squeeze(1)
+        encoded = self.time(delta.flatten()[filled])
+        if edge_feat.shape[-1]:
+            encoded = torch.cat([edge_feat.flatten(0, 1)[filled], encoded], 1)
+        projected = self.event(encoded)
+        return projected.new_zeros(mask.numel(), self.out_dim).index_copy(0, filled, projected).view(*mask.shape, -1)
 
 
 class LinkPredictor(nn.Module):
@@ -257,6 +281,16 @@ class TGN(nn.Module):
         updated = self.updater(memory.mail[with_mail], delta, stored[index])
         return stored.index_copy(0, index, updated)
 
+    def read_memory_dense(self, memory: NodeMemory, nodes: torch.Tensor) -> torch.Tensor:
+        """:meth:`read_memory` without a data-dependent shape (for a CUDA graph): the GRU runs on every row of
+        ``nodes`` (int64 [U], repeats allowed) and rows without pending mail keep their stored memory (the GRU's
+        output there gets a zero gradient, so the weight gradients are those of the pending rows alone)."""
+        stored = memory.memory[nodes]
+        pending = memory.has_mail[nodes]
+        delta = memory.mail_time[nodes] - memory.last_update[nodes]
+        updated = self.updater(memory.mail[nodes], delta, stored)
+        return torch.where(pending.unsqueeze(1), updated, stored)
+
     def node_features(self, nodes: torch.Tensor, memory_rows: torch.Tensor) -> torch.Tensor:
         """The attention's node features: memory rows [U, m], with the static memory [U, s] beside them."""
         if self.static is None:
@@ -267,8 +301,8 @@ class TGN(nn.Module):
         self,
         features: torch.Tensor,
         updated_at: torch.Tensor,
-        root_index: torch.Tensor,
-        nbr_index: torch.Tensor,
+        root_index: torch.Tensor | None,
+        nbr_index: torch.Tensor | None,
         nbr_times: torch.Tensor,
         nbr_feat: torch.Tensor,
         mask: torch.Tensor,
@@ -277,8 +311,10 @@ class TGN(nn.Module):
         updated at ``updated_at`` float64 [U]; roots' rows ``root_index`` [R], their neighbours' rows
         ``nbr_index`` [R, k] (any valid row where ``mask`` is False) through events at ``nbr_times`` float64
         [R, k] with features ``nbr_feat`` [R, k, d_e]. A neighbour's event is timed by how long before the
-        neighbour's last memory update it happened (0: nothing since), as PyG's TGN does. -> [R, embedding_dim]."""
-        delta = (updated_at[nbr_index] - nbr_times).masked_fill(~mask, 0.0)
+        neighbour's last memory update it happened (0: nothing since), as PyG's TGN does. Both indices None:
+        the dense layout (:meth:`forward_dense`). -> [R, embedding_dim]."""
+        nbr_updated_at = updated_at[len(mask) :].view_as(nbr_times) if nbr_index is None else updated_at[nbr_index]
+        delta = (nbr_updated_at - nbr_times).masked_fill(~mask, 0.0)
         return self.attention(features, root_index, nbr_index, nbr_feat, delta, mask)
 
     def forward(
@@ -307,6 +343,34 @@ class TGN(nn.Module):
         features = self.node_features(nodes, memory_rows)
         updated_at = memory.updated_at(memory_index)
         z = self.embed(features, updated_at, root_index, nbr_index, nbr_times, nbr_feat, mask)[pairs]
+        z_src, z_dst, z_neg = z[:num_events], z[num_events : 2 * num_events], z[2 * num_events :]
+        pos = self.predictor(z_src, z_dst)
+        z_neg = z_neg.view(num_events, -1, z.shape[1])
+        neg = self.predictor(z_src.unsqueeze(1).expand(-1, z_neg.shape[1], -1), z_neg)
+        return pos, neg, memory_rows
+
+    def forward_dense(
+        self,
+        memory: NodeMemory,
+        nodes: torch.Tensor,
+        nbr_times: torch.Tensor,
+        nbr_feat: torch.Tensor,
+        mask: torch.Tensor,
+        num_events: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`forward` with no deduplication and no data-dependent shape (what a CUDA graph captures).
+
+        ``nodes`` int64 [R + R * k]: the R = B * (2 + q) roots (B sources, B destinations, B * q negatives, as
+        ``pairs`` orders them in :meth:`forward`), then each root's k neighbour slots (the root itself where
+        ``mask`` [R, k] is False); ``nbr_times``, ``nbr_feat`` as in :meth:`embed`. A node in several rows gets
+        the same memory and embedding in each, and autograd sums the rows' gradients, so the scores and
+        gradients are :meth:`forward`'s (up to the order of float additions). Returns ``pos`` [B], ``neg``
+        [B, q] and ``memory_rows`` [R + R * k, m], the memory read per row.
+        """
+        memory_rows = self.read_memory_dense(memory, nodes)
+        features = self.node_features(nodes, memory_rows)
+        updated_at = memory.updated_at(nodes)
+        z = self.embed(features, updated_at, None, None, nbr_times, nbr_feat, mask)
         z_src, z_dst, z_neg = z[:num_events], z[num_events : 2 * num_events], z[2 * num_events :]
         pos = self.predictor(z_src, z_dst)
         z_neg = z_neg.view(num_events, -1, z.shape[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -72,3 +73,12 @@ class Block:
     def edge_index(self) -> torch.Tensor:
         """PyG-style ``(2, num_edges)`` int64 ``[src_pos, dst_pos]``."""
         return torch.stack([self.indices, self.dst_index()])
+
+
+class SelfAndMean(NamedTuple):
+    """A first layer's input aggregated before it reached the trainer: ``rows`` ``(num_dst, 2F)`` is what
+    :func:`distgnn.nn.aggregate.self_and_mean` of the block and the raw features would give (computed by the features' owners,
+    :meth:`distgnn.client.tensor.DistTensor.self_and_mean`). Fixed input features need no gradient, so the
+    layer only multiplies it; a model passes it to its first layer in place of ``x``."""
+
+    rows: torch.Tensor

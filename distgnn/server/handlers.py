@@ -10,6 +10,9 @@ Requests (header fields; arrays) -> reply arrays:
 
 * ``meta`` () -> header ``machine_id, server_id, num_nodes, num_edges, node_range, edge_range``
 * ``pull`` (``policy, name``; ids int64) -> rows
+* ``neighbor_sum`` (``policy, name`` of a float32 ``(N, F)`` table; indptr int64 ``(S + 1,)``, ids int64) ->
+  ``(S, F)`` float32 sums, row ``s`` the sum of the rows ``ids[indptr[s]:indptr[s + 1]]`` (a mean-aggregating
+  first layer's partial sums over the neighbours this partition holds: ``DistTensor.self_and_mean``)
 * ``push`` (``policy, name, mode`` "assign"|"add"; ids int64, rows of the tensor's dtype) -> (); main server only
 * ``adam_step`` (``policy, name`` of a float32 ``(N, D)`` table, ``state`` its ``(N, 2D + 1)`` float32
   ``[m | v | t]`` rows, ``lr, beta1, beta2, eps``; unique ids int64, summed gradient rows float32 ``(n, D)``)
@@ -40,6 +43,7 @@ import numpy as np
 import distgnn.rpc.wire as wire
 from distgnn.config import JobConfig
 from distgnn.errors import InputError, ProtocolError
+from distgnn.native.cpu import extension
 from distgnn.server.optim import adam_rows
 from distgnn.server.sampling import sample_neighbors
 from distgnn.server.store import create_tensor
@@ -153,6 +157,29 @@ def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
             f"the limit is {wire.MAX_MESSAGE_BYTES}: split the request"
         )
     return {}, [np.take(table, local, axis=0)]
+
+
+def handle_neighbor_sum(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
+    _arrays(arrays, 2, "neighbor_sum")
+    policy, name, table = _tensor(state, header)
+    if table.dtype != np.float32 or table.ndim != 2:
+        raise InputError(
+            f"neighbor_sum needs a float32 (N, F) tensor; {policy} tensor {name!r} is {table.dtype}{list(table.shape)}"
+        )
+    indptr = arrays[0]
+    local = _local_ids(arrays[1], state.partition.owned_range(policy), "neighbor_sum ids")
+    if indptr.ndim != 1 or indptr.dtype != np.int64 or len(indptr) < 1:
+        raise ProtocolError(
+            f"neighbor_sum indptr must be a 1-d int64 array of >= 1 entries, got {indptr.dtype}{list(indptr.shape)}"
+        )
+    if indptr[0] != 0 or indptr[-1] != len(local) or (np.diff(indptr) < 0).any():
+        raise ProtocolError(f"neighbor_sum indptr must rise from 0 to the {len(local)} ids")
+    reply_bytes = (len(indptr) - 1) * table.shape[1] * table.itemsize
+    if reply_bytes > wire.MAX_MESSAGE_BYTES:
+        raise InputError(f"neighbor_sum of {len(indptr) - 1} rows makes a {reply_bytes}-byte reply; split the request")
+    sums = np.empty((len(indptr) - 1, table.shape[1]), dtype=np.float32)
+    extension().mean_aggregate(indptr, local, table, sums, 0, -1, 1, average=False)
+    return {}, [sums]
 
 
 def handle_push(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
@@ -337,6 +364,7 @@ def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) 
 HANDLERS: dict[str, Callable[[ServerState, dict, list[np.ndarray]], Reply]] = {
     "meta": handle_meta,
     "pull": handle_pull,
+    "neighbor_sum": handle_neighbor_sum,
     "push": handle_push,
     "adam_step": handle_adam_step,
     "init_data": handle_init_data,

@@ -100,6 +100,22 @@ class TemporalSampler:
             seed += 1 << 32
         return out
 
+    def sample_valid(self, roots: torch.Tensor, root_times: torch.Tensor) -> TemporalHop:
+        """One hop of the ``"recent"`` strategy for roots known to be node ids in range (a batch's endpoints and
+        negatives): no host sync for the range check and no per-call seed, so a CUDA graph can capture it.
+
+        Raises:
+            ConfigError: the sampler is uniform or has two hops.
+        """
+        if self.uniform or self.hops != 1:
+            raise ConfigError("sample_valid takes one hop of the 'recent' strategy (uniform picks change per call)")
+        if self.device.type == "cuda":
+            roots = roots.to(self.device, torch.int64).contiguous()
+            root_times = root_times.to(self.device, torch.float64).contiguous()
+            neighbors, times, eids, _, _ = self._kernel(*self._csr, roots, root_times, self.k, False, 0)
+            return TemporalHop(neighbors, times, eids, neighbors >= 0)
+        return self._run_cpu(roots, root_times, 0)
+
     def _run_cpu(self, roots: torch.Tensor, root_times: torch.Tensor, seed: int) -> TemporalHop:
         threads = self.num_threads or torch.get_num_threads()
         neighbors, times, eids, counts = self._kernel(

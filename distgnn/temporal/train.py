@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from distgnn.data.events import EventStream
 from distgnn.errors import ConfigError
@@ -35,6 +34,7 @@ from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
 from distgnn.temporal.shared import host_tensor
+from distgnn.temporal.step import STEP_MODES, BatchOutput, DenseStep, graph_unsupported, link_loss
 from distgnn.temporal.warm import replay_memory
 from distgnn.train.evaluation import auc, ranks
 
@@ -70,21 +70,6 @@ def average_precision(pos: np.ndarray, neg: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-@dataclass
-class BatchOutput:
-    """Scores of one batch and the memory writes it leaves for after the optimizer step.
-
-    Attributes:
-        pos: float32 [B] logits of the batch's events.
-        neg: float32 [B, q] logits of each event's source against q negative destinations.
-        commit: applies the batch to the memory (call once, after the step).
-    """
-
-    pos: torch.Tensor
-    neg: torch.Tensor
-    commit: Callable[[], None] = field(repr=False)
-
-
 class TGNRunner:
     """One memory copy's view of the stream: forward passes over event ranges, training, evaluation.
 
@@ -97,6 +82,10 @@ class TGNRunner:
         seed: the training negatives' random stream.
         num_threads: the sampler's CPU threads.
         group: the mini-batch-parallel group whose owner holds the memory copy (None: this runner holds it).
+        step: how :meth:`train_batch` trains a batch that one process trains alone: ``"eager"`` (:meth:`forward`
+            and autograd), ``"graph"`` (:class:`~distgnn.temporal.step.DenseStep` replayed from a CUDA graph; the
+            optimizer made with ``capturable=True``) or ``"auto"`` (the graph where
+            :func:`~distgnn.temporal.step.graph_unsupported` allows it). Evaluation is eager in every mode.
         eval_seed: the evaluation negatives' random stream (restarted at every :meth:`evaluate`).
     """
 
@@ -110,8 +99,11 @@ class TGNRunner:
         seed: int = 0,
         num_threads: int | None = None,
         group: MemoryGroup | None = None,
+        step: str = "eager",
         eval_seed: int = 0,
     ):
+        if step not in STEP_MODES:
+            raise ConfigError(f"step must be one of {STEP_MODES}, got {step!r}")
         self.model, self.device = model, device
         # On the CPU these are the stream's arrays themselves (shared memory in a job), never written.
         self.src = host_tensor(events.src).to(device)
@@ -126,13 +118,21 @@ class TGNRunner:
         self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.eval_seed = eval_seed
+        why_not = graph_unsupported(self)
+        if step == "graph" and why_not:
+            raise ConfigError(f"--step graph cannot run: {why_not}; pass --step eager or --step auto")
+        self.graphed = step == "graph" or (step == "auto" and why_not is None)
+        self._dense_steps: dict[tuple[int, int], DenseStep] = {}
 
     def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from
         ``generator`` (default: the training negatives' stream)."""
+        return self.draw_negatives(count, per_event, generator).to(self.device)
+
+    def draw_negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """:meth:`negatives` on the CPU (the same draw from the same stream)."""
         generator = self.generator if generator is None else generator
-        draw = torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=generator)
-        return draw.to(self.device)
+        return torch.randint(self.dst_low, self.dst_high + 1, (count, per_event), generator=generator)
 
     def reset_memory(self) -> None:
         """Back to the stream's start (in a group, the owner resets the copy)."""
@@ -218,11 +218,15 @@ class TGNRunner:
             share: ``(s, i)``: this trainer takes the s-th of i contiguous shares of the batch (mini-batch
                 parallelism); the negatives are drawn for the whole batch, as one trainer would.
         """
+        if self.graphed and share == (0, 1) and (net is None or net is self.model):
+            key = (end - begin, id(optimizer))
+            if key not in self._dense_steps:
+                self._dense_steps[key] = DenseStep(self, optimizer, end - begin, graph=True)
+            return float(self._dense_steps[key](begin, self.draw_negatives(end - begin, 1)))
         negatives = self.negatives(end - begin, 1)
         first, stop = share_of_batch(begin, end, *share)
         out = self.forward(first, stop, negatives[first - begin : stop - begin], net, cutoff=begin)
-        loss = F.binary_cross_entropy_with_logits(out.pos, torch.ones_like(out.pos))
-        loss = loss + F.binary_cross_entropy_with_logits(out.neg, torch.zeros_like(out.neg))
+        loss = link_loss(out)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

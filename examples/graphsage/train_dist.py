@@ -119,6 +119,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         rank=trainer.rank,
         machine_group=trainer.machine_group,
         prefetching=bool(args.prefetch or args.num_workers),
+        first_layer_mean=args.model == "sage",
     )
     loader = DistNodeDataLoader(
         g,

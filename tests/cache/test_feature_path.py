@@ -96,7 +96,38 @@ def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph
         loader.close()
         sampler.close()
         path.close()
-    assert path.result_fields() == {"cache_gb": 0.0, "cache_policy": None, "hot_set": None, "sample_device": "cpu"}
+    assert path.result_fields() == {
+        "aggregate_inputs": "trainer",
+        "cache_gb": 0.0,
+        "cache_policy": None,
+        "hot_set": None,
+        "sample_device": "cpu",
+    }
+
+
+def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph) -> None:
+    # The owners sum only where they can (features in the servers' DistTensor, a model whose first layer is a
+    # mean); asked for where they cannot, the error names why.
+    def path(choice: str, first_layer_mean: bool) -> FeaturePath:
+        return FeaturePath(
+            graph,
+            torch.device("cpu"),
+            FeatureOptions(aggregate_inputs=choice),
+            seeds=torch.arange(50),
+            sampler=None,
+            batch_size=16,
+            seed=0,
+            rank=0,
+            first_layer_mean=first_layer_mean,
+        )
+
+    assert not path("trainer", True).at_owners
+    with pytest.raises(InputError, match="owners: the features are not a DistTensor"):
+        path("owners", True)
+    with pytest.raises(InputError, match="owners: the model's first layer is not a mean"):
+        path("owners", False)
+    with pytest.raises(InputError, match="aggregate_inputs must be"):
+        path("everywhere", True)
 
 
 def test_seed_labels_are_looked_up_by_id_and_refuse_other_ids() -> None:

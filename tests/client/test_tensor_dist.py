@@ -172,3 +172,60 @@ def test_a_reply_of_the_wrong_row_shape_is_named_not_copied(served, monkeypatch)
     ids = np.array([start, end, graph.num_nodes - 1], dtype=np.int64)  # one local row, two remote
     with pytest.raises(InputError, match=r"feat: a pull came back as float32\[1, 5\], expected float32\[1, 8\]"):
         t[torch.from_numpy(ids)]
+
+
+def _self_and_mean_reference(table: np.ndarray, dst: np.ndarray, indptr: np.ndarray, src: np.ndarray) -> np.ndarray:
+    means = np.zeros((len(dst), table.shape[1]), dtype=np.float64)
+    for d in range(len(dst)):
+        if indptr[d + 1] > indptr[d]:
+            means[d] = table[src[indptr[d] : indptr[d + 1]]].astype(np.float64).mean(0)
+    return np.concatenate([table[dst], means], axis=1)
+
+
+@pytest.mark.parametrize("machine", [0, 2])
+@pytest.mark.parametrize("chunk_rows", [None, 3])
+def test_self_and_mean_summed_by_the_owners_equals_the_reference(served, machine, chunk_rows, monkeypatch):
+    # The owners' partial sums (this machine's from shared memory, the others' by neighbor_sum, in chunks of a
+    # few destinations spread over the servers) put together equal the mean of the pulled rows.
+    import distgnn.client.tensor
+
+    graph, _, contexts = served
+    if chunk_rows is not None:
+        monkeypatch.setattr(distgnn.client.tensor, "PULL_CHUNK_BYTES", chunk_rows * 4 * 8)
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[machine])
+    table = graph.ndata["feat"]
+    rng = np.random.default_rng([machine, chunk_rows or 0])
+    start, end = graph.node_map[machine]
+    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
+    sources = {
+        "any": lambda n: rng.integers(0, graph.num_nodes, n),
+        "all_local": lambda n: rng.integers(start, end, n),
+        "all_remote": lambda n: rng.choice(other, n),
+    }
+    for case, draw in sources.items():
+        dst = rng.integers(0, graph.num_nodes, 40)
+        degrees = rng.integers(0, 6, len(dst))  # zeros included: no neighbours, a zero mean
+        indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+        src = draw(int(indptr[-1]))
+        got = t.self_and_mean(dst, indptr, src)
+        assert got.dtype == torch.float32 and got.shape == (len(dst), 16), case
+        np.testing.assert_allclose(
+            got.numpy(), _self_and_mean_reference(table, dst, indptr, src), rtol=1e-5, atol=1e-6, err_msg=case
+        )
+    empty = t.self_and_mean(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64))
+    assert empty.shape == (0, 16)
+
+
+def test_self_and_mean_refuses_a_bad_csr_or_a_tensor_that_is_not_float_rows(served):
+    graph, _, contexts = served
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])
+    dst = np.array([1, 2], dtype=np.int64)
+    with pytest.raises(InputError, match="indptr of 3 entries rising from 0 to 3"):
+        t.self_and_mean(dst, np.array([0, 2, 1]), np.array([4, 5, 6]))
+    with pytest.raises(InputError, match="indptr of 3 entries"):
+        t.self_and_mean(dst, np.array([0, 3]), np.array([4, 5, 6]))
+    with pytest.raises(InputError, match="out of range|outside"):
+        t.self_and_mean(dst, np.array([0, 1, 2]), np.array([4, graph.num_nodes]))
+    label = DistTensor.attach(graph.ndata["label"].shape, torch.int64, "label", "node", contexts[0])
+    with pytest.raises(InputError, match="float32"):
+        label.self_and_mean(dst, np.array([0, 1, 2]), np.array([4, 5]))

@@ -29,7 +29,12 @@ def _typed_block(rng: np.random.Generator, num_dst: int, num_src: int, num_edges
 
 def _per_relation_reference(conv: RelGraphConv, block: Block, x: torch.Tensor) -> torch.Tensor:
     weights = conv.relation_weights()
-    rows = [x[: block.num_dst] @ conv.loop_weight + conv.bias]
+    out = weights.new_zeros(block.num_dst, conv.out_feats)
+    if conv.loop_weight is not None:
+        out = out + x[: block.num_dst] @ conv.loop_weight
+    if conv.bias is not None:
+        out = out + conv.bias
+    rows = [out]
     dst = block.dst_index()
     for r in range(conv.num_rels):
         per_rel = []
@@ -42,21 +47,25 @@ def _per_relation_reference(conv: RelGraphConv, block: Block, x: torch.Tensor) -
     return torch.stack(rows).sum(0)
 
 
-# (5, 4): sources projected first (out < in); (4, 6): inputs averaged first.
+# (5, 4): sources projected first (out < in); (4, 6): inputs averaged first. Every combination of the
+# self-loop and the bias (the messages are added into the self-loop product where there is one).
 @pytest.mark.parametrize("num_bases", [None, 2])
 @pytest.mark.parametrize("in_feats, out_feats", [(5, 4), (4, 6)])
-def test_rel_graph_conv_matches_per_relation_means(num_bases, in_feats, out_feats):
+@pytest.mark.parametrize("self_loop, bias", [(True, True), (True, False), (False, True), (False, False)])
+def test_rel_graph_conv_matches_per_relation_means(num_bases, in_feats, out_feats, self_loop, bias):
     rng = np.random.default_rng(in_feats * 10 + (num_bases or 0))
     block = _typed_block(rng, 7, 20, 60, 3)
-    conv = RelGraphConv(in_feats, out_feats, num_rels=3, num_bases=num_bases)
-    with torch.no_grad():
-        conv.bias.normal_()
+    conv = RelGraphConv(in_feats, out_feats, num_rels=3, num_bases=num_bases, self_loop=self_loop, bias=bias)
+    if bias:
+        with torch.no_grad():
+            conv.bias.normal_()
     x = torch.randn(20, in_feats, requires_grad=True)
     out = conv(block, x)
     upstream = torch.randn_like(out)
-    grads = torch.autograd.grad((out * upstream).sum(), [x, conv.bases, conv.coefficients, conv.loop_weight])
+    params = [t for t in (x, conv.bases, conv.coefficients, conv.loop_weight, conv.bias) if t is not None]
+    grads = torch.autograd.grad((out * upstream).sum(), params)
     expect = _per_relation_reference(conv, block, x)
-    expect_grads = torch.autograd.grad((expect * upstream).sum(), [x, conv.bases, conv.coefficients, conv.loop_weight])
+    expect_grads = torch.autograd.grad((expect * upstream).sum(), params)
     torch.testing.assert_close(out, expect, rtol=1e-4, atol=1e-5)
     for got, want in zip(grads, expect_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
@@ -161,5 +170,21 @@ def test_typed_input_puts_each_types_rows_at_its_sources():
         else:
             expect = inputs.embeddings[ntype](ids)
         torch.testing.assert_close(x[src_ntypes == t], expect)
-    x.sum().backward()
-    assert all(p.grad is not None for p in inputs.parameters())
+    # Gradients: those of the same rows put in place by a plain index_put, under a random upstream.
+    upstream = torch.randn_like(x)
+    params = list(inputs.parameters())
+    got = torch.autograd.grad((x * upstream).sum(), params)
+    ref = torch.zeros_like(x)
+    for t, ntype in enumerate(inputs.ntypes):
+        ids = by_type.get(ntype)
+        if ids is None or len(ids) == 0:
+            continue
+        rows = (
+            inputs.projections[ntype](inputs.features[ntype][ids].float())
+            if ntype in inputs.features
+            else inputs.embeddings[ntype](ids)
+        )
+        ref = ref.index_put((torch.nonzero(src_ntypes == t).flatten(),), rows)
+    want = torch.autograd.grad((ref * upstream).sum(), params)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.to_dense(), w.to_dense())

@@ -57,6 +57,47 @@ def test_mean_kernel_matches_the_torch_reference_forward_and_backward(with_self,
         torch.set_num_threads(previous)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_sum_kernel_matches_a_numpy_reference_into_any_column_of_wider_rows(threads) -> None:
+    # average=False: the per-destination sums a feature owner sends back (DistTensor.self_and_mean), written
+    # into columns [col, col + F) of rows 2F wide; the other half is left alone.
+    rng = np.random.default_rng([threads, 17])
+    block = random_block(rng, num_dst=200, num_src=700, max_degree=9)
+    x = rng.standard_normal((700, 13), dtype=np.float32)
+    indptr, indices = block.indptr.numpy(), block.indices.numpy()
+    expected = np.zeros((200, 13), dtype=np.float64)
+    for d in range(200):
+        expected[d] = x[indices[indptr[d] : indptr[d + 1]]].astype(np.float64).sum(0)
+    for col in (0, 13):
+        out = np.full((200, 26), 7.0, dtype=np.float32)
+        cpu.extension().mean_aggregate(indptr, indices, x, out, col, -1, threads, average=False)
+        np.testing.assert_allclose(out[:, col : col + 13], expected, rtol=1e-5, atol=1e-5)
+        untouched = np.delete(out, np.s_[col : col + 13], axis=1)
+        assert (untouched == 7.0).all()
+
+
+def test_sage_layer_on_its_input_aggregated_elsewhere_equals_the_layer_on_raw_features() -> None:
+    from distgnn.nn import SAGEConv
+    from distgnn.sampling.block import SelfAndMean
+
+    rng = np.random.default_rng(3)
+    block = random_block(rng, num_dst=50, num_src=160, max_degree=7)
+    x = torch.from_numpy(rng.standard_normal((160, 6), dtype=np.float32))
+    for out_feats in (4, 9):  # narrower (projection first on raw features) and wider
+        layer = SAGEConv(6, out_feats)
+        with torch.no_grad():
+            layer.bias.normal_()
+        expected = layer(block, x)
+        got = layer(block, SelfAndMean(aggregate.self_and_mean_reference(block, x)))
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        grads = torch.autograd.grad(got.sum(), list(layer.parameters()))
+        expected_grads = torch.autograd.grad(expected.sum(), list(layer.parameters()))
+        for g, e in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        with pytest.raises(ValueError, match="SelfAndMean rows must be"):
+            layer(block, SelfAndMean(torch.zeros(50, 6)))
+
+
 def test_mean_of_a_destination_without_edges_is_zero_and_empty_blocks_work() -> None:
     block = make_block(3, 2, [0, 0, 2], [2, 2])
     x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 7.0]])

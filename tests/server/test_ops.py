@@ -294,6 +294,11 @@ def test_adam_step_refuses_bad_requests(served, change, message):
         ("sample", {"fanout": 10**9}, [np.array([0])], "fanout"),
         ("sample", {"fanout": True}, [np.array([0])], "int"),
         ("frobnicate", {}, [], "unknown op"),
+        ("neighbor_sum", {"policy": "node", "name": "label"}, [np.array([0, 1]), np.array([0])], "float32"),
+        ("neighbor_sum", {"policy": "node", "name": "feat"}, [np.array([0, 2]), np.array([0])], "rise from 0"),
+        ("neighbor_sum", {"policy": "node", "name": "feat"}, [np.array([0, 1]), np.array([290])], "not owned"),
+        ("neighbor_sum", {"policy": "node", "name": "feat"}, [np.array([0, 1], np.int32), np.array([0])], "int64"),
+        ("neighbor_sum", {"policy": "node", "name": "feat"}, [np.array([0, 1])], "arrays"),
         (
             "init_data",
             {"policy": "node", "name": "wide", "dtype": "float64", "shape": [290, 2**30]},
@@ -307,6 +312,21 @@ def test_bad_requests_get_error_replies(served, op, fields, arrays, message):
     with pytest.raises(RpcError, match=message):
         client.call(0, op, fields, arrays)
     assert client.call(0, "meta").header["ok"] is True
+
+
+@pytest.mark.parametrize("server", [0, 1])
+def test_neighbor_sum_sums_the_owned_rows_of_each_destination(served, server):
+    graph, _, client = served
+    rng = np.random.default_rng([server, 9])
+    for machine in range(2):
+        degrees = rng.integers(0, 5, 30)
+        indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+        ids = _owned(graph, machine, rng, int(indptr[-1]))
+        fields = {"policy": "node", "name": "feat"}
+        got = client.call(machine, "neighbor_sum", fields, [indptr, ids], server_id=server).arrays[0]
+        feat = graph.ndata["feat"]
+        expected = np.stack([feat[ids[indptr[d] : indptr[d + 1]]].sum(0) for d in range(30)])
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_barrier_releases_all_parties_together(served):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal import build_temporal_csr, checkpoint, parallel
-from distgnn.temporal.job import load_stream
+from distgnn.temporal.job import adam, load_stream
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split
 
@@ -67,7 +67,7 @@ def _replay(epochs: int, j: int, world: int) -> tuple[TGN, NodeMemory]:
     torch.manual_seed(SEED)
     model = TGN(events.num_nodes, 0, 8, 4, 8)
     runner = TGNRunner(model, events, build_temporal_csr(events), torch.device("cpu"), 4, seed=SEED * 1000)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR, foreach=True)
+    optimizer = adam(model.parameters(), LR, torch.device("cpu"), "eager")  # the job's Adam, update for update
     live = runner.memory
     batches = batch_ranges(0, chronological_split(len(events))[0], 200)
     for _ in range(epochs):
@@ -108,10 +108,11 @@ def assert_matches(files: dict, model: TGN, memory: NodeMemory) -> None:
         array, saved = value.numpy(), files[f"model.{key}.npy"]
         if key == "attention.key_value_node.bias":
             array, saved = array[8:], saved[8:]
-        # The time encoders' weights multiply raw event times (~1e3 here): DDP's averaged gradients and the
-        # replay's summed loss round differently, and their Adam steps carry that to ~5e-4 on torch 2.11
-        # (1e-4 on 2.13); every other parameter and the memory stay within 1e-4.
-        atol = 1e-3 if key.endswith("time.linear.weight") else 1e-4
+        # The time encoders' weights multiply raw event times (~1e3 here), and their bias takes the sum of those
+        # terms' gradients: DDP's averaged gradients and the replay's summed loss round differently, and Adam's
+        # steps carry that to ~5e-4 (weights on torch 2.11; the bias, 4e-4, on 2.13 on another host); every
+        # other parameter and the memory stay within 1e-4.
+        atol = 1e-3 if "time.linear." in key else 1e-4
         np.testing.assert_allclose(saved, array, atol=atol, err_msg=key)
     for field, array in memory.state().items():
         np.testing.assert_allclose(files[f"memory0.{field}.npy"], array, atol=1e-4, err_msg=field)
