@@ -134,7 +134,9 @@ def test_typed_target_on_a_two_machine_cluster(tmp_path) -> None:
     assert result["test_auc"] > 0.55 and result["epoch_time_s"] > 0, result
 
 
-CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=20", "--quiet", "--seed=0"]
+# 10 epochs: AUC 0.91-0.92 on both sides and within 0.01 of each other at 8 and 12 epochs (2026-11-26), well
+# inside the bounds below; 20 epochs doubled the suite's longest test.
+CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=10", "--quiet", "--seed=0"]
 
 
 @pytest.mark.slow
@@ -160,7 +162,7 @@ def test_cora_two_by_two_cluster_matches_single_process(tmp_path) -> None:
     # Held-out noise on 527 pairs: seeds 0-2 of each side spread over about 2 points (docs/BENCHMARKS.md).
     assert abs(cluster["test_auc"] - single["test_auc"]) <= 0.03, (single, cluster)
     assert abs(cluster["test_mrr"] - single["test_mrr"]) <= 0.05, (single, cluster)
-    assert len(cluster["epoch_times_s"]) == 20 and cluster["seps"] > 0
+    assert len(cluster["epoch_times_s"]) == 10 and cluster["seps"] > 0
 
 
 RESUMABLE = {
