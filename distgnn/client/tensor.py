@@ -314,9 +314,10 @@ class DistTensor:
             if isinstance(local, slice):
                 ids, sub_indptr = src_ids - self._local_start, indptr
             else:
-                ids, slots, sub_indptr = _owner_csr(src_ids, dst_of_edge, local, num_dst, dense=True)
+                ids, _, sub_indptr = _owner_csr(src_ids, dst_of_edge, local, num_dst, dense=True)
                 ids = ids - self._local_start
-            extension().mean_aggregate(sub_indptr, ids, self._local, out, width, -1, 1, average=False)
+            threads = torch.get_num_threads()
+            extension().mean_aggregate(sub_indptr, ids, self._local, out, width, -1, threads, average=False)
         means = torch.from_numpy(out)[:, width:]  # a view: the remote sums are added in place
         replies = client.wait([rid for _, rid in pending])
         for (slots, _), reply in zip(pending, replies, strict=True):
@@ -328,8 +329,7 @@ class DistTensor:
                 )
             means.index_add_(0, torch.from_numpy(slots), torch.from_numpy(sums))
         out[:, :width] = own_rows.result().numpy()
-        with np.errstate(divide="ignore"):
-            inverse = np.where(degrees > 0, 1.0 / np.maximum(degrees, 1), 0.0).astype(np.float32)
+        inverse = np.where(degrees > 0, 1.0 / np.maximum(degrees, 1), 0.0).astype(np.float32)
         out[:, width:] *= inverse[:, None]
         return torch.from_numpy(out)
 
