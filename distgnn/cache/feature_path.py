@@ -87,8 +87,8 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
         choices=("trainer", "owners"),
         help="where a mean-aggregating first layer (GraphSAGE) averages its neighbours' features: 'trainer' pulls\n"
         "every sampled neighbour's row; 'owners' has the machines that hold the rows sum them (this machine's from\n"
-        "shared memory) and pulls only the sums and the destinations' own rows (~4x fewer bytes at 1M nodes, but\n"
-        "the sums run on the servers: no faster on a 2-core simulated cluster, docs/BENCHMARKS.md)",
+        "shared memory) and pulls only the sums and the destinations' own rows (CPU trainers; 4-13%% shorter epochs at\n"
+        "1M nodes on a 2-core simulated cluster, where the servers share the trainers' cores: docs/BENCHMARKS.md)",
     )
     return group
 
@@ -233,6 +233,8 @@ class FeaturePath:
         why_not = None
         if not first_layer_mean:
             why_not = "the model's first layer is not a mean aggregation (GraphSAGE)"
+        elif self.device.type != "cpu":
+            why_not = "the trainer is not on the CPU (a GPU trainer's step takes the rows themselves)"
         elif not isinstance(self.feat, DistTensor):
             why_not = "the features are not a DistTensor of the servers"
         elif self.cached is not None:
@@ -329,7 +331,8 @@ class FeaturePath:
         return batch, x, y
 
     def result_fields(self) -> dict[str, Any]:
-        """The RESULT keys that describe the feature path: ``cache_gb cache_policy hot_set sample_device``."""
+        """The RESULT keys that describe the feature path: ``aggregate_inputs cache_gb cache_policy hot_set
+        sample_device``."""
         on = self.cached is not None
         return {
             "aggregate_inputs": "owners" if self.at_owners else "trainer",

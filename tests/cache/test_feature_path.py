@@ -128,6 +128,19 @@ def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph
         path("owners", False)
     with pytest.raises(InputError, match="aggregate_inputs must be"):
         path("everywhere", True)
+    with pytest.raises(InputError, match="owners: the trainer is not on the CPU"):  # (no CUDA touched)
+        FeaturePath(
+            graph,
+            torch.device("cuda"),
+            FeatureOptions(aggregate_inputs="owners"),
+            seeds=torch.arange(50),
+            sampler=None,
+            batch_size=16,
+            seed=0,
+            rank=0,
+            prefetching=True,
+            first_layer_mean=True,
+        )
 
 
 def test_seed_labels_are_looked_up_by_id_and_refuse_other_ids() -> None:
