@@ -108,16 +108,18 @@ def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph
 def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph) -> None:
     # The owners sum only where they can (features in the servers' DistTensor, a model whose first layer is a
     # mean); asked for where they cannot, the error names why.
-    def path(choice: str, first_layer_mean: bool) -> FeaturePath:
+    def path(choice: str, first_layer_mean: bool, device: str = "cpu") -> FeaturePath:
+        # Prefetching: no labels table on the device, so a CUDA device is named but never touched.
         return FeaturePath(
             graph,
-            torch.device("cpu"),
+            torch.device(device),
             FeatureOptions(aggregate_inputs=choice),
             seeds=torch.arange(50),
             sampler=None,
             batch_size=16,
             seed=0,
             rank=0,
+            prefetching=True,
             first_layer_mean=first_layer_mean,
         )
 
@@ -128,19 +130,8 @@ def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph
         path("owners", False)
     with pytest.raises(InputError, match="aggregate_inputs must be"):
         path("everywhere", True)
-    with pytest.raises(InputError, match="owners: the trainer is not on the CPU"):  # (no CUDA touched)
-        FeaturePath(
-            graph,
-            torch.device("cuda"),
-            FeatureOptions(aggregate_inputs="owners"),
-            seeds=torch.arange(50),
-            sampler=None,
-            batch_size=16,
-            seed=0,
-            rank=0,
-            prefetching=True,
-            first_layer_mean=True,
-        )
+    with pytest.raises(InputError, match="owners: the trainer is not on the CPU"):
+        path("owners", True, device="cuda")
 
 
 def test_seed_labels_are_looked_up_by_id_and_refuse_other_ids() -> None:
