@@ -35,6 +35,9 @@
 #          benchmarks/train_tgn.py (vs PyG's TGN) and benchmarks/train_snapshot.py --part peer (vs PyTorch Geometric
 #          Temporal: carry its wheel with decorator and networkx in .whl/) on the GPU; the data is read from
 #          ../shared/data, copied there from DATA_ROOT when set (the GPU machine has no network)
+# stability  benchmarks/tgn_stability.py on the host's cores (CPU step, one thread a process): one process per
+#          set and seed, STAB_SETS (system:time-encoding words, default "distgnn:fixed distgnn:learned pyg:fixed"; pyg ignores the encoding), STAB_SEEDS
+#          (default 0 1 2 3 4), STAB_PERTURB (default 0,1,2,3); the collapse counts per set
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -103,6 +106,20 @@ if has dynamic; then
   timeout 200 python3 benchmarks/train_snapshot.py --part peer --device cuda --epochs 50 --seeds 0 \
     >"$OUT/snapshot_cuda.log" 2>&1 || status=1
   tail -14 "$OUT/snapshot_cuda.log"
+fi
+if has stability; then
+  if [[ -n "${DATA_ROOT:-}" && ! -d ../shared/data ]]; then mkdir -p ../shared && cp -r "$DATA_ROOT" ../shared/data; fi
+  export OUT STAB_PERTURB=${STAB_PERTURB:-0,1,2,3}
+  sets=${STAB_SETS:-distgnn:fixed distgnn:learned pyg:fixed}
+  for set in $sets; do
+    for seed in ${STAB_SEEDS:-0 1 2 3 4}; do echo "$set $seed"; done
+  done | xargs -P "$(nproc)" -L 1 bash -c 'system=${0%%:*} encoding=${0#*:}
+    OMP_NUM_THREADS=1 timeout 500 python3 benchmarks/tgn_stability.py --system "$system" --time-encoding "$encoding" \
+      --seeds "$1" --perturb "$STAB_PERTURB" >"$OUT/stab_${system}_${encoding}_$1.log" 2>&1'
+  for set in $sets; do  # one summary file: the machine returns few files
+    echo "== $set"; cat "$OUT"/stab_"${set%%:*}_${set#*:}"_*.log | grep -E "^ +[0-9]+ +[0-9]+ "
+  done | tee "$OUT/stability.txt"
+  rm -f "$OUT"/stab_*.log
 fi
 if has nccl; then
   timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \

@@ -55,9 +55,12 @@ DIM, NEIGHBORS, BATCH, LR = 100, 10, 200, 1e-4
 class Ours:
     name = "distgnn"
 
-    def __init__(self, events: EventStream, device: torch.device, seed: int, step: str = "auto"):
+    def __init__(
+        self, events: EventStream, device: torch.device, seed: int, step: str = "auto", learn_time: bool = False
+    ):
         torch.manual_seed(seed)
-        self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2).to(device)
+        self.model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2, learn_time=learn_time)
+        self.model.to(device)
         csr = build_temporal_csr(events)
         self.runner = TGNRunner(self.model, events, csr, device, NEIGHBORS, seed=seed, step=step)
         self.optimizer = adam(self.model.parameters(), LR, device, step)  # as the example

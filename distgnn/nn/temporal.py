@@ -116,19 +116,30 @@ def _last_occurrence(keys: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
 class TimeEncoder(nn.Module):
     """``cos(w t + b)`` of time deltas: float [...] -> float32 [..., dim].
 
-    ``w`` starts at ``10^-linspace(0, 9, dim)`` (TGN's choice), so deltas of seconds to years all resolve.
+    ``w`` is ``10^-linspace(0, 9, dim)`` (TGN's choice), so deltas of seconds to years all resolve, and ``b`` 0.
+    Fixed by default (GraphMixer's encoding): trained with Adam (``learnable=True``, TGN's and PyG's choice),
+    every step moves each frequency by about the learning rate, which is ~1e-4 radians a second, so within the
+    first steps the slow frequencies turn deltas of days into noise; on CollegeMsg 4 of 20 runs (seeds x
+    rounding-level weight perturbations) then fell to test AP 0.59-0.74 in their third epoch, against none of
+    20 with the fixed encoding, whose runs also scored 3 AP points higher (docs/BENCHMARKS.md).
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, learnable: bool = False):
         super().__init__()
-        self.dim = dim
-        self.linear = nn.Linear(1, dim)
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.from_numpy(1 / 10 ** np.linspace(0, 9, dim)).float().view(dim, 1))
-            self.linear.bias.zero_()
+        self.dim, self.learnable = dim, learnable
+        frequency = torch.from_numpy(1 / 10 ** np.linspace(0, 9, dim)).float()
+        if learnable:
+            self.linear = nn.Linear(1, dim)
+            with torch.no_grad():
+                self.linear.weight.copy_(frequency.view(dim, 1))
+                self.linear.bias.zero_()
+        else:
+            self.register_buffer("frequency", frequency)
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
-        return torch.cos(self.linear(t.float().unsqueeze(-1)))
+        if self.learnable:
+            return torch.cos(self.linear(t.float().unsqueeze(-1)))
+        return torch.cos(t.float().unsqueeze(-1) * self.frequency)
 
 
 class MemoryUpdater(nn.Module):
@@ -137,9 +148,9 @@ class MemoryUpdater(nn.Module):
     ``forward(mail [U, 2m + d_e], delta [U] float, memory [U, m]) -> [U, m]``.
     """
 
-    def __init__(self, memory_dim: int, edge_dim: int, time_dim: int):
+    def __init__(self, memory_dim: int, edge_dim: int, time_dim: int, learn_time: bool = False):
         super().__init__()
-        self.time = TimeEncoder(time_dim)
+        self.time = TimeEncoder(time_dim, learn_time)
         self.gru = nn.GRUCell(2 * memory_dim + edge_dim + time_dim, memory_dim)
 
     def forward(self, mail: torch.Tensor, delta: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
@@ -161,12 +172,14 @@ class TemporalAttention(nn.Module):
     neighbour rows (no gather, so no data-dependent work in backward either).
     """
 
-    def __init__(self, in_dim: int, edge_dim: int, time_dim: int, out_dim: int, heads: int = 2):
+    def __init__(
+        self, in_dim: int, edge_dim: int, time_dim: int, out_dim: int, heads: int = 2, learn_time: bool = False
+    ):
         super().__init__()
         self.heads, self.head_dim, self.out_dim = heads, out_dim // heads, out_dim
         if self.head_dim * heads != out_dim:
             raise ValueError(f"out_dim {out_dim} must be a multiple of heads {heads}")
-        self.time = TimeEncoder(time_dim)
+        self.time = TimeEncoder(time_dim, learn_time)
         self.query_time = nn.Linear(time_dim, out_dim, bias=False)
         self.root = nn.Linear(in_dim, 2 * out_dim)  # the query's node part and the root's own projection
         self.key_value_node = nn.Linear(in_dim, 2 * out_dim)
@@ -244,6 +257,8 @@ class TGN(nn.Module):
         heads: attention heads.
         static_dim: DistTGL's static node memory: a learnable [N, static_dim] table whose rows are
             concatenated to the dynamic memory as the attention's node features (0: off).
+        learn_time: train the time encoders' frequencies (TGN's and PyG's choice; :class:`TimeEncoder` says
+            why they are fixed by default).
     """
 
     def __init__(
@@ -255,14 +270,17 @@ class TGN(nn.Module):
         embedding_dim: int = 100,
         heads: int = 2,
         static_dim: int = 0,
+        learn_time: bool = False,
     ):
         super().__init__()
         self.num_nodes, self.edge_dim, self.memory_dim = num_nodes, edge_dim, memory_dim
-        self.updater = MemoryUpdater(memory_dim, edge_dim, time_dim)
+        self.updater = MemoryUpdater(memory_dim, edge_dim, time_dim, learn_time)
         self.static = nn.Embedding(num_nodes, static_dim) if static_dim else None
         if self.static is not None:
             nn.init.normal_(self.static.weight, std=0.1)
-        self.attention = TemporalAttention(memory_dim + static_dim, edge_dim, time_dim, embedding_dim, heads)
+        self.attention = TemporalAttention(
+            memory_dim + static_dim, edge_dim, time_dim, embedding_dim, heads, learn_time
+        )
         self.predictor = LinkPredictor(embedding_dim)
 
     def new_memory(self, device: torch.device | str = "cpu") -> NodeMemory:
