@@ -20,6 +20,7 @@ DGL's local-address list to that address.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -63,6 +64,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "layer's neighbour means are summed",
     )
     p.add_argument(
+        "--distgnn-matmul",
+        default="highest",
+        help="distgnn runs to make, by --matmul-precision (comma-separated: highest, medium): medium takes the\n"
+        "GNN layers' products in bfloat16 on a CPU's AMX units (distgnn.nn.matmul)",
+    )
+    p.add_argument(
         "--also-default-malloc",
         action="store_true",
         help="also run each distgnn variant with glibc malloc left as it is (train_dist.py --no-malloc-tuning)",
@@ -98,9 +105,15 @@ def synthetic_graph(args):
 
 
 def run_distgnn(
-    args, prefetch: int, malloc_tuning: bool = True, root: Path = ROOT, aggregate: str | None = None
+    args,
+    prefetch: int,
+    malloc_tuning: bool = True,
+    root: Path = ROOT,
+    aggregate: str | None = None,
+    matmul: str | None = None,
 ) -> dict:
-    """One distgnn run; ``aggregate``: its ``--aggregate-inputs`` (None: not passed, for a checkout older than it)."""
+    """One distgnn run; ``aggregate``, ``matmul``: its ``--aggregate-inputs`` and ``--matmul-precision`` (None:
+    not passed, for a checkout older than them)."""
     cmd = [
         sys.executable,
         str(root / SCRIPT),
@@ -128,6 +141,7 @@ def run_distgnn(
     cmd += ["--no-eval"] if args.no_eval else []
     cmd += [] if malloc_tuning else ["--no-malloc-tuning"]
     cmd += [] if aggregate is None else [f"--aggregate-inputs={aggregate}"]
+    cmd += [] if matmul is None else [f"--matmul-precision={matmul}"]
     return run_for_result(cmd, "distgnn", env=checkout_env(root, ROOT))
 
 
@@ -382,17 +396,20 @@ def main(argv=None) -> int:
     results = {}
     if not args.skip_distgnn:
         aggregates = args.distgnn_aggregate.split(",")
-        for prefetch in (int(p) for p in args.distgnn_prefetch.split(",")):
-            for aggregate in aggregates:
-                mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
-                mode += "" if aggregates == ["trainer"] else f", inputs {aggregate}"
-                results[f"distgnn ({mode})"] = run_distgnn(args, prefetch, aggregate=aggregate)
-                if args.baseline:  # an older checkout: its own defaults
-                    results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
-                if args.also_default_malloc:
-                    results[f"distgnn ({mode}, default malloc)"] = run_distgnn(
-                        args, prefetch, aggregate=aggregate, malloc_tuning=False
-                    )
+        matmuls = args.distgnn_matmul.split(",")
+        for prefetch, aggregate, matmul in itertools.product(
+            (int(p) for p in args.distgnn_prefetch.split(",")), aggregates, matmuls
+        ):
+            mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
+            mode += "" if aggregates == ["trainer"] else f", inputs {aggregate}"
+            mode += "" if matmuls == ["highest"] else f", matmul {matmul}"
+            results[f"distgnn ({mode})"] = run_distgnn(args, prefetch, aggregate=aggregate, matmul=matmul)
+            if args.baseline:  # an older checkout: its own defaults
+                results[f"distgnn baseline ({mode})"] = run_distgnn(args, prefetch, root=Path(args.baseline))
+            if args.also_default_malloc:
+                results[f"distgnn ({mode}, default malloc)"] = run_distgnn(
+                    args, prefetch, aggregate=aggregate, malloc_tuning=False, matmul=matmul
+                )
     if not args.skip_dgl:
         results["DistDGL"] = run_dgl(args)
         if args.also_tuned_dgl:

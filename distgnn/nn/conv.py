@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import distgnn.nn.aggregate as aggregate
+from distgnn.nn.matmul import linear
 from distgnn.sampling.block import Block, SelfAndMean
 
 
@@ -49,10 +50,10 @@ class SAGEConv(nn.Module):
                 )
             return self._combine(x.rows)
         if self.out_feats < self.in_feats:
-            out = aggregate.mean(block, self.fc_neigh(x))
+            out = aggregate.mean(block, linear(x, self.fc_neigh.weight))
             if self.bias is not None:
                 out = out + self.bias
-            return torch.addmm(out, x[: block.num_dst], self.fc_self.weight.t())
+            return linear(x[: block.num_dst], self.fc_self.weight, out)
         # One product of [x_dst | mean] with [W_self | W_neigh]: the aggregation writes both halves in
         # one pass, and the gradient of x comes back in one tensor (no zero-padded slice gradient to add).
         return self._combine(aggregate.self_and_mean(block, x))
@@ -60,9 +61,7 @@ class SAGEConv(nn.Module):
     def _combine(self, inputs: torch.Tensor) -> torch.Tensor:
         """``[x_dst | mean] @ [W_self | W_neigh]^T + b``."""
         weight = torch.cat([self.fc_self.weight, self.fc_neigh.weight], dim=1)
-        if self.bias is None:
-            return inputs @ weight.t()
-        return torch.addmm(self.bias, inputs, weight.t())
+        return linear(inputs, weight, self.bias)
 
 
 class GATConv(nn.Module):

@@ -94,7 +94,7 @@ def start_trainer(args: argparse.Namespace) -> Iterator[SnapshotTrainer]:
         keep_freed_memory()
     quiet = args.quiet or not (sys.stderr.isatty() or os.environ.get(job.STDERR_TTY_ENV) == "1")
     if args.single:
-        torch.set_num_threads(job.torch_threads(args, 1))
+        job.configure_torch(args, 1)
         yield SnapshotTrainer(0, 1, torch.device(args.device), not quiet)
         return
     # gloo carries the hand-off and the gradient sum whichever way processes share a GPU (NCCL refuses two ranks

@@ -232,7 +232,7 @@ def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
     if distributed:
         device = job.join_process_group(args, backend="gloo")  # the memory groups and DDP both run over gloo
     else:
-        torch.set_num_threads(job.torch_threads(args, 1))
+        job.configure_torch(args, 1)
         device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
@@ -259,7 +259,10 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
     ).to(device)
     net: torch.nn.Module = model
     if world > 1:
-        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # The buffers (the fixed time frequencies) never change: no broadcast of them before every forward.
+        net = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+        )
     if world > 1 and args.step == "graph":
         raise ConfigError("--step graph trains one process alone (DDP's all-reduce stays eager); pass --step auto")
     step = args.step if world == 1 else "eager"

@@ -54,21 +54,14 @@ WARMUP_STEPS = 2  # eager steps on the buffers before the capture (cuBLAS handle
 
 
 def add_step_args(parser: argparse.ArgumentParser) -> None:
-    """``--step {auto,eager,graph}``: how each training step is issued on a GPU; ``--matmul-precision``:
-    ``torch.set_float32_matmul_precision`` (``high``: TF32 matrix products, faster, about 1e-3 relative
-    error; the default ``highest`` keeps float32 products)."""
+    """``--step {auto,eager,graph}``: how each training step is issued on a GPU (``--matmul-precision`` is a
+    job flag, :func:`distgnn.train.job.add_job_args`)."""
     parser.add_argument(
         "--step",
         default="auto",
         choices=STEP_MODES,
         help="graph: replay forward, backward and optimiser from one CUDA graph per batch (one GPU, GraphSAGE "
         "or MLP, bounded fanouts); eager: launch each op; auto: graph where it can run",
-    )
-    parser.add_argument(
-        "--matmul-precision",
-        default="highest",
-        choices=("highest", "high"),
-        help="float32 matrix products: highest (float32) or high (TF32 on the GPU's matrix units, ~1e-3 error)",
     )
 
 

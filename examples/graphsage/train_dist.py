@@ -99,7 +99,6 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     model = raw_model
     if trainer.world_size > 1:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    torch.set_float32_matmul_precision(args.matmul_precision)
     step = TrainStep(model, args.step, args.batch_size, args.fanouts, device)
     # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes);
     # a step replayed from a CUDA graph needs it capturable (its step count on the device).
