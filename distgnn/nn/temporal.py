@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from distgnn.native.cpu import extension
+
 
 class NodeMemory:
     """Memory and mailbox of ``num_nodes`` nodes, on one device.
@@ -198,25 +200,15 @@ class TemporalAttention(nn.Module):
         delta: torch.Tensor,
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        num_roots, k = mask.shape
-        shape = (num_roots, k, 2, self.heads, self.head_dim)
+        num_roots = len(mask)
         if root_index is None:  # the dense layout (TGN.forward_dense): R root rows, then R * k neighbour rows
-            root_features = features[:num_roots]
-            key_value = self.key_value_node(features[num_roots:]).view(shape)
+            root_features, kv_rows, slots = features[:num_roots], self.key_value_node(features[num_roots:]), None
         else:
-            root_features = features[root_index]
-            key_value = self.key_value_node(features)[nbr_index].view(shape)
+            root_features, kv_rows, slots = features[root_index], self.key_value_node(features), nbr_index
         query_node, own = self.root(root_features).split(self.out_dim, 1)
         query = query_node + self.query_time(self.time(features.new_zeros(1)))
-        q = query.view(num_roots, 1, self.heads, self.head_dim)
-        event = self._event_term(edge_feat, delta, mask).view(num_roots, k, 1, self.heads, self.head_dim)
-        key, value = (key_value + event).unbind(2)
-        scores = (q * key).sum(-1) / math.sqrt(self.head_dim)  # [R, k, heads]
-        scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
-        weights = torch.softmax(scores, dim=1)
-        weights = torch.nan_to_num(weights, nan=0.0)  # a root without neighbours attends to nothing
-        attended = (weights.unsqueeze(-1) * value).sum(1).reshape(num_roots, -1)
-        return self.out(attended) + own
+        event = self._event_term(edge_feat, delta, mask)
+        return self.out(attend(query, kv_rows, slots, event, mask, self.heads)) + own
 
     def _event_term(self, edge_feat: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The event projection per neighbour slot, [R, k, out_dim]. On the CPU only the filled slots are
@@ -232,6 +224,101 @@ class TemporalAttention(nn.Module):
             encoded = torch.cat([edge_feat.flatten(0, 1)[filled], encoded], 1)
         projected = self.event(encoded)
         return projected.new_zeros(mask.numel(), self.out_dim).index_copy(0, filled, projected).view(*mask.shape, -1)
+
+
+def attend(
+    query: torch.Tensor,
+    kv_rows: torch.Tensor,
+    slots: torch.Tensor | None,
+    event: torch.Tensor,
+    mask: torch.Tensor,
+    heads: int,
+) -> torch.Tensor:
+    """Each root's attention over its k neighbour slots (the one dispatch point of the op).
+
+    ``query`` [R, W]; ``kv_rows`` [U, 2W] (a row: W key, then W value); ``slots`` int64 [R, k] rows of
+    ``kv_rows`` per slot, or None when ``kv_rows`` holds the R * k slots in order; ``event`` [R, k, W] added to
+    both key and value; ``mask`` bool [R, k] (False: empty slot). Per head (W = heads * D): softmax over the
+    filled slots of ``<query, key> / sqrt(D)``, then the weighted sum of the values; a root without a filled
+    slot gets 0. -> [R, W]. On the CPU the C++ kernel (gather, scores, softmax and sum in one pass, and its
+    backward), elsewhere :func:`attend_reference`'s torch ops.
+    """
+    if query.device.type == "cpu" and slots is not None and query.dtype == torch.float32:
+        return _FusedAttention.apply(query, kv_rows, slots, event, mask, heads)
+    return attend_reference(query, kv_rows, slots, event, mask, heads)
+
+
+def attend_reference(
+    query: torch.Tensor,
+    kv_rows: torch.Tensor,
+    slots: torch.Tensor | None,
+    event: torch.Tensor,
+    mask: torch.Tensor,
+    heads: int,
+) -> torch.Tensor:
+    """:func:`attend` in plain torch ops (what the GPU runs, and the kernel's reference)."""
+    num_roots, k = mask.shape
+    head_dim = query.shape[1] // heads
+    key_value = (kv_rows if slots is None else kv_rows[slots]).view(num_roots, k, 2, heads, head_dim)
+    key, value = (key_value + event.view(num_roots, k, 1, heads, head_dim)).unbind(2)
+    q = query.view(num_roots, 1, heads, head_dim)
+    scores = (q * key).sum(-1) / math.sqrt(head_dim)  # [R, k, heads]
+    scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
+    weights = torch.softmax(scores, dim=1)
+    weights = torch.nan_to_num(weights, nan=0.0)  # a root without neighbours attends to nothing
+    return (weights.unsqueeze(-1) * value).sum(1).reshape(num_roots, -1)
+
+
+class _FusedAttention(torch.autograd.Function):
+    """:func:`attend` through the C++ kernels (``temporal_attention`` and its backward, csrc/cpu/temporal.h)."""
+
+    @staticmethod
+    def forward(ctx, query, kv_rows, slots, event, mask, heads):
+        num_roots, k = mask.shape
+        width = query.shape[1]
+        query, kv = query.detach().contiguous(), kv_rows.detach().contiguous()
+        event = event.detach().reshape(num_roots * k, width).contiguous()
+        slots = slots.reshape(-1).contiguous()
+        filled = mask.reshape(-1).contiguous().view(torch.uint8)
+        out = query.new_empty(num_roots, width)
+        weight = query.new_empty(num_roots * k, heads)
+        scale = 1.0 / math.sqrt(width // heads)
+        extension().temporal_attention(
+            query.numpy(),
+            kv.numpy(),
+            slots.numpy(),
+            event.numpy(),
+            filled.numpy(),
+            heads,
+            scale,
+            out.numpy(),
+            weight.numpy(),
+            torch.get_num_threads(),
+        )
+        ctx.save_for_backward(query, kv, slots, event, filled, weight)
+        ctx.heads, ctx.scale, ctx.event_shape = heads, scale, (num_roots, k, width)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, kv, slots, event, filled, weight = ctx.saved_tensors
+        grad_query, grad_kv, grad_event = torch.empty_like(query), torch.empty_like(kv), torch.empty_like(event)
+        extension().temporal_attention_backward(
+            query.numpy(),
+            kv.numpy(),
+            slots.numpy(),
+            event.numpy(),
+            filled.numpy(),
+            weight.numpy(),
+            grad_out.contiguous().numpy(),
+            ctx.heads,
+            ctx.scale,
+            grad_query.numpy(),
+            grad_kv.numpy(),
+            grad_event.numpy(),
+            torch.get_num_threads(),
+        )
+        return grad_query, grad_kv, None, grad_event.view(ctx.event_shape), None, None
 
 
 class LinkPredictor(nn.Module):
