@@ -16,8 +16,8 @@ accuracy: training seconds (evaluations left out), summed over the run, until a 
 single trainer's best validation AP. Every run validates by the same rule (``--evals-per-epoch`` times an
 epoch, the example's flag, 4 here: a validation inside an epoch scores a memory caught up by replay, which
 scores lower than the memory an epoch ends with, so a run reaching the target there has reached it) and
-uses the same ``--lr-scaling`` (the example's flag: sqrt, the default, multiplies the learning rate by the
-square root of the j*k batches a step averages, linear by j*k; the single trainer's is 1).
+uses the same ``--lr-scaling`` (the example's flag: linear, the default, multiplies the learning rate by the
+j*k batches a step averages, sqrt by its square root; the single trainer's is 1).
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
@@ -331,7 +331,7 @@ def main() -> int:
     )
     p.add_argument(
         "--lr-scaling",
-        default="sqrt",
+        default="linear",
         choices=("linear", "sqrt", "none"),
         help="the example's flag, for every --scaling run",
     )

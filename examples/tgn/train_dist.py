@@ -11,9 +11,9 @@ The stream is ``--dataset events:PATH`` (CSV ``src,dst,time,...`` or SNAP ``src 
 ``synthetic-events:NODES:EVENTS``; split chronologically 70/15/15. ``--minibatch-parallelism i
 --epoch-parallelism j --memory-parallelism k`` (i*j*k trainers; unset: DistTGL's heuristic, printed at start
 with its reasons): i trainers split each batch, j train j epochs at once over one memory copy (an epoch then
-trains every batch j times), k memory copies train their own time segments. ``--lr-scaling sqrt`` (default)
-multiplies ``--lr`` by the square root of the j*k batches whose gradients a step averages (``linear``: by
-j*k, as DistTGL does; ``none``: as given); the learning rate used is printed at start. ``--evals-per-epoch N``
+trains every batch j times), k memory copies train their own time segments. ``--lr-scaling linear`` (default,
+DistTGL's rule) multiplies ``--lr`` by the j*k batches whose gradients a step averages (``sqrt``: by its
+square root; ``none``: as given); the learning rate used is printed at start. ``--evals-per-epoch N``
 validates N times an epoch: the ones before its end score a scratch copy of the memory caught up to the end
 of the training events with the current weights, which scores lower than the memory trained along (2.3 AP
 points on CollegeMsg, same weights; docs/BENCHMARKS.md).

@@ -226,7 +226,7 @@ def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, ca
     args = ["--single", *small, "--epochs", "2", "--evals-per-epoch", "3", "--num-threads", "1", "--quiet"]
     assert main([*args, "--run-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "lr 0.0001 x 1 = 0.0001 (--lr-scaling sqrt)" in out and "memory caught up over" in out
+    assert "lr 0.0001 x 1 = 0.0001 (--lr-scaling linear)" in out and "memory caught up over" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r["kind"] == "eval"]
     epochs = [r for r in records if r["kind"] == "epoch"]
