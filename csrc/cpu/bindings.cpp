@@ -294,15 +294,17 @@ py::tuple temporal_sample(const py::array& indptr, const py::array& neighbors, c
   return py::make_tuple(out_neighbors, out_times, out_eids, counts);
 }
 
-// Shapes shared by the attention's forward and backward: query [R, W], kv [U, 2W], nbr and mask flat [R * k]
-// (int64, uint8), event [R * k, W], weight [R * k, heads]; W = heads * head_dim.
+// Shapes shared by the attention's forward and backward: query [R, W], kv [U, 2W], nbr, event_index and mask flat
+// [R * k] (int64, int64, uint8), event [F, W], weight [R * k, heads]; W = heads * head_dim.
 struct AttentionShape {
-  int64_t roots, k, width, num_kv, head_dim;
+  int64_t roots, k, width, num_kv, head_dim, num_event_rows;
 };
 
 AttentionShape attention_shape(const py::array& query, const py::array& kv, const py::array& nbr,
-                               const py::array& event, const py::array& mask, const py::array& weight, int64_t heads) {
+                               const py::array& event, const py::array& event_index, const py::array& mask,
+                               const py::array& weight, int64_t heads) {
   vector_data<int64_t>(nbr, "nbr", "int64");
+  vector_data<int64_t>(event_index, "event_index", "int64");
   vector_data<uint8_t>(mask, "mask", "uint8");
   float_data(query, "query", 2, false);
   float_data(kv, "kv", 2, false);
@@ -311,25 +313,26 @@ AttentionShape attention_shape(const py::array& query, const py::array& kv, cons
   if (heads < 1 || width % heads != 0)
     throw std::invalid_argument("query width " + std::to_string(width) + " is not a multiple of heads " +
                                 std::to_string(heads));
-  if (roots == 0) return {0, 0, width, kv.shape(0), width / heads};
-  const int64_t slots = nbr.shape(0), k = slots / roots;
-  if (k * roots != slots || mask.shape(0) != slots)
-    throw std::invalid_argument("nbr and mask must hold k entries per root (" + std::to_string(roots) +
-                                " roots), got " + std::to_string(slots) + " and " + std::to_string(mask.shape(0)));
+  const int64_t slots = nbr.shape(0), k = roots ? slots / roots : 0;
+  if (k * roots != slots || mask.shape(0) != slots || event_index.shape(0) != slots)
+    throw std::invalid_argument("nbr, event_index and mask must hold k entries per root (" + std::to_string(roots) +
+                                " roots), got " + std::to_string(slots) + ", " +
+                                std::to_string(event_index.shape(0)) + " and " + std::to_string(mask.shape(0)));
   if (kv.shape(1) != 2 * width)
     throw std::invalid_argument("kv rows must be 2 x " + std::to_string(width) + " wide, got " +
                                 std::to_string(kv.shape(1)));
-  if (event.shape(0) != slots || event.shape(1) != width)
-    throw std::invalid_argument("event must be [" + std::to_string(slots) + ", " + std::to_string(width) + "]");
+  if (event.shape(1) != width)
+    throw std::invalid_argument("event rows must be " + std::to_string(width) + " wide, got " +
+                                std::to_string(event.shape(1)));
   if (weight.ndim() != 2 || weight.shape(0) != slots || weight.shape(1) != heads)
     throw std::invalid_argument("weight must be [" + std::to_string(slots) + ", " + std::to_string(heads) + "]");
-  return {roots, k, width, kv.shape(0), width / heads};
+  return {roots, k, width, kv.shape(0), width / heads, event.shape(0)};
 }
 
 void temporal_attention(const py::array& query, const py::array& kv, const py::array& nbr, const py::array& event,
-                        const py::array& mask, int64_t heads, float scale, const py::array& out,
-                        const py::array& weight, int num_threads) {
-  const AttentionShape shape = attention_shape(query, kv, nbr, event, mask, weight, heads);
+                        const py::array& event_index, const py::array& mask, int64_t heads, float scale,
+                        const py::array& out, const py::array& weight, int num_threads) {
+  const AttentionShape shape = attention_shape(query, kv, nbr, event, event_index, mask, weight, heads);
   float* out_data = float_data(out, "out", 2, true);
   float* weight_data = float_data(weight, "weight", 2, true);
   if (out.shape(0) != shape.roots || out.shape(1) != shape.width)
@@ -338,32 +341,36 @@ void temporal_attention(const py::array& query, const py::array& kv, const py::a
   py::gil_scoped_release release;
   distgnn::temporal_attention(static_cast<const float*>(query.data()), static_cast<const float*>(kv.data()),
                               shape.num_kv, static_cast<const int64_t*>(nbr.data()),
-                              static_cast<const float*>(event.data()), static_cast<const uint8_t*>(mask.data()),
-                              shape.roots, shape.k, heads, shape.head_dim, scale, out_data, weight_data, num_threads);
+                              static_cast<const float*>(event.data()), static_cast<const int64_t*>(event_index.data()),
+                              shape.num_event_rows, static_cast<const uint8_t*>(mask.data()), shape.roots, shape.k,
+                              heads, shape.head_dim, scale, out_data, weight_data, num_threads);
 }
 
 void temporal_attention_backward(const py::array& query, const py::array& kv, const py::array& nbr,
-                                 const py::array& event, const py::array& mask, const py::array& weight,
-                                 const py::array& grad_out, int64_t heads, float scale, const py::array& grad_query,
-                                 const py::array& grad_kv, const py::array& grad_event, int num_threads) {
-  const AttentionShape shape = attention_shape(query, kv, nbr, event, mask, weight, heads);
+                                 const py::array& event, const py::array& event_index, const py::array& mask,
+                                 const py::array& weight, const py::array& grad_out, int64_t heads, float scale,
+                                 const py::array& grad_query, const py::array& grad_kv, const py::array& grad_event,
+                                 int num_threads) {
+  const AttentionShape shape = attention_shape(query, kv, nbr, event, event_index, mask, weight, heads);
   const float* grad_out_data = float_data(grad_out, "grad_out", 2, false);
   float* gq = float_data(grad_query, "grad_query", 2, true);
   float* gkv = float_data(grad_kv, "grad_kv", 2, true);
   float* ge = float_data(grad_event, "grad_event", 2, true);
   if (grad_out.shape(0) != shape.roots || grad_query.shape(0) != shape.roots || grad_kv.shape(0) != shape.num_kv ||
-      grad_event.shape(0) != event.shape(0))
+      grad_event.shape(0) != shape.num_event_rows)
     throw std::invalid_argument("gradients must have the shapes of grad_out/query, kv and event");
   if (shape.roots == 0) {
     std::fill(gkv, gkv + grad_kv.size(), 0.0f);
+    std::fill(ge, ge + grad_event.size(), 0.0f);
     return;
   }
   py::gil_scoped_release release;
   distgnn::temporal_attention_backward(
       static_cast<const float*>(query.data()), static_cast<const float*>(kv.data()), shape.num_kv,
       static_cast<const int64_t*>(nbr.data()), static_cast<const float*>(event.data()),
-      static_cast<const uint8_t*>(mask.data()), static_cast<const float*>(weight.data()), grad_out_data, shape.roots,
-      shape.k, heads, shape.head_dim, scale, gq, gkv, ge, num_threads);
+      static_cast<const int64_t*>(event_index.data()), shape.num_event_rows, static_cast<const uint8_t*>(mask.data()),
+      static_cast<const float*>(weight.data()), grad_out_data, shape.roots, shape.k, heads, shape.head_dim, scale, gq,
+      gkv, ge, num_threads);
 }
 
 void sparse_adam(const py::array& weight, const py::array& state, const py::array& ids, const py::array& grad,
@@ -413,10 +420,10 @@ PYBIND11_MODULE(_cpu_kernels, m) {
   m.def("relu_dropout_backward", &relu_dropout_backward, py::arg("out"), py::arg("grad"), py::arg("grad_in"),
         py::arg("scale"), py::arg("num_threads"), "grad_in = grad * scale where out > 0, else 0.");
   m.def("temporal_attention", &temporal_attention, py::arg("query"), py::arg("kv"), py::arg("nbr"), py::arg("event"),
-        py::arg("mask"), py::arg("heads"), py::arg("scale"), py::arg("out"), py::arg("weight"),
+        py::arg("event_index"), py::arg("mask"), py::arg("heads"), py::arg("scale"), py::arg("out"), py::arg("weight"),
         py::arg("num_threads"), "Fused temporal attention (gather, scores, softmax, weighted sum): see temporal.h.");
   m.def("temporal_attention_backward", &temporal_attention_backward, py::arg("query"), py::arg("kv"), py::arg("nbr"),
-        py::arg("event"), py::arg("mask"), py::arg("weight"), py::arg("grad_out"), py::arg("heads"), py::arg("scale"),
+        py::arg("event"), py::arg("event_index"), py::arg("mask"), py::arg("weight"), py::arg("grad_out"), py::arg("heads"), py::arg("scale"),
         py::arg("grad_query"), py::arg("grad_kv"), py::arg("grad_event"), py::arg("num_threads"),
         "Backward of temporal_attention.");
   m.def("temporal_sample", &temporal_sample, py::arg("indptr"), py::arg("neighbors"), py::arg("times"),

@@ -104,19 +104,30 @@ namespace {
 
 constexpr int64_t kRootGrain = 64;
 
-void check_rows(const int64_t* nbr, const uint8_t* mask, int64_t slots, int64_t num_kv) {
-  for (int64_t i = 0; i < slots; ++i)
-    if (mask[i] && (nbr[i] < 0 || nbr[i] >= num_kv))
+void check_rows(const int64_t* nbr, const uint8_t* mask, int64_t slots, int64_t num_kv, const int64_t* event_index,
+                int64_t num_event_rows) {
+  std::vector<uint8_t> taken(static_cast<size_t>(num_event_rows), 0);
+  for (int64_t i = 0; i < slots; ++i) {
+    if (!mask[i]) continue;
+    if (nbr[i] < 0 || nbr[i] >= num_kv)
       throw std::invalid_argument("neighbour row " + std::to_string(nbr[i]) + " at slot " + std::to_string(i) +
                                   " is outside the " + std::to_string(num_kv) + " key/value rows");
+    const int64_t e = event_index[i];
+    if (e < 0 || e >= num_event_rows || taken[e])
+      throw std::invalid_argument("event row " + std::to_string(e) + " at slot " + std::to_string(i) +
+                                  (e < 0 || e >= num_event_rows ? " is outside the " + std::to_string(num_event_rows) +
+                                                                      " event rows"
+                                                                : " serves an earlier slot too"));
+    taken[e] = 1;
+  }
 }
 
 }  // namespace
 
 void temporal_attention(const float* query, const float* kv, int64_t num_kv, const int64_t* nbr, const float* event,
-                        const uint8_t* mask, int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim,
+                        const int64_t* event_index, int64_t num_event_rows, const uint8_t* mask, int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim,
                         float scale, float* out, float* weight, int num_threads) {
-  check_rows(nbr, mask, num_roots * k, num_kv);
+  check_rows(nbr, mask, num_roots * k, num_kv, event_index, num_event_rows);
   const int64_t width = heads * head_dim;
   parallel_for(num_roots, num_threads, kRootGrain, [&] {
     return [&](int64_t begin, int64_t end) {
@@ -131,7 +142,7 @@ void temporal_attention(const float* query, const float* kv, int64_t num_kv, con
           for (int64_t j = 0; j < k; ++j) {
             if (!mask[r * k + j]) continue;
             const float* key = kv + nbr[r * k + j] * 2 * width + h * head_dim;
-            const float* ev = event + (r * k + j) * width + h * head_dim;
+            const float* ev = event + event_index[r * k + j] * width + h * head_dim;
             float dot = 0.0f;
             for (int64_t c = 0; c < head_dim; ++c) dot += q[h * head_dim + c] * (key[c] + ev[c]);
             w[j * heads + h] = dot * scale;
@@ -151,7 +162,7 @@ void temporal_attention(const float* query, const float* kv, int64_t num_kv, con
             const float a = w[j * heads + h] / total;
             w[j * heads + h] = a;
             const float* value = kv + nbr[r * k + j] * 2 * width + width + h * head_dim;
-            const float* ev = event + (r * k + j) * width + h * head_dim;
+            const float* ev = event + event_index[r * k + j] * width + h * head_dim;
             for (int64_t c = 0; c < head_dim; ++c) oh[c] += a * (value[c] + ev[c]);
           }
         }
@@ -161,12 +172,14 @@ void temporal_attention(const float* query, const float* kv, int64_t num_kv, con
 }
 
 void temporal_attention_backward(const float* query, const float* kv, int64_t num_kv, const int64_t* nbr,
-                                 const float* event, const uint8_t* mask, const float* weight, const float* grad_out,
+                                 const float* event, const int64_t* event_index, int64_t num_event_rows,
+                                 const uint8_t* mask, const float* weight, const float* grad_out,
                                  int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim, float scale,
                                  float* grad_query, float* grad_kv, float* grad_event, int num_threads) {
-  check_rows(nbr, mask, num_roots * k, num_kv);
+  check_rows(nbr, mask, num_roots * k, num_kv, event_index, num_event_rows);
   const int64_t width = heads * head_dim;
   std::fill(grad_kv, grad_kv + num_kv * 2 * width, 0.0f);
+  std::fill(grad_event, grad_event + num_event_rows * width, 0.0f);  // rows no filled slot reads stay 0
   // One thread adds each slot's key and value gradients into grad_kv as it goes. Several threads would race on
   // repeated rows: they keep the key gradients in grad_key, and one serial pass adds them (with the values',
   // weight * grad_out) afterwards.
@@ -180,7 +193,6 @@ void temporal_attention_backward(const float* query, const float* kv, int64_t nu
         const float* go = grad_out + r * width;
         float* gq = grad_query + r * width;
         std::fill(gq, gq + width, 0.0f);
-        std::fill(grad_event + r * k * width, grad_event + (r + 1) * k * width, 0.0f);
         for (int64_t h = 0; h < heads; ++h) {
           const int64_t hd = h * head_dim;
           float weighted = 0.0f;  // sum_j weight * d(loss)/d(weight)
@@ -188,7 +200,7 @@ void temporal_attention_backward(const float* query, const float* kv, int64_t nu
             gw[j] = 0.0f;
             if (!mask[r * k + j]) continue;
             const float* value = kv + nbr[r * k + j] * 2 * width + width + hd;
-            const float* ev = event + (r * k + j) * width + hd;
+            const float* ev = event + event_index[r * k + j] * width + hd;
             float dot = 0.0f;
             for (int64_t c = 0; c < head_dim; ++c) dot += go[hd + c] * (value[c] + ev[c]);
             gw[j] = dot;
@@ -200,8 +212,8 @@ void temporal_attention_backward(const float* query, const float* kv, int64_t nu
             const float a = weight[slot * heads + h];
             const float gs = a * (gw[j] - weighted) * scale;  // softmax backward, then the score's scale
             const float* key = kv + nbr[slot] * 2 * width + hd;
-            const float* ev = event + slot * width + hd;
-            float* ge = grad_event + slot * width + hd;
+            const float* ev = event + event_index[slot] * width + hd;
+            float* ge = grad_event + event_index[slot] * width + hd;
             float* gk = inline_scatter ? grad_kv + nbr[slot] * 2 * width + hd : grad_key.data() + slot * width + hd;
             float* gv = grad_kv + nbr[slot] * 2 * width + width + hd;
             for (int64_t c = 0; c < head_dim; ++c) {

@@ -38,20 +38,23 @@ namespace distgnn {
 // Temporal attention over k neighbour slots, fused with the gather of the neighbours' key/value rows
 // (distgnn.nn.temporal.TemporalAttention on the CPU). Shapes (row-major, float32 unless said):
 //   query [R, H*D]; kv [U, 2*H*D] (per row: H*D key, then H*D value); nbr [R, k] int64 rows of kv;
-//   event [R, k, H*D] (added to both key and value); mask [R, k] uint8 (0: empty slot).
+//   event [F, H*D] with event_index [R, k] int64 its row per slot (added to both key and value; each filled
+//   slot its own row); mask [R, k] uint8 (0: empty slot, whose nbr and event_index are not read).
 // Forward: score[r,j,h] = <query[r,h], key[nbr[r,j],h] + event[r,j,h]> * scale over filled slots, softmax
 // over j (a root without a filled slot gets weight 0 everywhere and out 0), out[r,h] = sum_j weight[r,j,h] *
 // (value[nbr[r,j],h] + event[r,j,h]); weight [R, k, H] is written for the backward.
-// Rows of nbr are checked against U where the mask is set (std::invalid_argument on a bad one).
+// Where the mask is set, rows of nbr are checked against U and those of event_index against F and for
+// repeats (std::invalid_argument on a bad one).
 void temporal_attention(const float* query, const float* kv, int64_t num_kv, const int64_t* nbr, const float* event,
-                        const uint8_t* mask, int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim,
+                        const int64_t* event_index, int64_t num_event_rows, const uint8_t* mask, int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim,
                         float scale, float* out, float* weight, int num_threads);
 
-// Backward of temporal_attention for grad_out [R, H*D]: writes grad_query [R, H*D], grad_event [R, k, H*D]
-// (the key's and the value's gradient of each slot, summed) and grad_kv [U, 2*H*D] (zeroed first, the slots'
+// Backward of temporal_attention for grad_out [R, H*D]: writes grad_query [R, H*D], grad_event [F, H*D]
+// (per filled slot's row, the key's and the value's gradient summed; other rows 0) and grad_kv [U, 2*H*D] (zeroed first, the slots'
 // gradients added at their rows by one thread, so repeated rows never race). Empty slots get zero gradients.
 void temporal_attention_backward(const float* query, const float* kv, int64_t num_kv, const int64_t* nbr,
-                                 const float* event, const uint8_t* mask, const float* weight, const float* grad_out,
+                                 const float* event, const int64_t* event_index, int64_t num_event_rows,
+                                 const uint8_t* mask, const float* weight, const float* grad_out,
                                  int64_t num_roots, int64_t k, int64_t heads, int64_t head_dim, float scale,
                                  float* grad_query, float* grad_kv, float* grad_event, int num_threads);
 

@@ -207,52 +207,60 @@ class TemporalAttention(nn.Module):
             root_features, kv_rows, slots = features[root_index], self.key_value_node(features), nbr_index
         query_node, own = self.root(root_features).split(self.out_dim, 1)
         query = query_node + self.query_time(self.time(features.new_zeros(1)))
-        event = self._event_term(edge_feat, delta, mask)
-        return self.out(attend(query, kv_rows, slots, event, mask, self.heads)) + own
+        event_rows, event_slots = self._event_term(edge_feat, delta, mask)
+        return self.out(attend(query, kv_rows, slots, event_rows, event_slots, mask, self.heads)) + own
 
-    def _event_term(self, edge_feat: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The event projection per neighbour slot, [R, k, out_dim]. On the CPU only the filled slots are
-        projected (about half of them on CollegeMsg) and the empty ones get zeros: an empty slot's score is
-        masked to -inf and its value weighted 0, so nothing downstream, gradients included, sees the
-        difference. On a GPU every slot is projected (packing would sync with the host)."""
+    def _event_term(
+        self, edge_feat: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The event projection of the neighbour slots: ``(rows [F, out_dim], slot_rows)``, where
+        ``slot_rows`` int64 [R, k] gives each filled slot's row (None: one row per slot, in slot order). On the
+        CPU only the filled slots are projected (about half of them on CollegeMsg): an empty slot's score is
+        masked and its value weighted 0, so nothing downstream, gradients included, reads its row. On a GPU every
+        slot is projected (packing would sync with the host)."""
         if mask.is_cuda or not self.pack_events:
             inputs = self.time(delta) if edge_feat.shape[-1] == 0 else torch.cat([edge_feat, self.time(delta)], 2)
-            return self.event(inputs)
-        filled = mask.flatten().nonzero().squeeze(1)
+            return self.event(inputs).flatten(0, 1), None
+        flat = mask.flatten()
+        filled = flat.nonzero().squeeze(1)
         encoded = self.time(delta.flatten()[filled])
         if edge_feat.shape[-1]:
             encoded = torch.cat([edge_feat.flatten(0, 1)[filled], encoded], 1)
-        projected = self.event(encoded)
-        return projected.new_zeros(mask.numel(), self.out_dim).index_copy(0, filled, projected).view(*mask.shape, -1)
+        return self.event(encoded), (torch.cumsum(flat, 0) - 1).view(mask.shape)
 
 
 def attend(
     query: torch.Tensor,
     kv_rows: torch.Tensor,
     slots: torch.Tensor | None,
-    event: torch.Tensor,
+    event_rows: torch.Tensor,
+    event_slots: torch.Tensor | None,
     mask: torch.Tensor,
     heads: int,
 ) -> torch.Tensor:
     """Each root's attention over its k neighbour slots (the one dispatch point of the op).
 
-    ``query`` [R, W]; ``kv_rows`` [U, 2W] (a row: W key, then W value); ``slots`` int64 [R, k] rows of
-    ``kv_rows`` per slot, or None when ``kv_rows`` holds the R * k slots in order; ``event`` [R, k, W] added to
-    both key and value; ``mask`` bool [R, k] (False: empty slot). Per head (W = heads * D): softmax over the
-    filled slots of ``<query, key> / sqrt(D)``, then the weighted sum of the values; a root without a filled
-    slot gets 0. -> [R, W]. On the CPU the C++ kernel (gather, scores, softmax and sum in one pass, and its
-    backward), elsewhere :func:`attend_reference`'s torch ops.
+    ``query`` [R, W]; ``kv_rows`` [U, 2W] (a row: W key, then W value) with ``slots`` int64 [R, k] the row of
+    each slot, or None when ``kv_rows`` holds the R * k slots in order; ``event_rows`` [F, W], added to both
+    key and value, with ``event_slots`` int64 [R, k] (each filled slot its own row) or None (one row per slot,
+    in order); ``mask`` bool [R, k] (False: an empty slot, whose rows are not read). Per head (W = heads * D):
+    softmax over the filled slots of ``<query, key> / sqrt(D)``, then the weighted sum of the values; a root
+    without a filled slot gets 0. -> [R, W]. On the CPU the C++ kernel (gathers, scores, softmax and sum in one
+    pass, and its backward), elsewhere :func:`attend_reference`'s torch ops.
     """
     if query.device.type == "cpu" and slots is not None and query.dtype == torch.float32:
-        return _FusedAttention.apply(query, kv_rows, slots, event, mask, heads)
-    return attend_reference(query, kv_rows, slots, event, mask, heads)
+        if event_slots is None:
+            event_slots = torch.arange(mask.numel()).view(mask.shape)
+        return _FusedAttention.apply(query, kv_rows, slots, event_rows, event_slots, mask, heads)
+    return attend_reference(query, kv_rows, slots, event_rows, event_slots, mask, heads)
 
 
 def attend_reference(
     query: torch.Tensor,
     kv_rows: torch.Tensor,
     slots: torch.Tensor | None,
-    event: torch.Tensor,
+    event_rows: torch.Tensor,
+    event_slots: torch.Tensor | None,
     mask: torch.Tensor,
     heads: int,
 ) -> torch.Tensor:
@@ -260,6 +268,10 @@ def attend_reference(
     num_roots, k = mask.shape
     head_dim = query.shape[1] // heads
     key_value = (kv_rows if slots is None else kv_rows[slots]).view(num_roots, k, 2, heads, head_dim)
+    event = event_rows
+    if event_slots is not None:  # empty slots read an appended zero row
+        padded = F.pad(event_rows, (0, 0, 0, 1))
+        event = padded[torch.where(mask, event_slots, len(event_rows))]
     key, value = (key_value + event.view(num_roots, k, 1, heads, head_dim)).unbind(2)
     q = query.view(num_roots, 1, heads, head_dim)
     scores = (q * key).sum(-1) / math.sqrt(head_dim)  # [R, k, heads]
@@ -273,12 +285,11 @@ class _FusedAttention(torch.autograd.Function):
     """:func:`attend` through the C++ kernels (``temporal_attention`` and its backward, csrc/cpu/temporal.h)."""
 
     @staticmethod
-    def forward(ctx, query, kv_rows, slots, event, mask, heads):
+    def forward(ctx, query, kv_rows, slots, event_rows, event_slots, mask, heads):
         num_roots, k = mask.shape
         width = query.shape[1]
-        query, kv = query.detach().contiguous(), kv_rows.detach().contiguous()
-        event = event.detach().reshape(num_roots * k, width).contiguous()
-        slots = slots.reshape(-1).contiguous()
+        query, kv, event = query.detach().contiguous(), kv_rows.detach().contiguous(), event_rows.detach().contiguous()
+        slots, event_slots = slots.reshape(-1).contiguous(), event_slots.reshape(-1).contiguous()
         filled = mask.reshape(-1).contiguous().view(torch.uint8)
         out = query.new_empty(num_roots, width)
         weight = query.new_empty(num_roots * k, heads)
@@ -288,6 +299,7 @@ class _FusedAttention(torch.autograd.Function):
             kv.numpy(),
             slots.numpy(),
             event.numpy(),
+            event_slots.numpy(),
             filled.numpy(),
             heads,
             scale,
@@ -295,19 +307,20 @@ class _FusedAttention(torch.autograd.Function):
             weight.numpy(),
             torch.get_num_threads(),
         )
-        ctx.save_for_backward(query, kv, slots, event, filled, weight)
-        ctx.heads, ctx.scale, ctx.event_shape = heads, scale, (num_roots, k, width)
+        ctx.save_for_backward(query, kv, slots, event, event_slots, filled, weight)
+        ctx.heads, ctx.scale = heads, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        query, kv, slots, event, filled, weight = ctx.saved_tensors
+        query, kv, slots, event, event_slots, filled, weight = ctx.saved_tensors
         grad_query, grad_kv, grad_event = torch.empty_like(query), torch.empty_like(kv), torch.empty_like(event)
         extension().temporal_attention_backward(
             query.numpy(),
             kv.numpy(),
             slots.numpy(),
             event.numpy(),
+            event_slots.numpy(),
             filled.numpy(),
             weight.numpy(),
             grad_out.contiguous().numpy(),
@@ -318,7 +331,7 @@ class _FusedAttention(torch.autograd.Function):
             grad_event.numpy(),
             torch.get_num_threads(),
         )
-        return grad_query, grad_kv, None, grad_event.view(ctx.event_shape), None, None
+        return grad_query, grad_kv, None, grad_event, None, None, None
 
 
 class LinkPredictor(nn.Module):
