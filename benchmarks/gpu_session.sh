@@ -38,6 +38,8 @@
 # stability  benchmarks/tgn_stability.py on the host's cores (CPU step, one thread a process): one process per
 #          set and seed, STAB_SETS (system:time-encoding words, default "distgnn:fixed distgnn:learned pyg:fixed"; pyg ignores the encoding), STAB_SEEDS
 #          (default 0 1 2 3 4), STAB_PERTURB (default 0,1,2,3); the collapse counts per set
+# tgnscaling  benchmarks/train_tgn.py --scaling 1,2,4 on the host's CPU cores (memory parallelism, one thread per
+#          trainer: where the development box's 2 cores cannot give 4 trainers a core each), seeds TGN_SEEDS
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -120,6 +122,14 @@ if has stability; then
     echo "== $set"; cat "$OUT"/stab_"${set%%:*}_${set#*:}"_*.log | grep -E "^ +[0-9]+ +[0-9]+ "
   done | tee "$OUT/stability.txt"
   rm -f "$OUT"/stab_*.log
+fi
+if has tgnscaling; then
+  if [[ -n "${DATA_ROOT:-}" && ! -d ../shared/data ]]; then mkdir -p ../shared && cp -r "$DATA_ROOT" ../shared/data; fi
+  for seed in ${TGN_SEEDS:-0}; do
+    timeout 280 python3 benchmarks/train_tgn.py --systems '' --scaling 1,2,4 --epochs 3 --evals-per-epoch 4 \
+      --seed "$seed" >>"$OUT/tgn_scaling.log" 2>&1 || status=1
+  done
+  grep -E "^(stream|scaling|trainers| +[124] )" "$OUT/tgn_scaling.log"
 fi
 if has nccl; then
   timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \
