@@ -75,8 +75,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=parallel.LR_SCALINGS,
         default="linear",
         help="--lr times the j*k batches one step averages (linear, DistTGL's rule; on CollegeMsg 2 and 4\n"
-        "copies reach the single trainer's best in 0.49-0.65x its time, sqrt's 0.79x and not at all;\n"
-        "docs/BENCHMARKS.md), times its square root (sqrt), or as given (none)",
+        "copies reach the single trainer's best sooner with it than with sqrt; docs/BENCHMARKS.md), times its\n"
+        "square root (sqrt), or as given (none)",
     )
     model.add_argument("--memory-dim", type=int, default=100)
     model.add_argument("--time-dim", type=int, default=100)
@@ -286,6 +286,7 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         "num_events": len(events),
         "num_nodes": events.num_nodes,
         "parallelism": [par.minibatch, par.epoch, par.memory],
+        "time_encoding": args.time_encoding,  # the model's parameters differ (learned frequencies or none)
     }
     start = checkpoint.Position(0, 0, 0)
     if args.resume:

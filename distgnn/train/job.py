@@ -115,14 +115,14 @@ def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
     return args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
 
 
-# -- the local runner --------------------------------------------------------------------------------
-
-
 def configure_torch(args: argparse.Namespace, trainers_on_host: int) -> None:
     """This trainer's torch settings from the job flags: its threads (:func:`torch_threads`) and
     ``--matmul-precision``."""
     torch.set_num_threads(torch_threads(args, trainers_on_host))
     torch.set_float32_matmul_precision(args.matmul_precision)
+
+
+# -- the local runner --------------------------------------------------------------------------------
 
 
 def _free_port() -> int:

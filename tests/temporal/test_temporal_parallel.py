@@ -216,6 +216,9 @@ def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path):
     assert full.position == resumed.position
     for name, array in full.files.items():
         np.testing.assert_array_equal(resumed.files[name], array, err_msg=name)
+    # A model of other parameters (trained time frequencies) cannot take this checkpoint: one clear line.
+    with pytest.raises(ConfigError, match="'time_encoding': 'fixed'.*'time_encoding': 'learned'"):
+        main([*flags, "--time-encoding", "learned", "--resume", str(middle)])
 
 
 def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, capsys):
