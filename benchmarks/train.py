@@ -59,9 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument(
         "--distgnn-aggregate",
-        default="trainer",
-        help="distgnn runs to make, by --aggregate-inputs (comma-separated: trainer, owners): where the first\n"
-        "layer's neighbour means are summed",
+        default="auto",
+        help="distgnn runs to make, by --aggregate-inputs (comma-separated: auto, trainer, rows, owners): where\n"
+        "the first layer's neighbour means are summed (auto: the example's default)",
     )
     p.add_argument(
         "--distgnn-matmul",
@@ -401,7 +401,7 @@ def main(argv=None) -> int:
             (int(p) for p in args.distgnn_prefetch.split(",")), aggregates, matmuls
         ):
             mode = "inline" if prefetch == 0 and args.num_workers == 0 else f"prefetch {prefetch}"
-            mode += "" if aggregates == ["trainer"] else f", inputs {aggregate}"
+            mode += "" if aggregates == ["auto"] else f", inputs {aggregate}"
             mode += "" if matmuls == ["highest"] else f", matmul {matmul}"
             results[f"distgnn ({mode})"] = run_distgnn(args, prefetch, aggregate=aggregate, matmul=matmul)
             if args.baseline:  # an older checkout: its own defaults

@@ -184,6 +184,64 @@ void mean_aggregate(const py::array& indptr, const py::array& indices, const py:
                           mean_col, self_col, num_threads, average);
 }
 
+void mean_aggregate_tables(const py::array& indptr, const py::array& indices, const py::list& tables,
+                           const py::array& row_table, const py::array& row_index, const py::array& out,
+                           int64_t mean_col, int64_t self_col, int num_threads, bool accumulate, bool average) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
+  const int64_t* table_of = vector_data<int64_t>(row_table, "row_table", "int64");
+  const int64_t* index_of = vector_data<int64_t>(row_index, "row_index", "int64");
+  float* out_data = float_data(out, "out", 2, true);
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must hold at least one entry");
+  if (tables.empty()) throw std::invalid_argument("tables must hold at least one table");
+  const int64_t num_src = row_table.shape(0), num_dst = indptr.shape(0) - 1, stride = out.shape(1);
+  if (row_index.shape(0) != num_src)
+    throw std::invalid_argument("row_index has " + std::to_string(row_index.shape(0)) + " entries, row_table " +
+                                std::to_string(num_src));
+  std::vector<py::array> held;  // keeps each table's buffer alive for the call
+  std::vector<const float*> bases;
+  std::vector<int64_t> lengths;
+  int64_t f = -1;
+  for (const auto& item : tables) {
+    held.push_back(py::reinterpret_borrow<py::array>(item));
+    const std::string name = "tables[" + std::to_string(bases.size()) + "]";
+    bases.push_back(float_data(held.back(), name.c_str(), 2, false));
+    lengths.push_back(held.back().shape(0));
+    if (f < 0) f = held.back().shape(1);
+    if (held.back().shape(1) != f)
+      throw std::invalid_argument(name + " has " + std::to_string(held.back().shape(1)) + " columns, tables[0] " +
+                                  std::to_string(f));
+  }
+  if (out.shape(0) != num_dst)
+    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " + std::to_string(num_dst) +
+                                " destinations");
+  if (mean_col < 0) throw std::invalid_argument("mean_col must be >= 0");
+  check_columns(mean_col, f, stride, "mean_col");
+  check_columns(self_col, f, stride, "self_col");
+  if (self_col >= 0 && num_src < num_dst)
+    throw std::invalid_argument("the tables give " + std::to_string(num_src) + " rows, fewer than the " +
+                                std::to_string(num_dst) + " destinations they must start with");
+  std::vector<const float*> rows(static_cast<size_t>(num_src));
+  for (int64_t s = 0; s < num_src; ++s) {
+    const int64_t t = table_of[s], r = index_of[s];
+    if (t == -1) {  // left out of this pass
+      rows[s] = nullptr;
+      continue;
+    }
+    if (t < 0 || t >= static_cast<int64_t>(bases.size()))
+      throw std::invalid_argument("row_table[" + std::to_string(s) + "] = " + std::to_string(t) + " is not one of " +
+                                  std::to_string(bases.size()) + " tables");
+    if (r < 0 || r >= lengths[t])
+      throw std::invalid_argument("row_index[" + std::to_string(s) + "] = " + std::to_string(r) +
+                                  " is out of range for the " + std::to_string(lengths[t]) + " rows of tables[" +
+                                  std::to_string(t) + "]");
+    rows[s] = bases[t] + r * f;
+  }
+  py::gil_scoped_release release;
+  distgnn::mean_aggregate_rows(indptr_data, indices_data, num_dst, indices.shape(0), rows.data(), num_src, f, out_data,
+                               stride, mean_col, self_col, num_threads, accumulate, average);
+}
+
 void mean_aggregate_backward(const py::array& indptr, const py::array& indices, const py::array& grad,
                              int64_t mean_col, int64_t self_col, const py::array& grad_x, int num_threads) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
@@ -412,6 +470,11 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         py::arg("mean_col"), py::arg("self_col"), py::arg("num_threads"), py::arg("average") = true,
         "Fills out[:, mean_col:+F] with the in-neighbour mean (average=False: sum) of x's rows (and out[:, "
         "self_col:+F] with x[:num_dst]).");
+  m.def("mean_aggregate_tables", &mean_aggregate_tables, py::arg("indptr"), py::arg("indices"), py::arg("tables"),
+        py::arg("row_table"), py::arg("row_index"), py::arg("out"), py::arg("mean_col"), py::arg("self_col"),
+        py::arg("num_threads"), py::arg("accumulate") = false, py::arg("average") = true,
+        "mean_aggregate over sources whose row s is tables[row_table[s]][row_index[s]] (no copy of the rows); "
+        "row_table[s] = -1 leaves source s out of this pass, accumulate adds to out's sums, average divides them.");
   m.def("mean_aggregate_backward", &mean_aggregate_backward, py::arg("indptr"), py::arg("indices"), py::arg("grad"),
         py::arg("mean_col"), py::arg("self_col"), py::arg("grad_x"), py::arg("num_threads"),
         "Overwrites grad_x with the gradient of mean_aggregate for the upstream gradient grad.");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "parallel.h"
+#include "simd.h"
 
 namespace distgnn {
 
@@ -32,7 +33,8 @@ void copy_rows(const char* src, int64_t num_src_rows, const int64_t* src_rows, c
   parallel_for(n, num_threads, grain, [&] {
     return [&](int64_t first, int64_t last) {
       for (int64_t k = first; k < last; ++k) {
-        if (src_rows != nullptr && k + 8 < last) __builtin_prefetch(src + src_rows[k + 8] * row_bytes);
+        if (src_rows != nullptr && k + kPrefetchAhead < last)
+          prefetch_row(src + src_rows[k + kPrefetchAhead] * row_bytes, row_bytes);
         const int64_t s = src_rows == nullptr ? k : src_rows[k];
         const int64_t d = dst_rows == nullptr ? k : dst_rows[k];
         std::memcpy(dst + d * row_bytes, src + s * row_bytes, static_cast<size_t>(row_bytes));

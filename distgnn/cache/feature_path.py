@@ -83,12 +83,14 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     )
     group.add_argument(
         "--aggregate-inputs",
-        default="trainer",
-        choices=("trainer", "owners"),
-        help="where a mean-aggregating first layer (GraphSAGE) averages its neighbours' features: 'trainer' pulls\n"
-        "every sampled neighbour's row; 'owners' has the machines that hold the rows sum them (this machine's from\n"
-        "shared memory) and pulls only the sums and the destinations' own rows (CPU trainers; 4-13%% shorter epochs at\n"
-        "1M nodes on a 2-core simulated cluster, where the servers share the trainers' cores: docs/BENCHMARKS.md)",
+        default="auto",
+        choices=("auto", "trainer", "rows", "owners"),
+        help="where a mean-aggregating first layer (GraphSAGE, CPU trainers, features of the servers) gets its\n"
+        "[x_dst | mean of neighbours' x]: 'trainer' sums the rows where they lie (this machine's in shared memory,\n"
+        "the others' in the pulled replies) with no copy of every input row; 'rows' gathers every sampled row\n"
+        "first and the layer averages them; 'owners' has the machines that hold the rows sum them and pulls only\n"
+        "the sums and the destinations' own rows. 'auto' (default): 'trainer' where the loop reads the features\n"
+        "itself (--prefetch 0), else 'rows' (the prefetching loader gathers them while the step runs)",
     )
     return group
 
@@ -118,7 +120,7 @@ class FeatureOptions:
     pipeline: bool = False
     sample_device: str = "cpu"
     graph_memory: str = "gpu"
-    aggregate_inputs: str = "trainer"
+    aggregate_inputs: str = "auto"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FeatureOptions:
@@ -183,9 +185,10 @@ class FeaturePath:
         prefetching: the loader samples in the background (``--prefetch`` > 0 or sampler workers), so it
             can fetch node data with the batch.
         first_layer_mean: the model's first layer takes its input as
-            :class:`~distgnn.sampling.block.SelfAndMean` (GraphSAGE): with ``aggregate_inputs`` owners (features
-            in a float32 DistTensor read without a cache) :meth:`inputs` returns that, summed by the features'
-            owners (:meth:`~distgnn.client.tensor.DistTensor.self_and_mean`).
+            :class:`~distgnn.sampling.block.SelfAndMean` (GraphSAGE): where the features are a float32 DistTensor
+            read without a cache, :meth:`inputs` returns that, summed on the trainer from where the rows lie
+            (``aggregate_inputs`` trainer, :meth:`~distgnn.client.tensor.DistTensor.read_self_and_mean`) or by
+            the features' owners (owners, :meth:`~distgnn.client.tensor.DistTensor.self_and_mean`).
 
     The cache exists only for a DistTensor feature and ``cache_gb`` > 0; the pipeline only with the cache
     on a GPU and ``pipeline``. :meth:`close` releases the cache (after the loader closed).
@@ -224,12 +227,18 @@ class FeaturePath:
             self.seed_labels = SeedLabels(seeds, self.label[seeds], self.device)
         # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
         self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
-        self.at_owners = self._aggregate_at_owners(options.aggregate_inputs, first_layer_mean)
+        self.first_layer = self._first_layer_input(options.aggregate_inputs, first_layer_mean)
 
-    def _aggregate_at_owners(self, choice: str, first_layer_mean: bool) -> bool:
-        """Whether the first layer's neighbour means are summed by the features' owners (see the class)."""
-        if choice not in ("trainer", "owners"):
-            raise InputError(f"aggregate_inputs must be 'trainer' or 'owners', got {choice!r}")
+    @property
+    def at_owners(self) -> bool:
+        """Whether the first layer's neighbour means are summed by the features' owners."""
+        return self.first_layer == "owners"
+
+    def _first_layer_input(self, choice: str, first_layer_mean: bool) -> str:
+        """Where the first layer's ``[x_dst | mean]`` is summed: ``rows`` (the layer averages gathered rows),
+        ``trainer`` or ``owners`` (see ``--aggregate-inputs``)."""
+        if choice not in ("auto", "trainer", "rows", "owners"):
+            raise InputError(f"aggregate_inputs must be 'auto', 'trainer', 'rows' or 'owners', got {choice!r}")
         why_not = None
         if not first_layer_mean:
             why_not = "the model's first layer is not a mean aggregation (GraphSAGE)"
@@ -241,9 +250,11 @@ class FeaturePath:
             why_not = "the features are read through the GPU cache"
         elif self.feat.dtype != torch.float32 or len(self.feat.shape) != 2:
             why_not = f"the features are {self.feat.dtype}{list(self.feat.shape)}, not float32 (N, F)"
-        if choice == "owners" and why_not is not None:
-            raise InputError(f"--aggregate-inputs owners: {why_not}")
-        return choice == "owners"
+        if choice in ("trainer", "owners") and why_not is not None:
+            raise InputError(f"--aggregate-inputs {choice}: {why_not}")
+        if choice == "auto":
+            return "trainer" if why_not is None and not self.prefetching else "rows"
+        return choice
 
     def _open_cache(
         self,
@@ -285,9 +296,9 @@ class FeaturePath:
             # The pipeline copies CPU-sampled batches itself; a GPU sampler's batches are already on the device.
             "device": torch.device("cpu") if self.pipeline and self.options.sample_device == "cpu" else self.device,
             # With the cache, features are gathered in the loop on the device instead of by the loader; summed
-            # by their owners, they are asked for in the loop too.
+            # for the first layer (trainer, owners), they are asked for in the loop too.
             "input_feats": (self.feature_name,)
-            if self.prefetching and self.cached is None and not self.at_owners
+            if self.prefetching and self.cached is None and self.first_layer == "rows"
             else (),
             "output_feats": (self.label_name,) if self.prefetching else (),
         }
@@ -309,6 +320,9 @@ class FeaturePath:
         input_nodes, seeds = batch[0], batch[1]
         if x is not None:
             pass  # gathered ahead with the batch
+        elif self.first_layer == "trainer":
+            first = batch[2][0]
+            x = SelfAndMean(self.feat.read_self_and_mean(input_nodes.cpu(), first.indptr.cpu(), first.indices.cpu()))
         elif self.at_owners:
             first = batch[2][0]
             ids = input_nodes.cpu().numpy()
@@ -335,7 +349,7 @@ class FeaturePath:
         sample_device``."""
         on = self.cached is not None
         return {
-            "aggregate_inputs": "owners" if self.at_owners else "trainer",
+            "aggregate_inputs": self.first_layer,
             "cache_gb": self.options.cache_gb if on else 0.0,
             "cache_policy": self.options.cache_policy if on else None,
             "hot_set": self.options.hot_set if on else None,

@@ -226,13 +226,27 @@ class DistTensor:
         if ids.size == 0 or (ids.min() >= local_start and ids.max() < local_end):
             client.settle([self._push_tags[ctx.machine_id]])
             return PendingRead(self, torch.from_numpy(np.take(self._local, ids - local_start, axis=0)), [])
-        fields = {"policy": self.part_policy, "name": self.name}
         groups = self._by_owner(ids)
+        pending = self._send_pulls(ids, groups)
+        out = np.empty((len(ids), *self.shape[1:]), dtype=self._np_dtype)
+        # Rows scattered to their places are copied once each (numpy's out[positions] = ... takes two passes).
+        local = groups.get(ctx.machine_id)
+        if isinstance(local, slice):
+            np.take(self._local, ids[local] - local_start, axis=0, out=out[local])
+        elif local is not None:
+            copy_rows(self._local, ids[local] - local_start, out, local)
+        return PendingRead(self, out, pending)
+
+    def _send_pulls(self, ids: np.ndarray, groups: dict[int, np.ndarray | slice]) -> list:
+        """Sends the pulls of the rows of ``ids`` (checked) that other machines own (``groups``: positions by
+        owner) after settling the pushes they must see; returns ``[(positions, request id)]``."""
+        ctx, client = self.context, self.context.client
         if ctx.config.num_servers == 1:
             # Remote rows come from the main server over the connection the pushes took, so after them.
             client.settle([self._push_tags[ctx.machine_id]] if ctx.machine_id in groups else [])
         else:
             client.settle([self._push_tags[m] for m in groups])
+        fields = {"policy": self.part_policy, "name": self.name}
         row_bytes = max(1, self._local.itemsize * int(np.prod(self.shape[1:])))
         chunk = max(1, PULL_CHUNK_BYTES // row_bytes)
         pending = []
@@ -246,14 +260,84 @@ class DistTensor:
                 part = _sub(positions, begin, begin + chunk)
                 server = (ctx.read_server(m) + i) % ctx.config.num_servers
                 pending.append((part, client.send(m, "pull", fields, [ids[part]], server_id=server)))
-        out = np.empty((len(ids), *self.shape[1:]), dtype=self._np_dtype)
-        # Rows scattered to their places are copied once each (numpy's out[positions] = ... takes two passes).
+        return pending
+
+    def read_self_and_mean(self, src_ids: Any, indptr: Any, indices: Any) -> torch.Tensor:
+        """``(M, 2F)`` float32 ``[x_dst | mean of in-neighbours' x]`` of a block over ``src_ids``, summed on this
+        trainer from where the rows are: this machine's from shared memory, the others' from the pulled replies.
+        It equals ``distgnn.nn.aggregate.self_and_mean(block, self[src_ids])`` without the ``(len(src_ids), F)``
+        copy of the rows in between (a 1M-node GraphSAGE batch: 473k rows, 189 MB).
+
+        Args:
+            src_ids: ``(n,)`` int ids of the block's sources, its ``M`` destinations first.
+            indptr: ``(M + 1,)`` int64 CSR of the destinations' in-edges.
+            indices: ``(E,)`` int64 positions into ``src_ids`` of each edge's source.
+        """
+        self._check_mean_input("read_self_and_mean")
+        ids = as_ids(src_ids, self.shape[0], f"{self.name}")
+        indptr = np.ascontiguousarray(np.asarray(indptr), dtype=np.int64)
+        indices = np.ascontiguousarray(np.asarray(indices), dtype=np.int64)
+        if indptr.ndim != 1 or not 1 <= len(indptr) <= len(ids) + 1:
+            raise InputError(
+                f"{self.name}: read_self_and_mean needs an indptr over at most {len(ids)} destinations, got "
+                f"shape {indptr.shape}"
+            )
+        ctx, client = self.context, self.context.client
+        groups = self._by_owner(ids)
+        pending = self._send_pulls(ids, groups)
+        out = np.empty((len(indptr) - 1, 2 * self.shape[1]), dtype=np.float32)
+        # Two passes over the edges: this machine's rows are summed while the pulls are in flight (their pushes
+        # were settled by _send_pulls), the pulled ones added when the replies are in; each pass leaves out
+        # (row table -1) the sources of the other.
         local = groups.get(ctx.machine_id)
-        if isinstance(local, slice):
-            np.take(self._local, ids[local] - local_start, axis=0, out=out[local])
-        elif local is not None:
-            copy_rows(self._local, ids[local] - local_start, out, local)
-        return PendingRead(self, out, pending)
+        row_index = np.zeros(len(ids), dtype=np.int64)
+        if local is not None:
+            row_table = np.full(len(ids), -1, dtype=np.int64)
+            row_table[local] = 0
+            row_index[local] = ids[local] - self._local_start
+            self._sum_tables(indptr, indices, [self._local], row_table, row_index, out, False, not pending)
+        if not pending:
+            return torch.from_numpy(out)
+        replies = client.wait([rid for _, rid in pending])
+        width, tables, row_table = self.shape[1], [], np.full(len(ids), -1, dtype=np.int64)
+        for (part, _), reply in zip(pending, replies, strict=True):
+            rows = reply.arrays[0]
+            count = len(ids[part])
+            if rows.shape != (count, width) or rows.dtype != np.float32:
+                raise InputError(
+                    f"{self.name}: a pull came back as {rows.dtype}{list(rows.shape)}, expected float32{[count, width]}"
+                )
+            row_table[part] = len(tables)
+            row_index[part] = np.arange(count)
+            tables.append(np.ascontiguousarray(rows))
+        self._sum_tables(indptr, indices, tables, row_table, row_index, out, local is not None, True)
+        return torch.from_numpy(out)
+
+    def _sum_tables(self, indptr, indices, tables, row_table, row_index, out, accumulate: bool, average: bool) -> None:
+        """One pass of :meth:`read_self_and_mean` (the kernel ``mean_aggregate_tables``); its errors name this
+        tensor."""
+        try:
+            extension().mean_aggregate_tables(
+                indptr,
+                indices,
+                tables,
+                row_table,
+                row_index,
+                out,
+                self.shape[1],
+                0,
+                torch.get_num_threads(),
+                accumulate=accumulate,
+                average=average,
+            )
+        except (IndexError, ValueError) as exc:  # a broken indptr or a source position outside src_ids
+            raise InputError(f"{self.name}: read_self_and_mean: {exc}") from None
+
+    def _check_mean_input(self, what: str) -> None:
+        if self._cache is not None:
+            raise InputError(f"{self.name}: {what} reads rows where they are; this tensor reads through a cache")
+        if self.dtype != torch.float32 or len(self.shape) != 2:
+            raise InputError(f"{self.name}: {what} needs a float32 (N, F) tensor, got {self.dtype}{self.shape}")
 
     def self_and_mean(self, dst_ids: Any, indptr: Any, src_ids: Any) -> torch.Tensor:
         """``(M, 2F)`` float32 rows ``[self[dst_ids[d]] | mean of self[src_ids[indptr[d]:indptr[d + 1]]]]`` (a
@@ -269,10 +353,7 @@ class DistTensor:
             indptr: ``(M + 1,)`` int64 CSR over ``src_ids`` (rising from 0 to ``len(src_ids)``).
             src_ids: ``(E,)`` int ids of each destination's neighbours (repeats allowed).
         """
-        if self._cache is not None:
-            raise InputError(f"{self.name}: self_and_mean reads rows where they are; this tensor reads through a cache")
-        if self.dtype != torch.float32 or len(self.shape) != 2:
-            raise InputError(f"{self.name}: self_and_mean needs a float32 (N, F) tensor, got {self.dtype}{self.shape}")
+        self._check_mean_input("self_and_mean")
         dst_ids = as_ids(dst_ids, self.shape[0], f"{self.name} destinations")
         src_ids = as_ids(src_ids, self.shape[0], f"{self.name} neighbours")
         indptr = np.ascontiguousarray(np.asarray(indptr), dtype=np.int64)

@@ -77,7 +77,8 @@ class Block:
 
 class SelfAndMean(NamedTuple):
     """A first layer's input aggregated before it reached the trainer: ``rows`` ``(num_dst, 2F)`` is what
-    :func:`distgnn.nn.aggregate.self_and_mean` of the block and the raw features would give (computed by the features' owners,
+    :func:`distgnn.nn.aggregate.self_and_mean` of the block and the raw features would give (summed where the rows
+    lie, :meth:`distgnn.client.tensor.DistTensor.read_self_and_mean`, or by the features' owners,
     :meth:`distgnn.client.tensor.DistTensor.self_and_mean`). Fixed input features need no gradient, so the
     layer only multiplies it; a model passes it to its first layer in place of ``x``."""
 

@@ -153,9 +153,11 @@ def test_hot_set_by_pre_sampled_frequency_with_degree_behind(served):
 
 
 @pytest.mark.parametrize("machine", [0, 1])
-def test_feature_path_with_the_first_layer_summed_by_the_owners_equals_the_trainers_mean(served, machine):
-    # The same sampled batches through FeaturePath: 'owners' hands the first SAGE layer the [self | mean] rows
-    # that the trainer's own aggregation of the pulled rows gives, and the layer's output agrees.
+@pytest.mark.parametrize("choice", ["trainer", "owners"])
+def test_feature_path_with_the_first_layer_summed_before_the_layer_equals_the_layers_mean(served, machine, choice):
+    # The same sampled batches through FeaturePath: 'trainer' (sums where the rows lie) and 'owners' (sums by
+    # the rows' owners) hand the first SAGE layer the [self | mean] rows that the layer's own aggregation of
+    # the read rows ('rows') gives, and the layer's output agrees.
     from distgnn.cache.feature_path import FeatureOptions, FeaturePath
     from distgnn.loader.node import DistNodeDataLoader
     from distgnn.nn import SAGEConv
@@ -167,21 +169,22 @@ def test_feature_path_with_the_first_layer_summed_by_the_owners_equals_the_train
     g = distgnn.DistGraph(read_meta(graph.json_path).graph_name, graph.json_path, context=contexts[machine])
     seeds = torch.arange(*graph.node_map[machine])[:96]
 
-    def path(choice: str) -> FeaturePath:
+    def path(choice: str, prefetching: bool = False) -> FeaturePath:
         options = FeatureOptions(aggregate_inputs=choice)
         kwargs = {"seeds": seeds, "sampler": None, "batch_size": 32, "seed": 0, "rank": machine}
-        return FeaturePath(g, torch.device("cpu"), options, first_layer_mean=True, **kwargs)
+        return FeaturePath(g, torch.device("cpu"), options, first_layer_mean=True, prefetching=prefetching, **kwargs)
 
-    owners, trainer = path("owners"), path("trainer")
-    assert owners.at_owners and not trainer.at_owners
-    assert owners.loader_kwargs()["input_feats"] == ()
+    summed, rows = path(choice), path("rows")
+    assert summed.first_layer == choice and rows.first_layer == "rows"
+    assert (path("auto").first_layer, path("auto", prefetching=True).first_layer) == ("trainer", "rows")
+    assert summed.loader_kwargs()["input_feats"] == () == path(choice, prefetching=True).loader_kwargs()["input_feats"]
     layer = SAGEConv(8, 5)
     sampler = NeighborSampler([4, 3])
     loader = DistNodeDataLoader(g, seeds, sampler, 32, seed=3, prefetch=0)
     try:
         for batch in loader:
-            _, x, y = owners.inputs(batch)
-            _, raw, y_raw = trainer.inputs(batch)
+            _, x, y = summed.inputs(batch)
+            _, raw, y_raw = rows.inputs(batch)
             first = batch[2][0]
             assert isinstance(x, SelfAndMean) and torch.equal(y, y_raw)
             torch.testing.assert_close(x.rows, self_and_mean_reference(first, raw), rtol=1e-5, atol=1e-6)
@@ -189,7 +192,7 @@ def test_feature_path_with_the_first_layer_summed_by_the_owners_equals_the_train
     finally:
         loader.close()
         sampler.close()
-    assert owners.result_fields()["aggregate_inputs"] == "owners"
+    assert summed.result_fields()["aggregate_inputs"] == choice
 
 
 def test_bad_input_raises(served):

@@ -97,7 +97,7 @@ def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph
         sampler.close()
         path.close()
     assert path.result_fields() == {
-        "aggregate_inputs": "trainer",
+        "aggregate_inputs": "rows",
         "cache_gb": 0.0,
         "cache_policy": None,
         "hot_set": None,
@@ -105,9 +105,9 @@ def test_batches_get_their_input_rows_and_seed_labels_whoever_fetches_them(graph
     }
 
 
-def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph) -> None:
-    # The owners sum only where they can (features in the servers' DistTensor, a model whose first layer is a
-    # mean); asked for where they cannot, the error names why.
+def test_the_first_layer_is_summed_by_the_trainer_or_the_owners_only_where_it_applies(graph) -> None:
+    # The trainer or the owners sum only where they can (features in the servers' DistTensor, a model whose
+    # first layer is a mean); asked for where they cannot, the error names why; auto falls back to rows.
     def path(choice: str, first_layer_mean: bool, device: str = "cpu") -> FeaturePath:
         # Prefetching: no labels table on the device, so a CUDA device is named but never touched.
         return FeaturePath(
@@ -123,15 +123,16 @@ def test_the_first_layer_is_aggregated_by_the_owners_only_where_it_applies(graph
             first_layer_mean=first_layer_mean,
         )
 
-    assert not path("trainer", True).at_owners
-    with pytest.raises(InputError, match="owners: the features are not a DistTensor"):
-        path("owners", True)
-    with pytest.raises(InputError, match="owners: the model's first layer is not a mean"):
-        path("owners", False)
+    assert path("auto", True).first_layer == "rows" and not path("rows", True).at_owners
+    for choice in ("trainer", "owners"):
+        with pytest.raises(InputError, match=f"{choice}: the features are not a DistTensor"):
+            path(choice, True)
+        with pytest.raises(InputError, match=f"{choice}: the model's first layer is not a mean"):
+            path(choice, False)
+        with pytest.raises(InputError, match=f"{choice}: the trainer is not on the CPU"):
+            path(choice, True, device="cuda")
     with pytest.raises(InputError, match="aggregate_inputs must be"):
         path("everywhere", True)
-    with pytest.raises(InputError, match="owners: the trainer is not on the CPU"):
-        path("owners", True, device="cuda")
 
 
 def test_seed_labels_are_looked_up_by_id_and_refuse_other_ids() -> None:

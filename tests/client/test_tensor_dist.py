@@ -216,6 +216,41 @@ def test_self_and_mean_summed_by_the_owners_equals_the_reference(served, machine
     assert empty.shape == (0, 16)
 
 
+@pytest.mark.parametrize("machine", [0, 2])
+@pytest.mark.parametrize("chunk_rows", [None, 3])
+def test_read_self_and_mean_equals_the_mean_of_the_read_rows(served, machine, chunk_rows, monkeypatch):
+    # The trainer's sums over the rows where they lie (shared memory, and the replies of pulls in chunks of a
+    # few rows spread over the servers) equal the block's [self | mean] of the rows a read gives.
+    import distgnn.client.tensor
+
+    graph, _, contexts = served
+    if chunk_rows is not None:
+        monkeypatch.setattr(distgnn.client.tensor, "PULL_CHUNK_BYTES", chunk_rows * 4 * 8)
+    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[machine])
+    table = graph.ndata["feat"]
+    rng = np.random.default_rng([machine, chunk_rows or 0, 5])
+    start, end = graph.node_map[machine]
+    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
+    sources = {
+        "any": lambda n: rng.choice(graph.num_nodes, n, replace=False),
+        "all_local": lambda n: rng.choice(np.arange(start, end), n, replace=False),
+        "all_remote": lambda n: rng.choice(other, n, replace=False),
+    }
+    for case, draw in sources.items():
+        src_ids = draw(30)
+        degrees = rng.integers(0, 6, 12)  # 12 destinations (the first 12 sources), some without neighbours
+        indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
+        indices = rng.integers(0, len(src_ids), int(indptr[-1]))
+        got = t.read_self_and_mean(src_ids, indptr, indices)
+        assert got.dtype == torch.float32 and got.shape == (12, 16), case
+        expected = _self_and_mean_reference(table, src_ids[:12], indptr, src_ids[indices])
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-6, err_msg=case)
+    with pytest.raises(InputError, match="feat: read_self_and_mean: source index 30 of edge 1 is outside"):
+        t.read_self_and_mean(src_ids, np.array([0, 2], np.int64), np.array([0, 30], np.int64))
+    with pytest.raises(InputError, match="indptr over at most 30 destinations"):
+        t.read_self_and_mean(src_ids, np.zeros(32, np.int64), np.zeros(0, np.int64))
+
+
 def test_self_and_mean_refuses_a_bad_csr_or_a_tensor_that_is_not_float_rows(served):
     graph, _, contexts = served
     t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[0])

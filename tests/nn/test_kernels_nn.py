@@ -76,6 +76,68 @@ def test_sum_kernel_matches_a_numpy_reference_into_any_column_of_wider_rows(thre
         assert (untouched == 7.0).all()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_mean_over_rows_held_in_several_tables_equals_the_reference_on_the_stacked_rows(threads) -> None:
+    # mean_aggregate_tables: source s is row row_index[s] of tables[row_table[s]] (shared memory and pulled
+    # replies in DistTensor.read_self_and_mean); the rows are never stacked, the result is as if they were.
+    rng = np.random.default_rng([threads, 29])
+    tables = [rng.standard_normal((n, 13), dtype=np.float32) for n in (500, 40, 1, 77)]
+    num_src = 400
+    row_table = rng.integers(0, len(tables), num_src)
+    row_index = np.array([rng.integers(0, len(tables[t])) for t in row_table], dtype=np.int64)
+    stacked = torch.from_numpy(np.stack([tables[t][r] for t, r in zip(row_table, row_index, strict=True)]))
+    block = random_block(rng, num_dst=150, num_src=num_src, max_degree=9)
+    out = np.full((150, 26), 7.0, dtype=np.float32)
+    cpu.extension().mean_aggregate_tables(
+        block.indptr.numpy(), block.indices.numpy(), tables, row_table, row_index, out, 13, 0, threads
+    )
+    expected = aggregate.self_and_mean_reference(block, stacked)
+    torch.testing.assert_close(torch.from_numpy(out), expected, rtol=1e-5, atol=1e-5)
+    # In two passes, each leaving out (table -1) the other's sources: the first sums from zero, the second adds
+    # and divides.
+    first = rng.random(num_src) < 0.5
+    passes = np.full((150, 26), 7.0, dtype=np.float32)
+    for step, (accumulate, average) in enumerate([(False, False), (True, True)]):
+        table = np.where(first if step == 0 else ~first, row_table, -1)
+        cpu.extension().mean_aggregate_tables(
+            block.indptr.numpy(),
+            block.indices.numpy(),
+            tables,
+            table,
+            row_index,
+            passes,
+            13,
+            0,
+            threads,
+            accumulate=accumulate,
+            average=average,
+        )
+    torch.testing.assert_close(torch.from_numpy(passes), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_mean_over_tables_names_a_bad_table_row_or_width() -> None:
+    tables = [np.zeros((4, 3), np.float32), np.zeros((2, 3), np.float32)]
+    indptr, indices = np.array([0, 1], np.int64), np.array([1], np.int64)
+    out = np.empty((1, 6), np.float32)
+
+    def run(row_table, row_index, tables=tables, indices=indices):
+        cpu.extension().mean_aggregate_tables(
+            indptr, indices, tables, np.array(row_table, np.int64), np.array(row_index, np.int64), out, 3, 0, 1
+        )
+
+    with pytest.raises(ValueError, match=r"row_table\[1\] = 2 is not one of 2 tables"):
+        run([0, 2], [0, 0])
+    with pytest.raises(ValueError, match=r"row_table\[0\] = -2 is not one of 2 tables"):
+        run([-2, 1], [0, 0])
+    with pytest.raises(ValueError, match=r"row_index\[1\] = 2 is out of range for the 2 rows of tables\[1\]"):
+        run([0, 1], [3, 2])
+    with pytest.raises(ValueError, match=r"tables\[1\] has 5 columns, tables\[0\] 3"):
+        run([0, 1], [0, 0], tables=[tables[0], np.zeros((2, 5), np.float32)])
+    with pytest.raises(IndexError, match="source index 2 of edge 0 is outside"):
+        run([0, 1], [0, 0], indices=np.array([2], np.int64))
+    run([0, 1], [3, 1])  # the same call with good rows goes through
+
+
 def test_sage_layer_on_its_input_aggregated_elsewhere_equals_the_layer_on_raw_features() -> None:
     from distgnn.nn import SAGEConv
     from distgnn.sampling.block import SelfAndMean
