@@ -48,7 +48,12 @@ def positions_by_owner(range_ends: np.ndarray, ids: np.ndarray) -> dict[int, np.
     """
     if ids.size == 0:
         return {}
-    owners = np.searchsorted(range_ends, ids, side="right")
+    if len(range_ends) <= 8:  # a compare per range end: cheaper than a binary search per id for a few machines
+        owners = np.zeros(len(ids), dtype=np.intp)
+        for end in range_ends[:-1]:
+            owners += ids >= end
+    else:
+        owners = np.searchsorted(range_ends, ids, side="right")
     counts = np.bincount(owners, minlength=len(range_ends))  # O(n): no sort of the owners
     present = np.flatnonzero(counts)
     if len(present) == 1:

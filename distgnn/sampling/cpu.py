@@ -145,7 +145,11 @@ def sample_local(
         return_neighbors=True,
     )
     src = take(local.local2global, neighbors, num_threads=threads)
-    return counts, src, take(local.eids, positions, num_threads=threads)
+    offset = local.eid_offset
+    if offset is None:
+        return counts, src, take(local.eids, positions, num_threads=threads)
+    positions += offset  # edge ids in CSC order: no gather from the partition's edge-id array
+    return counts, src, positions
 
 
 def merge(

@@ -6,6 +6,7 @@ same code).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,6 +43,16 @@ class LocalCSC:
     local2global: np.ndarray
     edge_weights: dict[str, np.ndarray]
     num_etypes: int = 1
+
+    @functools.cached_property
+    def eid_offset(self) -> int | None:
+        """``eids[0]`` where ``eids`` is the range ``eids[0], eids[0] + 1, ...`` (a reshuffled partition numbers
+        its edges in CSC order), so a position's edge id is the position plus it and no gather is needed; else
+        None. Checked once, on first use."""
+        eids = self.eids
+        if len(eids) == 0 or eids[-1] - eids[0] != len(eids) - 1:
+            return None
+        return int(eids[0]) if bool((np.diff(eids) == 1).all()) else None
 
     def rows(self, seeds: np.ndarray, etypes: np.ndarray | None = None) -> np.ndarray:
         """CSC rows of owned global ``seeds`` (of one edge type each, ``etypes``, on a typed CSC)."""
