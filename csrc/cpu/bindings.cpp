@@ -259,6 +259,28 @@ void mean_aggregate_backward(const py::array& indptr, const py::array& indices, 
                                    grad_x_data, grad_x.shape(0), f, num_threads);
 }
 
+void relu_dropout_mean_backward(const py::array& indptr, const py::array& indices, const py::array& grad,
+                                const py::array& out, float scale, const py::array& grad_h, int num_threads) {
+  const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
+  const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
+  const float* grad_data = float_data(grad, "grad", 2, false);
+  const float* out_data = float_data(out, "out", 2, false);
+  float* grad_h_data = float_data(grad_h, "grad_h", 2, true);
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must hold at least one entry");
+  const int64_t num_dst = indptr.shape(0) - 1, num_src = out.shape(0), f = out.shape(1);
+  if (grad.shape(0) != num_dst || grad.shape(1) != 2 * f)
+    throw std::invalid_argument("grad must be (" + std::to_string(num_dst) + ", " + std::to_string(2 * f) + ")");
+  if (grad_h.shape(0) != num_src || grad_h.shape(1) != f) throw std::invalid_argument("grad_h must be shaped as out");
+  if (num_src < num_dst) throw std::invalid_argument("out has fewer rows than the destinations");
+  if (indptr_data[0] != 0 || indptr_data[num_dst] != indices.shape(0))
+    throw std::invalid_argument("indptr must run from 0 to the number of edges");
+  for (int64_t d = 0; d < num_dst; ++d)
+    if (indptr_data[d + 1] < indptr_data[d]) throw std::invalid_argument("indptr must not decrease");
+  py::gil_scoped_release release;
+  distgnn::relu_dropout_mean_backward(indptr_data, indices_data, num_dst, grad_data, out_data, num_src, f, scale,
+                                      grad_h_data, num_threads);
+}
+
 void relu_dropout(const py::array& x, const py::array& out, uint32_t drop_threshold, float scale, uint64_t rng_seed,
                   int num_threads) {
   const float* x_data = float_data(x, "x", 1, false);
@@ -478,6 +500,9 @@ PYBIND11_MODULE(_cpu_kernels, m) {
   m.def("mean_aggregate_backward", &mean_aggregate_backward, py::arg("indptr"), py::arg("indices"), py::arg("grad"),
         py::arg("mean_col"), py::arg("self_col"), py::arg("grad_x"), py::arg("num_threads"),
         "Overwrites grad_x with the gradient of mean_aggregate for the upstream gradient grad.");
+  m.def("relu_dropout_mean_backward", &relu_dropout_mean_backward, py::arg("indptr"), py::arg("indices"),
+        py::arg("grad"), py::arg("out"), py::arg("scale"), py::arg("grad_h"), py::arg("num_threads"),
+        "Overwrites grad_h with the gradient wrt h of [out[:num_dst] | mean of out] where out = relu_dropout(h).");
   m.def("relu_dropout", &relu_dropout, py::arg("x"), py::arg("out"), py::arg("drop_threshold"), py::arg("scale"),
         py::arg("rng_seed"), py::arg("num_threads"), "out = relu(x) * keep * scale (see nn_ops.h); out may be x.");
   m.def("relu_dropout_backward", &relu_dropout_backward, py::arg("out"), py::arg("grad"), py::arg("grad_in"),

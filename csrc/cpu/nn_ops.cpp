@@ -132,6 +132,17 @@ void relu_dropout_range(const float* x, float* out, int64_t begin, int64_t end, 
 }
 
 DISTGNN_CPU_CLONES
+void add_scaled(float* target, const float* source, int64_t f, float factor) {
+  for (int64_t c = 0; c < f; ++c) target[c] += source[c] * factor;
+}
+
+// target[c] *= (out[c] > 0 ? scale : 0): the ReLU + dropout gradient from the layer's output.
+DISTGNN_CPU_CLONES
+void mask_positive(float* target, const float* out, int64_t f, float scale) {
+  for (int64_t c = 0; c < f; ++c) target[c] *= out[c] > 0.0f ? scale : 0.0f;
+}
+
+DISTGNN_CPU_CLONES
 void relu_dropout_backward_range(const float* out, const float* grad, float* grad_in, int64_t begin, int64_t end,
                                  float scale) {
   for (int64_t i = begin; i < end; ++i) grad_in[i] = grad[i] * (out[i] > 0.0f ? scale : 0.0f);
@@ -234,6 +245,44 @@ void mean_aggregate_backward(const int64_t* indptr, const int64_t* indices, int6
         if (first == last) continue;
         scatter_rows(grad_x, f, c0, width, indices, first, last, num_edges, g + mean_col + c0,
                      1.0f / static_cast<float>(last - first));
+      }
+    };
+  });
+}
+
+void relu_dropout_mean_backward(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad,
+                                const float* out, int64_t num_src, int64_t f, float scale, float* grad_h,
+                                int num_threads) {
+  // The transposed CSR (each source's in-edge destinations) by a counting sort, so each source's gradient is
+  // gathered and written once: no zero fill, no scatter, no second pass for the mask.
+  const int64_t num_edges = indptr[num_dst];
+  std::vector<int64_t> starts(static_cast<size_t>(num_src) + 1, 0);
+  for (int64_t e = 0; e < num_edges; ++e) {
+    const int64_t s = indices[e];
+    if (s < 0 || s >= num_src)
+      throw std::out_of_range("source index " + std::to_string(s) + " of edge " + std::to_string(e) +
+                              " is outside [0, " + std::to_string(num_src) + ")");
+    ++starts[s + 1];
+  }
+  for (int64_t s = 0; s < num_src; ++s) starts[s + 1] += starts[s];
+  std::vector<int64_t> next(starts.begin(), starts.end() - 1);
+  std::vector<int32_t> dst_of(static_cast<size_t>(num_edges));
+  for (int64_t d = 0; d < num_dst; ++d)
+    for (int64_t e = indptr[d]; e < indptr[d + 1]; ++e) dst_of[next[indices[e]]++] = static_cast<int32_t>(d);
+  parallel_for(num_src, num_threads, kRowGrain, [&] {
+    return [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) {
+        float* target = grad_h + s * f;
+        if (s < num_dst) {
+          std::memcpy(target, grad + s * 2 * f, sizeof(float) * f);
+        } else {
+          std::fill(target, target + f, 0.0f);
+        }
+        for (int64_t k = starts[s]; k < starts[s + 1]; ++k) {
+          const int64_t d = dst_of[k];
+          add_scaled(target, grad + d * 2 * f + f, f, 1.0f / static_cast<float>(indptr[d + 1] - indptr[d]));
+        }
+        mask_positive(target, out + s * f, f, scale);
       }
     };
   });

@@ -39,6 +39,15 @@ void mean_aggregate_backward(const int64_t* indptr, const int64_t* indices, int6
                              int64_t grad_stride, int64_t mean_col, int64_t self_col, float* grad_x, int64_t num_src,
                              int64_t f, int num_threads);
 
+// The gradient with respect to h of mean_aggregate(with self_col = 0, mean_col = f) of out = relu_dropout(h):
+// grad (num_dst, 2f), out (num_src, f) the saved relu_dropout output; grad_h (num_src, f) is overwritten with
+//   grad_h[s] = (out[s] > 0 ? scale : 0) * (grad[s, :f] (s < num_dst) + sum over edges (s, d) of grad[d, f:] / deg(d)),
+// each row gathered and written once (a transposed CSR by counting sort). Throws std::out_of_range on a source
+// index outside [0, num_src).
+void relu_dropout_mean_backward(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad,
+                                const float* out, int64_t num_src, int64_t f, float scale, float* grad_h,
+                                int num_threads);
+
 // Fused ReLU and inverted dropout over n floats:
 //   out[i] = x[i] * scale if x[i] > 0 and element i is kept, else 0,   scale = 1 / (1 - p).
 // Element i is kept when its 16-bit draw u (bits 16*(i%4) .. of mix64 of

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import distgnn.nn.aggregate as aggregate
+from distgnn.nn.fused import Dropped
 from distgnn.nn.matmul import linear
 from distgnn.sampling.block import Block, SelfAndMean
 
@@ -40,15 +41,20 @@ class SAGEConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, block: Block, x: torch.Tensor | SelfAndMean) -> torch.Tensor:
-        """``x``: ``(block.num_src, in_feats)``, or the block's ``[x_dst | mean]`` aggregated already
-        (:class:`~distgnn.sampling.block.SelfAndMean`, a first layer over fixed features)."""
+    def forward(self, block: Block, x: torch.Tensor | SelfAndMean | Dropped) -> torch.Tensor:
+        """``x``: ``(block.num_src, in_feats)``, the block's ``[x_dst | mean]`` aggregated already
+        (:class:`~distgnn.sampling.block.SelfAndMean`, a first layer over fixed features), or the previous layer's
+        output with its ReLU + dropout still to apply (:class:`~distgnn.nn.fused.Dropped`)."""
         if isinstance(x, SelfAndMean):
             if x.rows.shape != (block.num_dst, 2 * self.in_feats):
                 raise ValueError(
                     f"SelfAndMean rows must be ({block.num_dst}, {2 * self.in_feats}), got {tuple(x.rows.shape)}"
                 )
             return self._combine(x.rows)
+        if isinstance(x, Dropped):  # the previous layer's ReLU + dropout, applied here
+            if self.out_feats >= self.in_feats:
+                return self._combine(aggregate.relu_dropout_self_and_mean(block, x.rows, x.p, x.training))
+            x = x.apply()
         if self.out_feats < self.in_feats:
             out = aggregate.mean(block, linear(x, self.fc_neigh.weight))
             if self.bias is not None:

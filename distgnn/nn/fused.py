@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import warnings
 from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -31,6 +32,24 @@ from torch.autograd.function import once_differentiable
 from distgnn.native.cpu import extension
 
 _LEVELS = 1 << 16  # a 16-bit draw per element: p is rounded to a multiple of 1/65536
+
+
+def relu_dropout_levels() -> int:
+    """The kernels' draws per element are 16-bit: a threshold of this many drops everything."""
+    return _LEVELS
+
+
+class Dropped(NamedTuple):
+    """``relu_dropout(rows, p, training)`` not applied yet: a model hands it to its next layer, which applies it
+    fused with its aggregation where it can (:class:`~distgnn.nn.conv.SAGEConv`,
+    :func:`~distgnn.nn.aggregate.relu_dropout_self_and_mean`) and calls :meth:`apply` otherwise."""
+
+    rows: torch.Tensor
+    p: float
+    training: bool
+
+    def apply(self) -> torch.Tensor:
+        return relu_dropout(self.rows, self.p, self.training)
 
 
 def drop_threshold(p: float) -> int:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distgnn.nn.conv import GATConv, SAGEConv
-from distgnn.nn.fused import relu_dropout
+from distgnn.nn.fused import Dropped, relu_dropout
 from distgnn.sampling.block import Block
 
 
@@ -57,6 +57,16 @@ class GraphSAGE(_LayerStack):
         h = self.layers[i](block, x)
         if i != self.num_layers - 1:
             h = relu_dropout(h, self.dropout.p, self.training)
+        return h
+
+    def forward(self, blocks: Sequence[Block], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
+        h = x
+        for i, block in enumerate(blocks):
+            h = self.layers[i](block, h)
+            if i != self.num_layers - 1:  # the next layer applies ReLU + dropout, fused with its mean where it can
+                h = Dropped(h, self.dropout.p, self.training)
         return h
 
 

@@ -138,6 +138,77 @@ def test_mean_over_tables_names_a_bad_table_row_or_width() -> None:
     run([0, 1], [3, 1])  # the same call with good rows goes through
 
 
+@pytest.mark.parametrize("width", [1, 37, 64, 130])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_relu_dropout_mean_kernel_equals_relu_dropout_then_the_mean_forward_and_backward(width, threads) -> None:
+    # The fused hidden-layer input: [d(h)[:num_dst] | mean of d(h)] with d = relu_dropout (the same masks for the
+    # same torch seed); its backward gathers each row's gradient and masks it in one pass.
+    rng = np.random.default_rng([width, threads, 3])
+    block = random_block(rng, num_dst=120, num_src=400, max_degree=9)
+    h = torch.from_numpy(rng.standard_normal((400, width), dtype=np.float32)).requires_grad_()
+    h_ref = h.detach().clone().requires_grad_()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for p in (0.3, 0.5):
+            seed = int(rng.integers(2**31))
+            torch.manual_seed(seed)
+            out = aggregate.relu_dropout_self_and_mean(block, h, p)
+            torch.manual_seed(seed)
+            expected = aggregate.self_and_mean_reference(block, relu_dropout(h_ref, p))
+            assert out.shape == (120, 2 * width)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+            upstream = torch.from_numpy(rng.standard_normal(tuple(out.shape), dtype=np.float32))
+            out.backward(upstream)
+            expected.backward(upstream)
+            torch.testing.assert_close(h.grad, h_ref.grad, rtol=1e-5, atol=1e-5)
+            h.grad = h_ref.grad = None
+    finally:
+        torch.set_num_threads(previous)
+    # In eval mode or at p = 0 it is ReLU then the mean.
+    torch.testing.assert_close(
+        aggregate.relu_dropout_self_and_mean(block, h, 0.5, training=False),
+        aggregate.self_and_mean_reference(block, torch.relu(h)),
+    )
+
+
+def test_relu_dropout_mean_backward_names_an_out_of_range_source_and_a_bad_indptr() -> None:
+    out, grad = np.ones((3, 4), np.float32), np.ones((1, 8), np.float32)
+
+    def run(indptr, indices):
+        cpu.extension().relu_dropout_mean_backward(
+            np.array(indptr, np.int64), np.array(indices, np.int64), grad, out, 2.0, np.empty((3, 4), np.float32), 1
+        )
+
+    with pytest.raises(IndexError, match="source index 3 of edge 1 is outside"):
+        run([0, 2], [0, 3])
+    with pytest.raises(ValueError, match="indptr must run from 0 to the number of edges"):
+        run([0, 3], [0, 1])
+    run([0, 2], [0, 2])  # good input goes through
+
+
+def test_graphsage_with_the_fused_hidden_inputs_equals_its_layer_by_layer_forward() -> None:
+    # GraphSAGE.forward hands each hidden layer its input as Dropped (applied by the layer, fused with its mean);
+    # forward_layer applies relu_dropout between layers: the same seed gives the same output and gradients.
+    rng = np.random.default_rng(8)
+    blocks = [random_block(rng, 300, 900, 8), random_block(rng, 60, 300, 6), random_block(rng, 10, 60, 5)]
+    model = GraphSAGE(12, 32, 5, num_layers=3, dropout=0.5)
+    x = torch.from_numpy(rng.standard_normal((900, 12), dtype=np.float32))
+    torch.manual_seed(11)
+    fused = model(blocks, x)
+    fused.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(11)
+    h = x
+    for i, block in enumerate(blocks):
+        h = model.forward_layer(i, block, h)
+    torch.testing.assert_close(fused, h, rtol=1e-5, atol=1e-5)
+    h.sum().backward()
+    for got, param in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(got, param.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_sage_layer_on_its_input_aggregated_elsewhere_equals_the_layer_on_raw_features() -> None:
     from distgnn.nn import SAGEConv
     from distgnn.sampling.block import SelfAndMean
