@@ -12,6 +12,7 @@ A heterogeneous graph answers DGL's typed questions: ``ntypes``,
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from distgnn.errors import ConfigError
 from distgnn.partition.book import RangePartitionBook, edge_policy, node_policy
 from distgnn.partition.format import feature_policy, read_meta
 from distgnn.rpc.client import RpcClient
-from distgnn.sampling.source import LocalCSC
+from distgnn.sampling.source import LocalCSC, range_offset
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,12 @@ class LocalPartition:
     @property
     def num_owned_nodes(self) -> int:
         return self.node_range[1] - self.node_range[0]
+
+    @functools.cached_property
+    def eid_offset(self) -> int | None:
+        """``eids[0]`` where the edge ids are a range in CSC order (:func:`distgnn.sampling.source.range_offset`),
+        checked once."""
+        return range_offset(self.eids)
 
 
 @dataclass(frozen=True)

@@ -68,5 +68,6 @@ def sampling_view(g: Any) -> tuple[LocalCSC, RpcSampling]:
         local2global=part.local2global,
         edge_weights=weights,
         num_etypes=part.num_etypes,
+        eid_offset=part.eid_offset,
     )
     return local, RpcSampling(g)

@@ -6,7 +6,6 @@ same code).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,6 +17,14 @@ from distgnn.data.graph import Graph
 from distgnn.data.hetero import DEFAULT_NTYPE, HeteroGraph, materialize
 from distgnn.errors import InputError
 from distgnn.partition.book import RangePartitionBook
+
+
+def range_offset(ids: np.ndarray) -> int | None:
+    """``ids[0]`` where ``ids`` is the range ``ids[0], ids[0] + 1, ...`` (a reshuffled partition numbers its edges
+    in CSC order), else None. A pass over ``ids``: callers keep the answer with the array."""
+    if len(ids) == 0 or ids[-1] - ids[0] != len(ids) - 1:
+        return None
+    return int(ids[0]) if bool((np.diff(ids) == 1).all()) else None
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,8 @@ class LocalCSC:
         local2global: global id of each local node.
         edge_weights: optional edge arrays by name, one value per CSC position.
         num_etypes: R, the number of edge types.
+        eid_offset: where ``eids`` is the range ``eid_offset, eid_offset + 1, ...`` (:func:`range_offset`), so a
+            position's edge id is the position plus it and sampling gathers no edge ids; None otherwise.
     """
 
     part_id: int
@@ -43,16 +52,7 @@ class LocalCSC:
     local2global: np.ndarray
     edge_weights: dict[str, np.ndarray]
     num_etypes: int = 1
-
-    @functools.cached_property
-    def eid_offset(self) -> int | None:
-        """``eids[0]`` where ``eids`` is the range ``eids[0], eids[0] + 1, ...`` (a reshuffled partition numbers
-        its edges in CSC order), so a position's edge id is the position plus it and no gather is needed; else
-        None. Checked once, on first use."""
-        eids = self.eids
-        if len(eids) == 0 or eids[-1] - eids[0] != len(eids) - 1:
-            return None
-        return int(eids[0]) if bool((np.diff(eids) == 1).all()) else None
+    eid_offset: int | None = None
 
     def rows(self, seeds: np.ndarray, etypes: np.ndarray | None = None) -> np.ndarray:
         """CSC rows of owned global ``seeds`` (of one edge type each, ``etypes``, on a typed CSC)."""

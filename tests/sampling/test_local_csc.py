@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.sampling.cpu import sample_local
-from distgnn.sampling.source import LocalCSC
+from distgnn.sampling.source import LocalCSC, range_offset
 
 
 def local_csc(eids: np.ndarray) -> LocalCSC:
@@ -13,7 +13,9 @@ def local_csc(eids: np.ndarray) -> LocalCSC:
     degrees = rng.integers(0, 6, 40)
     indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
     indices = rng.integers(0, 60, int(indptr[-1])).astype(np.int64)
-    return LocalCSC(0, 100, indptr, indices, eids[: len(indices)], np.arange(100, 160, dtype=np.int64), {})
+    eids = eids[: len(indices)]
+    local2global = np.arange(100, 160, dtype=np.int64)
+    return LocalCSC(0, 100, indptr, indices, eids, local2global, {}, eid_offset=range_offset(eids))
 
 
 def test_edge_ids_in_csc_order_are_positions_plus_an_offset_and_sampling_gives_the_same_ids() -> None:
