@@ -9,9 +9,8 @@ a 400 MB buffer written between runs so that no run starts with the rows in cach
 
 * rows: the local rows copied into a ``(num_src, F)`` matrix (``copy_rows``), the reply's rows scattered into it,
   then the C++ mean (``mean_aggregate``), what ``--aggregate-inputs rows`` does;
-* trainer, one pass: ``mean_aggregate_tables`` over both tables at once;
-* trainer, two passes: the local rows first, then the reply's (as ``read_self_and_mean`` runs them, the first
-  while the pulls are in flight).
+* trainer: ``mean_aggregate_tables`` over both tables at once, what ``read_self_and_mean`` runs once the
+  replies are in (bitwise the same result as 'rows').
 
     python benchmarks/first_layer_inputs.py [--batches 6]
 """
@@ -57,27 +56,15 @@ class Batch:
         self.ext.mean_aggregate(self.indptr, self.indices, x, out, width, 0, 1)
         return out
 
-    def tables(self, passes: int) -> np.ndarray:
+    def tables(self) -> np.ndarray:
         width = self.reply.shape[1]
         out = np.empty((self.num_dst, 2 * width), dtype=np.float32)
         row_index = np.zeros(len(self.ids), dtype=np.int64)
         row_index[self.local], row_index[self.remote] = self.ids[self.local], np.arange(len(self.remote))
-        if passes == 1:
-            row_table = np.zeros(len(self.ids), dtype=np.int64)
-            row_table[self.remote] = 1
-            tables = [self.local_table, self.reply]
-            self.ext.mean_aggregate_tables(self.indptr, self.indices, tables, row_table, row_index, out, width, 0, 1)
-            return out
-        for table, mine, accumulate, average in (
-            (self.local_table, self.local, False, False),
-            (self.reply, self.remote, True, True),
-        ):
-            row_table = np.full(len(self.ids), -1, dtype=np.int64)
-            row_table[mine] = 0
-            self.ext.mean_aggregate_tables(
-                self.indptr, self.indices, [table], row_table, row_index, out, width, 0, 1,
-                accumulate=accumulate, average=average,
-            )  # fmt: skip
+        row_table = np.zeros(len(self.ids), dtype=np.int64)
+        row_table[self.remote] = 1
+        tables = [self.local_table, self.reply]
+        self.ext.mean_aggregate_tables(self.indptr, self.indices, tables, row_table, row_index, out, width, 0, 1)
         return out
 
 
@@ -94,7 +81,7 @@ def main() -> None:
     local_table = np.ascontiguousarray(feat[: args.local_rows])
     sampler = NeighborSampler([15, 10, 5])
     flush = np.empty(400 << 20, dtype=np.uint8)
-    times: dict[str, list[float]] = {"rows": [], "trainer, one pass": [], "trainer, two passes": []}
+    times: dict[str, list[float]] = {"rows": [], "trainer": []}
     torch.manual_seed(0)
     for batch in range(args.batches):
         input_nodes, _, blocks = sampler.sample_blocks(g, torch.randperm(args.num_nodes)[:1024])
@@ -106,17 +93,12 @@ def main() -> None:
         outputs = {}
 
         b = Batch(ext, ids, indptr, indices, first.num_dst, local_table, reply, local, remote)
-        for name, fn in (
-            ("rows", b.rows_path),
-            ("trainer, one pass", lambda b=b: b.tables(1)),
-            ("trainer, two passes", lambda b=b: b.tables(2)),
-        ):
+        for name, fn in (("rows", b.rows_path), ("trainer", b.tables)):
             flush[:] = batch
             began = time.perf_counter()
             outputs[name] = fn()
             times[name].append((time.perf_counter() - began) * 1e3)
-        for name, out in outputs.items():
-            np.testing.assert_allclose(out, outputs["rows"], rtol=1e-4, atol=1e-5, err_msg=name)
+        assert np.array_equal(outputs["trainer"], outputs["rows"]), "the two paths differ"
     print(
         f"first layer inputs: {first.num_edges:,} edges, {len(ids):,} sources ({len(local):,} local), "
         f"{first.num_dst:,} destinations, F={feat.shape[1]}; one thread; {platform.processor() or platform.machine()}"

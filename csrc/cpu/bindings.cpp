@@ -186,7 +186,7 @@ void mean_aggregate(const py::array& indptr, const py::array& indices, const py:
 
 void mean_aggregate_tables(const py::array& indptr, const py::array& indices, const py::list& tables,
                            const py::array& row_table, const py::array& row_index, const py::array& out,
-                           int64_t mean_col, int64_t self_col, int num_threads, bool accumulate, bool average) {
+                           int64_t mean_col, int64_t self_col, int num_threads) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
   const int64_t* indices_data = vector_data<int64_t>(indices, "indices", "int64");
   const int64_t* table_of = vector_data<int64_t>(row_table, "row_table", "int64");
@@ -224,10 +224,6 @@ void mean_aggregate_tables(const py::array& indptr, const py::array& indices, co
   std::vector<const float*> rows(static_cast<size_t>(num_src));
   for (int64_t s = 0; s < num_src; ++s) {
     const int64_t t = table_of[s], r = index_of[s];
-    if (t == -1) {  // left out of this pass
-      rows[s] = nullptr;
-      continue;
-    }
     if (t < 0 || t >= static_cast<int64_t>(bases.size()))
       throw std::invalid_argument("row_table[" + std::to_string(s) + "] = " + std::to_string(t) + " is not one of " +
                                   std::to_string(bases.size()) + " tables");
@@ -239,7 +235,7 @@ void mean_aggregate_tables(const py::array& indptr, const py::array& indices, co
   }
   py::gil_scoped_release release;
   distgnn::mean_aggregate_rows(indptr_data, indices_data, num_dst, indices.shape(0), rows.data(), num_src, f, out_data,
-                               stride, mean_col, self_col, num_threads, accumulate, average);
+                               stride, mean_col, self_col, num_threads);
 }
 
 void mean_aggregate_backward(const py::array& indptr, const py::array& indices, const py::array& grad,
@@ -494,9 +490,8 @@ PYBIND11_MODULE(_cpu_kernels, m) {
         "self_col:+F] with x[:num_dst]).");
   m.def("mean_aggregate_tables", &mean_aggregate_tables, py::arg("indptr"), py::arg("indices"), py::arg("tables"),
         py::arg("row_table"), py::arg("row_index"), py::arg("out"), py::arg("mean_col"), py::arg("self_col"),
-        py::arg("num_threads"), py::arg("accumulate") = false, py::arg("average") = true,
-        "mean_aggregate over sources whose row s is tables[row_table[s]][row_index[s]] (no copy of the rows); "
-        "row_table[s] = -1 leaves source s out of this pass, accumulate adds to out's sums, average divides them.");
+        py::arg("num_threads"),
+        "mean_aggregate over sources whose row s is tables[row_table[s]][row_index[s]] (no copy of the rows).");
   m.def("mean_aggregate_backward", &mean_aggregate_backward, py::arg("indptr"), py::arg("indices"), py::arg("grad"),
         py::arg("mean_col"), py::arg("self_col"), py::arg("grad_x"), py::arg("num_threads"),
         "Overwrites grad_x with the gradient of mean_aggregate for the upstream gradient grad.");

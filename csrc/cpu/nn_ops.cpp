@@ -61,7 +61,7 @@ int64_t sum_rows(const float* x, int64_t num_src, int64_t f, const int64_t* indi
   return bad;
 }
 
-// sum_rows with row s at rows[s] (rows held in several tables); a null rows[s] is skipped.
+// sum_rows with row s at rows[s] (rows held in several tables).
 DISTGNN_CPU_CLONES
 int64_t sum_row_pointers(const float* const* rows, int64_t num_src, int64_t f, const int64_t* indices, int64_t first,
                          int64_t last, int64_t prefetch_end, float* acc) {
@@ -78,7 +78,6 @@ int64_t sum_row_pointers(const float* const* rows, int64_t num_src, int64_t f, c
       continue;
     }
     const float* row = rows[s];
-    if (row == nullptr) continue;  // a row this pass leaves out
     for (int64_t c = 0; c < f; ++c) acc[c] += row[c];
   }
   return bad;
@@ -157,15 +156,14 @@ namespace {
 template <typename Rows>
 void aggregate_means(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_edges,
                      const Rows& rows, int64_t f, float* out, int64_t out_stride, int64_t mean_col, int64_t self_col,
-                     int num_threads, bool average, int64_t num_src, bool accumulate = false) {
+                     int num_threads, bool average, int64_t num_src) {
   std::atomic<int64_t> bad_row{kNoFault}, bad_edge{kNoFault};
   parallel_for(num_dst, num_threads, kRowGrain, [&] {
     return [&](int64_t begin, int64_t end) {
       for (int64_t d = begin; d < end; ++d) {
         float* mean = out + d * out_stride + mean_col;
-        if (!accumulate) std::fill(mean, mean + f, 0.0f);
-        const float* own = self_col >= 0 ? rows.row(d) : nullptr;
-        if (own != nullptr) std::memcpy(out + d * out_stride + self_col, own, sizeof(float) * f);
+        std::fill(mean, mean + f, 0.0f);
+        if (self_col >= 0) std::memcpy(out + d * out_stride + self_col, rows.row(d), sizeof(float) * f);
         const int64_t first = indptr[d], last = indptr[d + 1];
         if (first < 0 || last < first || last > num_edges) {
           min_into(bad_row, d);
@@ -220,9 +218,9 @@ void mean_aggregate(const int64_t* indptr, const int64_t* indices, int64_t num_d
 
 void mean_aggregate_rows(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_edges,
                          const float* const* rows, int64_t num_src, int64_t f, float* out, int64_t out_stride,
-                         int64_t mean_col, int64_t self_col, int num_threads, bool accumulate, bool average) {
+                         int64_t mean_col, int64_t self_col, int num_threads) {
   aggregate_means(indptr, indices, num_dst, num_edges, PointedRows{rows, num_src, f}, f, out, out_stride, mean_col,
-                  self_col, num_threads, average, num_src, accumulate);
+                  self_col, num_threads, true, num_src);
 }
 
 void mean_aggregate_backward(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad,

@@ -24,12 +24,11 @@ void mean_aggregate(const int64_t* indptr, const int64_t* indices, int64_t num_d
 
 // mean_aggregate over a source matrix that is not in one piece: row s is the f floats at rows[s] (num_src
 // pointers, valid for the call; distgnn.client.tensor.DistTensor.read_self_and_mean points them into shared
-// memory and pulled replies, so no (num_src, f) copy of the rows is made). A null rows[s] is left out of this
-// call (its self row too), so a mean can be summed in passes: the first with accumulate = false (the sums
-// start at zero), the last with average = true (divides by each destination's whole in-degree).
+// memory and pulled replies, so no (num_src, f) copy of the rows is made). The same adds in the same order as
+// mean_aggregate over the stacked rows, so the results are bitwise equal.
 void mean_aggregate_rows(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_edges,
                          const float* const* rows, int64_t num_src, int64_t f, float* out, int64_t out_stride,
-                         int64_t mean_col, int64_t self_col, int num_threads, bool accumulate, bool average);
+                         int64_t mean_col, int64_t self_col, int num_threads);
 
 // Gradient of mean_aggregate with respect to x (the same indptr/indices, already
 // validated by the forward): grad_x (num_src, f) is overwritten with

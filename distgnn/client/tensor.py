@@ -290,22 +290,15 @@ class DistTensor:
         ctx, client = self.context, self.context.client
         groups = self._by_owner(ids)
         pending = self._send_pulls(ids, groups)
-        out = np.empty((len(indptr) - 1, 2 * self.shape[1]), dtype=np.float32)
-        # Two passes over the edges: this machine's rows are summed while the pulls are in flight (their pushes
-        # were settled by _send_pulls), the pulled ones added when the replies are in; each pass leaves out
-        # (row table -1) the sources of the other.
+        # One pass once the replies are in, in edge order: the same adds in the same order as the layer's mean
+        # over gathered rows ('rows'), so the result is bitwise the same whichever path a run takes.
+        tables, row_table = [self._local], np.zeros(len(ids), dtype=np.int64)
+        row_index = np.empty(len(ids), dtype=np.int64)
         local = groups.get(ctx.machine_id)
-        row_index = np.zeros(len(ids), dtype=np.int64)
-        if local is not None:
-            row_table = np.full(len(ids), -1, dtype=np.int64)
-            row_table[local] = 0
+        if local is not None:  # read from shared memory (their pushes settled by _send_pulls)
             row_index[local] = ids[local] - self._local_start
-            self._sum_tables(indptr, indices, [self._local], row_table, row_index, out, False, not pending)
-        if not pending:
-            return torch.from_numpy(out)
-        replies = client.wait([rid for _, rid in pending])
-        width, tables, row_table = self.shape[1], [], np.full(len(ids), -1, dtype=np.int64)
-        for (part, _), reply in zip(pending, replies, strict=True):
+        width = self.shape[1]
+        for (part, _), reply in zip(pending, client.wait([rid for _, rid in pending]), strict=True):
             rows = reply.arrays[0]
             count = len(ids[part])
             if rows.shape != (count, width) or rows.dtype != np.float32:
@@ -315,28 +308,14 @@ class DistTensor:
             row_table[part] = len(tables)
             row_index[part] = np.arange(count)
             tables.append(np.ascontiguousarray(rows))
-        self._sum_tables(indptr, indices, tables, row_table, row_index, out, local is not None, True)
-        return torch.from_numpy(out)
-
-    def _sum_tables(self, indptr, indices, tables, row_table, row_index, out, accumulate: bool, average: bool) -> None:
-        """One pass of :meth:`read_self_and_mean` (the kernel ``mean_aggregate_tables``); its errors name this
-        tensor."""
+        out = np.empty((len(indptr) - 1, 2 * width), dtype=np.float32)
         try:
             extension().mean_aggregate_tables(
-                indptr,
-                indices,
-                tables,
-                row_table,
-                row_index,
-                out,
-                self.shape[1],
-                0,
-                torch.get_num_threads(),
-                accumulate=accumulate,
-                average=average,
+                indptr, indices, tables, row_table, row_index, out, width, 0, torch.get_num_threads()
             )
         except (IndexError, ValueError) as exc:  # a broken indptr or a source position outside src_ids
             raise InputError(f"{self.name}: read_self_and_mean: {exc}") from None
+        return torch.from_numpy(out)
 
     def _check_mean_input(self, what: str) -> None:
         if self._cache is not None:

@@ -161,7 +161,7 @@ def test_feature_path_with_the_first_layer_summed_before_the_layer_equals_the_la
     from distgnn.cache.feature_path import FeatureOptions, FeaturePath
     from distgnn.loader.node import DistNodeDataLoader
     from distgnn.nn import SAGEConv
-    from distgnn.nn.aggregate import self_and_mean_reference
+    from distgnn.nn.aggregate import self_and_mean, self_and_mean_reference
     from distgnn.sampling.block import SelfAndMean
     from distgnn.sampling.neighbor import NeighborSampler
 
@@ -188,6 +188,8 @@ def test_feature_path_with_the_first_layer_summed_before_the_layer_equals_the_la
             first = batch[2][0]
             assert isinstance(x, SelfAndMean) and torch.equal(y, y_raw)
             torch.testing.assert_close(x.rows, self_and_mean_reference(first, raw), rtol=1e-5, atol=1e-6)
+            if choice == "trainer":  # the same adds in the same order as the layer's own mean: bitwise equal
+                assert torch.equal(x.rows, self_and_mean(first, raw))
             torch.testing.assert_close(layer(first, x), layer(first, raw), rtol=1e-5, atol=1e-5)
     finally:
         loader.close()
