@@ -162,6 +162,22 @@ void check_columns(int64_t col, int64_t f, int64_t stride, const char* name) {
                                 " does not fit a row of " + std::to_string(stride));
 }
 
+// The output checks of mean_aggregate and mean_aggregate_tables: out (num_dst, >= f) rows, the mean (and self)
+// columns inside a row, and at least num_dst source rows when the self rows are copied (`sources` names them).
+void check_mean_out(const py::array& out, int64_t num_dst, int64_t f, int64_t mean_col, int64_t self_col,
+                    int64_t num_src, const char* sources) {
+  const int64_t stride = out.shape(1);
+  if (out.shape(0) != num_dst)
+    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " + std::to_string(num_dst) +
+                                " destinations");
+  if (mean_col < 0) throw std::invalid_argument("mean_col must be >= 0");
+  check_columns(mean_col, f, stride, "mean_col");
+  check_columns(self_col, f, stride, "self_col");
+  if (self_col >= 0 && num_src < num_dst)
+    throw std::invalid_argument(std::string(sources) + " " + std::to_string(num_src) + " rows, fewer than the " +
+                                std::to_string(num_dst) + " destinations they must start with");
+}
+
 void mean_aggregate(const py::array& indptr, const py::array& indices, const py::array& x, const py::array& out,
                     int64_t mean_col, int64_t self_col, int num_threads, bool average) {
   const int64_t* indptr_data = vector_data<int64_t>(indptr, "indptr", "int64");
@@ -170,15 +186,7 @@ void mean_aggregate(const py::array& indptr, const py::array& indices, const py:
   float* out_data = float_data(out, "out", 2, true);
   if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must hold at least one entry");
   const int64_t num_dst = indptr.shape(0) - 1, f = x.shape(1), stride = out.shape(1);
-  if (out.shape(0) != num_dst)
-    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " + std::to_string(num_dst) +
-                                " destinations");
-  if (mean_col < 0) throw std::invalid_argument("mean_col must be >= 0");
-  check_columns(mean_col, f, stride, "mean_col");
-  check_columns(self_col, f, stride, "self_col");
-  if (self_col >= 0 && x.shape(0) < num_dst)
-    throw std::invalid_argument("x has " + std::to_string(x.shape(0)) + " rows, fewer than the " +
-                                std::to_string(num_dst) + " destinations it must start with");
+  check_mean_out(out, num_dst, f, mean_col, self_col, x.shape(0), "x has");
   py::gil_scoped_release release;
   distgnn::mean_aggregate(indptr_data, indices_data, num_dst, indices.shape(0), x_data, x.shape(0), f, out_data, stride,
                           mean_col, self_col, num_threads, average);
@@ -212,15 +220,7 @@ void mean_aggregate_tables(const py::array& indptr, const py::array& indices, co
       throw std::invalid_argument(name + " has " + std::to_string(held.back().shape(1)) + " columns, tables[0] " +
                                   std::to_string(f));
   }
-  if (out.shape(0) != num_dst)
-    throw std::invalid_argument("out has " + std::to_string(out.shape(0)) + " rows for " + std::to_string(num_dst) +
-                                " destinations");
-  if (mean_col < 0) throw std::invalid_argument("mean_col must be >= 0");
-  check_columns(mean_col, f, stride, "mean_col");
-  check_columns(self_col, f, stride, "self_col");
-  if (self_col >= 0 && num_src < num_dst)
-    throw std::invalid_argument("the tables give " + std::to_string(num_src) + " rows, fewer than the " +
-                                std::to_string(num_dst) + " destinations they must start with");
+  check_mean_out(out, num_dst, f, mean_col, self_col, num_src, "the tables give");
   std::vector<const float*> rows(static_cast<size_t>(num_src));
   for (int64_t s = 0; s < num_src; ++s) {
     const int64_t t = table_of[s], r = index_of[s];

@@ -182,27 +182,37 @@ def _self_and_mean_reference(table: np.ndarray, dst: np.ndarray, indptr: np.ndar
     return np.concatenate([table[dst], means], axis=1)
 
 
-@pytest.mark.parametrize("machine", [0, 2])
-@pytest.mark.parametrize("chunk_rows", [None, 3])
-def test_self_and_mean_summed_by_the_owners_equals_the_reference(served, machine, chunk_rows, monkeypatch):
-    # The owners' partial sums (this machine's from shared memory, the others' by neighbor_sum, in chunks of a
-    # few destinations spread over the servers) put together equal the mean of the pulled rows.
+def _feature_with_chunks(served, machine: int, chunk_rows: int | None, monkeypatch) -> DistTensor:
+    """The served ``feat`` (8 float32 columns) seen from ``machine``, its pulls in chunks of ``chunk_rows`` rows."""
     import distgnn.client.tensor
 
     graph, _, contexts = served
     if chunk_rows is not None:
         monkeypatch.setattr(distgnn.client.tensor, "PULL_CHUNK_BYTES", chunk_rows * 4 * 8)
-    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[machine])
+    return DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[machine])
+
+
+def _source_draws(graph, machine: int, rng: np.random.Generator, unique: bool) -> dict:
+    """Draws of n node ids from anywhere, from ``machine``'s own range only and from the others' only."""
+    start, end = graph.node_map[machine]
+    pools = {
+        "any": np.arange(graph.num_nodes),
+        "all_local": np.arange(start, end),
+        "all_remote": np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)]),
+    }
+    return {case: (lambda n, pool=pool: rng.choice(pool, n, replace=not unique)) for case, pool in pools.items()}
+
+
+@pytest.mark.parametrize("machine", [0, 2])
+@pytest.mark.parametrize("chunk_rows", [None, 3])
+def test_self_and_mean_summed_by_the_owners_equals_the_reference(served, machine, chunk_rows, monkeypatch):
+    # The owners' partial sums (this machine's from shared memory, the others' by neighbor_sum, in chunks of a
+    # few destinations spread over the servers) put together equal the mean of the pulled rows.
+    graph, _, contexts = served
+    t = _feature_with_chunks(served, machine, chunk_rows, monkeypatch)
     table = graph.ndata["feat"]
     rng = np.random.default_rng([machine, chunk_rows or 0])
-    start, end = graph.node_map[machine]
-    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
-    sources = {
-        "any": lambda n: rng.integers(0, graph.num_nodes, n),
-        "all_local": lambda n: rng.integers(start, end, n),
-        "all_remote": lambda n: rng.choice(other, n),
-    }
-    for case, draw in sources.items():
+    for case, draw in _source_draws(graph, machine, rng, unique=False).items():
         dst = rng.integers(0, graph.num_nodes, 40)
         degrees = rng.integers(0, 6, len(dst))  # zeros included: no neighbours, a zero mean
         indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
@@ -221,22 +231,11 @@ def test_self_and_mean_summed_by_the_owners_equals_the_reference(served, machine
 def test_read_self_and_mean_equals_the_mean_of_the_read_rows(served, machine, chunk_rows, monkeypatch):
     # The trainer's sums over the rows where they lie (shared memory, and the replies of pulls in chunks of a
     # few rows spread over the servers) equal the block's [self | mean] of the rows a read gives.
-    import distgnn.client.tensor
-
     graph, _, contexts = served
-    if chunk_rows is not None:
-        monkeypatch.setattr(distgnn.client.tensor, "PULL_CHUNK_BYTES", chunk_rows * 4 * 8)
-    t = DistTensor.attach((graph.num_nodes, 8), torch.float32, "feat", "node", contexts[machine])
+    t = _feature_with_chunks(served, machine, chunk_rows, monkeypatch)
     table = graph.ndata["feat"]
     rng = np.random.default_rng([machine, chunk_rows or 0, 5])
-    start, end = graph.node_map[machine]
-    other = np.concatenate([np.arange(0, start), np.arange(end, graph.num_nodes)])
-    sources = {
-        "any": lambda n: rng.choice(graph.num_nodes, n, replace=False),
-        "all_local": lambda n: rng.choice(np.arange(start, end), n, replace=False),
-        "all_remote": lambda n: rng.choice(other, n, replace=False),
-    }
-    for case, draw in sources.items():
+    for case, draw in _source_draws(graph, machine, rng, unique=True).items():
         src_ids = draw(30)
         degrees = rng.integers(0, 6, 12)  # 12 destinations (the first 12 sources), some without neighbours
         indptr = np.concatenate([[0], np.cumsum(degrees)]).astype(np.int64)
