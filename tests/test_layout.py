@@ -1,11 +1,15 @@
-"""The layout of docs/architecture.md, checked on the sources: which component may import which (a DAG, every
-import pointing down), nothing loose at the top of ``distgnn/``, no import circle between modules, and each
-component's ``__init__`` docstring naming what it may import."""
+"""The layout of docs/architecture.md, checked on the sources: the top level the design names, which component
+may import which (a DAG, every import pointing down), nothing loose at the top of ``distgnn/``, no import circle
+between modules, each component's ``__init__`` docstring naming what it may import, and the installed package
+matching the three source roots (``distgnn/``, ``partition/`` and ``launch/``, the last two installed as
+``distgnn.partition`` and ``distgnn.launch``)."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -13,6 +17,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "distgnn"
+# Source folder -> the package it is installed as.
+ROOTS = {"distgnn": "distgnn", "partition": "distgnn.partition", "launch": "distgnn.launch"}
+# The design's top level (besides docs, scripts, benchmarks and the project's dot-files).
+DESIGN_TOP_LEVEL = {
+    "pyproject.toml",
+    "distgnn",
+    "partition",
+    "launch",
+    "csrc",
+    "ip_config.example",
+    "tests",
+    "examples",
+}
 
 # Component -> the components it may import (besides itself). The ground (errors, config, launch) comes first.
 ALLOWED: dict[str, set[str]] = {
@@ -41,13 +58,64 @@ TOP_LEVEL = {"__init__.py", "errors.py", "config.py"}
 
 
 def _modules() -> dict[str, Path]:
+    """Installed module name -> its source file, over the three roots."""
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
+    for folder, package in ROOTS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
     return found
+
+
+def _component_dir(component: str) -> Path:
+    return ROOT / component if component in ("partition", "launch") else PACKAGE / component
+
+
+def test_top_level_is_the_designs() -> None:
+    present = {p.name for p in ROOT.iterdir()}
+    assert present >= DESIGN_TOP_LEVEL, f"missing at the top: {sorted(DESIGN_TOP_LEVEL - present)}"
+    assert not (PACKAGE / "partition").exists() and not (PACKAGE / "launch").exists()
+
+
+def test_installed_modules_are_the_source_tree() -> None:
+    """Every source module imports as its installed name from its source file, and neither mapped folder is
+    importable under a name of its own (run from outside the checkout, as a user's script would be)."""
+    modules = {name: str(path) for name, path in _modules().items() if not name.endswith("__main__")}
+    probe = (
+        "import importlib.util, json, sys\n"
+        "names = json.loads(sys.stdin.read())\n"
+        "origins = {n: importlib.util.find_spec(n).origin for n in names}\n"
+        "print(json.dumps([origins, [importlib.util.find_spec(t) is None for t in ('partition', 'launch')]]))"
+    )
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", probe], input=json.dumps(sorted(modules)), capture_output=True, text=True, cwd="/"
+    )
+    assert out.returncode == 0, out.stderr
+    origins, absent = json.loads(out.stdout)
+    wrong = {n: o for n, o in origins.items() if Path(o).resolve() != Path(modules[n]).resolve()}
+    assert wrong == {}
+    assert absent == [True, True], "partition/ and launch/ must be importable only inside distgnn"
+
+
+def test_setup_lists_every_package() -> None:
+    # setup.py's package list alone (its build imports need pybind11, which only the build environment has).
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "packages"]
+    wanted += [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in ("ROOT", "MAPPED")
+    ]
+    namespace: dict = {"Path": Path, "__file__": str(ROOT / "setup.py")}
+    exec(compile(ast.Module(sorted(wanted, key=lambda n: n.lineno), []), "setup.py", "exec"), namespace)
+    listed, package_dir = namespace["packages"]()
+    expected = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    assert set(listed) == expected
+    assert package_dir == {"distgnn.partition": "partition", "distgnn.launch": "launch"}
 
 
 def _component(module: str) -> str:
@@ -123,7 +191,7 @@ def test_launch_needs_no_third_party_package() -> None:
     third_party = ("torch", "numpy", "zmq", "msgpack", "scipy", "pymetis")
     bad = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"
-        for path in sorted((PACKAGE / "launch").rglob("*.py"))
+        for path in sorted((ROOT / "launch").rglob("*.py"))
         for line, module in _imports(path)
         if module.split(".")[0] in third_party
     ]
@@ -141,9 +209,9 @@ def test_no_import_circle_between_modules() -> None:
         pytest.fail(f"import circle: {' -> '.join(err.args[1])}")
 
 
-@pytest.mark.parametrize("component", sorted(c for c in ALLOWED if (PACKAGE / c / "__init__.py").exists()))
+@pytest.mark.parametrize("component", sorted(c for c in ALLOWED if (_component_dir(c) / "__init__.py").exists()))
 def test_component_docstring_names_its_imports(component: str) -> None:
-    doc = ast.get_docstring(ast.parse((PACKAGE / component / "__init__.py").read_text())) or ""
+    doc = ast.get_docstring(ast.parse((_component_dir(component) / "__init__.py").read_text())) or ""
     assert doc, f"distgnn/{component}/__init__.py needs a docstring saying what it holds and may import"
     match = re.search(r"May import:?\s*([^.]*)\.", doc.replace("\n", " "))
     if component in ("train", "temporal", "snapshot"):

@@ -1,4 +1,4 @@
-"""Coarsened METIS (distgnn/partition/coarsen.py): contraction, label propagation, projection, balance and cut."""
+"""Coarsened METIS (partition/coarsen.py): contraction, label propagation, projection, balance and cut."""
 
 from __future__ import annotations
 
