@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
+import importlib
 import json
 import logging
 import os
@@ -422,6 +423,11 @@ def join_process_group(args: argparse.Namespace, procs_per_gpu: int = 1, backend
             )
         device = torch.device("cuda", gpu)
         torch.cuda.set_device(device)
+    # torch's compile stack, imported on first use by torch.optim's optimizers and DDP, keeps a reference to every
+    # process group that exists when it is first imported. A group made before that import outlives
+    # destroy_process_group: its gloo threads and sockets run on into the interpreter's exit, which tears them down
+    # while the peers close theirs (a rare abort at the end of a job). Imported before the group, it holds none.
+    importlib.import_module("torch._dynamo")
     dist.init_process_group(backend or ("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"))
     return device
 
