@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -53,6 +52,7 @@ from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split,
 from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
+from distgnn.train.result import epoch_time_s
 
 log = logging.getLogger(__name__)
 
@@ -386,18 +386,21 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             metrics.log("epoch", record)
     if metrics is not None:
         metrics.close()
-    epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
+    epoch_time = epoch_time_s(epoch_times) or 0.0
     trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
         "dataset": args.dataset,
         "device": str(device),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
         "num_events": len(events),
         "num_trainers": world,
+        "num_parts": 1 if args.single else args.num_parts,
         "minibatch_parallelism": par.minibatch,
         "epoch_parallelism": par.epoch,
         "memory_parallelism": par.memory,
         "epochs": args.epochs,
         "epoch_time_s": epoch_time,
+        "epoch_times_s": [round(t, 4) for t in epoch_times],
         "events_per_s": trained_events / epoch_time if epoch_time else 0.0,
     }
     if not args.no_eval:
