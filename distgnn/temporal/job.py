@@ -75,7 +75,7 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=parallel.LR_SCALINGS,
         default="linear",
         help="--lr times the j*k batches one step averages (linear, DistTGL's rule; on CollegeMsg 2 and 4\n"
-        "copies reach the single trainer's best sooner with it than with sqrt; docs/BENCHMARKS.md), times its\n"
+        "copies reach the single trainer's best sooner with it than with sqrt; docs/benchmarks-history.md), times its\n"
         "square root (sqrt), or as given (none)",
     )
     model.add_argument("--memory-dim", type=int, default=100)
@@ -89,7 +89,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=("fixed", "learned"),
         default="fixed",
         help="fixed: cos of TGN's log-spaced frequencies, not trained (GraphMixer's); learned: trained with\n"
-        "the model (TGN's, PyG's). Learned collapsed 4 of 20 CollegeMsg runs in their third epoch, fixed none",
+        "the model (TGN's, PyG's). Learned runs can collapse in their third epoch, fixed ones did not\n"
+        "(docs/benchmarks-history.md)",
     )
     model.add_argument(
         "--evals-per-epoch",
@@ -111,8 +112,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
 
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, step: str) -> torch.optim.Adam:
-    """The TGN's Adam: on the CPU the fused kernel (one pass over each of the ~30 small parameters; the
-    multi-tensor update costs ~1.2 ms a step there, the fused one ~0.45 ms); on a GPU the multi-tensor update,
+    """The TGN's Adam: on the CPU the fused kernel (one pass over each of the ~30 small parameters, faster there
+    than the multi-tensor update); on a GPU the multi-tensor update,
     with the step count on the device where the step may be captured in a CUDA graph (``step`` not eager)."""
     if device.type == "cpu":
         return torch.optim.Adam(params, lr=lr, fused=True)
@@ -500,7 +501,7 @@ def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
     """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
-    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost many plain passes)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))

@@ -88,7 +88,7 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
         choices=("highest", "high", "medium"),
         help="float32 matrix products (torch.set_float32_matmul_precision): highest keeps float32; high: TF32 on\n"
         "a GPU (~1e-3 error); medium: also bfloat16 inputs on a CPU's AMX units for the GNN layers' products\n"
-        "(float32 accumulation, ~3e-3 error, products 2-3x faster; distgnn.nn.matmul)",
+        "(float32 accumulation, ~3e-3 error; distgnn.nn.matmul)",
     )
     group.add_argument(
         "--no-malloc-tuning",
