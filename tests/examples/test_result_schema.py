@@ -60,7 +60,7 @@ def test_every_example_prints_the_shared_keys_first_and_its_kinds_keys(name: str
     # Two epochs: the epoch time is the second one's.
     assert len(result["epoch_times_s"]) == 2
     assert result["epoch_time_s"] == pytest.approx(result["epoch_times_s"][1], abs=1e-4)
-    evaluation = frozenset().union(*SCHEMAS[KIND[name]].evaluation) | {"val_acc", "test_mrr", "eval_time_s"}
+    evaluation = frozenset().union(*SCHEMAS[KIND[name]].evaluation) | {"val_acc", "test_mrr", "test_auc"}
     assert not evaluation & result.keys()
 
 
@@ -87,14 +87,12 @@ def test_epoch_time_is_the_median_after_the_first_epoch() -> None:
     assert epoch_time_s([]) is None
 
 
-def test_the_schema_names_what_a_result_lacks_or_mixes() -> None:
+def test_the_schema_names_what_a_result_lacks() -> None:
     schema = ResultSchema("demo", ("loss",), (frozenset({"test_mse"}), frozenset({"test_mrr", "test_auc"})))
     shared = dict.fromkeys(SHARED_KEYS, 0)
     schema.check({**shared, "loss": 1.0})
     schema.check({**shared, "loss": 1.0, "test_mrr": 0.5, "test_auc": 0.9})
     with pytest.raises(ValueError, match=r"demo RESULT lacks \['epoch_times_s', 'loss'\]"):
         schema.check({k: v for k, v in shared.items() if k != "epoch_times_s"})
-    with pytest.raises(ValueError, match="evaluation keys"):
+    with pytest.raises(ValueError, match=r"evaluation keys \['test_mrr'\]; expected one of"):
         schema.check({**shared, "loss": 1.0, "test_mrr": 0.5})
-    with pytest.raises(ValueError, match="evaluation keys"):
-        schema.check({**shared, "loss": 1.0, "test_mse": 0.1, "test_auc": 0.9})
