@@ -1,7 +1,7 @@
 """Zero-copy reads of scattered rows from host memory: does the GPU's page size for host memory matter?
 
 Zero-copy gathers of a batch's scattered feature rows stall at ~27 GB/s while dense rows stream at the
-copy ceiling (docs/BENCHMARKS.md, "GPU gather": the rate falls once rows lie more than ~16-32 KB apart,
+copy ceiling (docs/benchmarks-history.md, "GPU gather": the rate falls once rows lie more than ~16-32 KB apart,
 with 4 KB and 2 MB host pages alike). If the GPU maps page-locked host memory with small pages, every
 scattered row costs a GPU TLB miss. The CUDA driver's virtual memory API can allocate host memory
 (``cuMemCreate`` with a host location) in 2 MB granules and map it into the GPU's address space; this

@@ -72,14 +72,15 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
         default=0.0,
         help="with the cache: fraction of this machine's uncached rows gathered by CPU threads and copied by\n"
         "DMA beside the GPU's zero-copy reads (distgnn.cache.gather's cpu_share; default 0). Pays only where a\n"
-        "batch touches a small fraction of a large table; at products scale 0.3 slowed epochs (docs/BENCHMARKS.md)",
+        "batch touches a small fraction of a large table; at products scale 0.3 slowed epochs\n"
+        "(docs/benchmarks-history.md)",
     )
     group.add_argument(
         "--pipeline",
         action="store_true",
         help="with --device cuda and the cache: copy and gather batch t+1 on a side CUDA stream while batch t "
         "trains (with --prefetch or --num-workers, sampling runs ahead too); off by default: on 2x H200 the epoch "
-        "was bound by the sampling servers and the overlap gained nothing (docs/BENCHMARKS.md)",
+        "was bound by the sampling servers and the overlap gained nothing (docs/benchmarks-history.md)",
     )
     group.add_argument(
         "--aggregate-inputs",
@@ -104,7 +105,7 @@ def check_feature_args(parser: argparse.ArgumentParser, args: argparse.Namespace
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     if args.prefetch is None and args.sample_device == "cuda" and args.num_workers == 0:
         # GPU sampling is launch-bound Python: a background thread only shares the GIL with the training loop
-        # (products-scale, one H200: 1.27 s per epoch with the thread, 1.09-1.10 s inline; docs/BENCHMARKS.md).
+        # (at products scale on one GPU epochs were faster inline; docs/benchmarks-history.md).
         args.prefetch = 0
 
 
@@ -326,7 +327,7 @@ class FeaturePath:
         elif self.at_owners:
             first = batch[2][0]
             ids = input_nodes.cpu().numpy()
-            neighbours = np.take(ids, first.indices.cpu().numpy())  # numpy's take: 10x torch's index here
+            neighbours = np.take(ids, first.indices.cpu().numpy())  # numpy's take: faster than torch's index here
             rows = self.feat.self_and_mean(ids[: first.num_dst], first.indptr.cpu().numpy(), neighbours)
             x = SelfAndMean(rows.to(self.device))
         elif self.feature_name in batch.input_data:

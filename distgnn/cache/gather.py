@@ -49,7 +49,7 @@ def gather(
         cpu_share: fraction (0..1) of the host tier's rows that CPU threads gather into pinned memory and the
             copy engine moves to the GPU while the kernel reads the rest zero-copy (CUDA path with sorted
             misses and host rows in host memory; the reference path ignores it). Zero-copy reads of scattered
-            rows stall on address translation well below the link's bandwidth (docs/BENCHMARKS.md, "GPU
+            rows stall on address translation well below the link's bandwidth (docs/benchmarks-history.md, "GPU
             gather"); the DMA path streams dense pinned buffers, so the two together fill more of the link.
             The CPU's part runs inside one extension call with the GIL released, so other Python threads (a
             loader's sampler) keep running meanwhile.
@@ -242,7 +242,8 @@ def _gather_cuda(
 
 
 # Bytes per CPU gather + DMA step of the CPU share, so the copy engine streams one chunk while the CPU threads
-# gather the next (2, 4 and 8 MB measured alike, 1 MB slower: docs/BENCHMARKS.md, "GPU gather").
+# gather the next (chunks of a few MB measured alike, smaller ones slower: docs/benchmarks-history.md, "GPU
+# gather").
 _CPU_CHUNK_BYTES = 4 << 20
 
 

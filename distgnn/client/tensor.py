@@ -271,7 +271,7 @@ class DistTensor:
         """``(M, 2F)`` float32 ``[x_dst | mean of in-neighbours' x]`` of a block over ``src_ids``, summed on this
         trainer from where the rows are: this machine's from shared memory, the others' from the pulled replies.
         It equals ``distgnn.nn.aggregate.self_and_mean(block, self[src_ids])`` without the ``(len(src_ids), F)``
-        copy of the rows in between (a 1M-node GraphSAGE batch: 473k rows, 189 MB).
+        copy of the rows in between (hundreds of thousands of rows in a 1M-node GraphSAGE batch).
 
         Args:
             src_ids: ``(n,)`` int ids of the block's sources, its ``M`` destinations first.

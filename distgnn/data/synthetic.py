@@ -26,7 +26,7 @@ _TABLE_RESOLUTION = 4
 
 
 def _unique_sorted(keys: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (np.unique hashes first on recent numpy: ~100x slower here)."""
+    """Sorted distinct values (np.unique hashes first on recent numpy: much slower here)."""
     keys.sort()
     keep = np.empty(keys.shape[0], dtype=bool)
     keep[:1] = True

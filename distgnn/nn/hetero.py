@@ -30,7 +30,7 @@ class RelGraphConv(nn.Module):
     averaged by the mean kernel of ``distgnn.nn.aggregate`` (no per-edge products). Then each relation's
     ``in_feats``-wide means are multiplied by its ``W_r`` (one product per relation, over its groups only:
     a destination has edges of a few of the relations, so a product of every destination with every ``W_r``
-    stacked, zero rows included, did ~3x the work on synthetic-mag) and added up per destination. Where
+    stacked, zero rows included, does several times the work) and added up per destination. Where
     ``out_feats < in_feats`` each source is projected by every ``W_r`` first and the narrower messages are
     averaged (as DGL's GraphConv picks the cheaper side). The work per edge is ``min(in_feats, out_feats)``
     adds. (Mixing the means into the bases before the product does fewer multiply-adds when ``num_bases <

@@ -7,10 +7,9 @@
 * ``medium`` on a CPU with AMX tiles: the inputs rounded to bfloat16, the product on the AMX units with float32
   accumulation, its result rounded to bfloat16 and returned as float32 (what CPU autocast gives a product,
   without casting anything else of the model), and the same for both products of the backward. At the first
-  layer of a 1M-node GraphSAGE batch (56k x 200 x 256, one thread) that is 2.1x faster forward and 2.3x
-  backward, the casts included (``python benchmarks/matmul_cpu.py``); the relative error of a product is
-  ~3e-3. A whole 1M-node GraphSAGE epoch on the 2-core development box did not gain (docs/BENCHMARKS.md), so
-  it is opt-in.
+  layer of a 1M-node GraphSAGE batch (56k x 200 x 256, one thread) both are faster, the casts included
+  (``python benchmarks/matmul_cpu.py``); the relative error of a product is ~3e-3. A whole 1M-node GraphSAGE
+  epoch on the 2-core development box did not gain (docs/benchmarks-history.md), so it is opt-in.
 * ``medium`` elsewhere: torch's float32 product (a CPU without AMX gains nothing from bfloat16 inputs; on a GPU
   torch's ``medium`` applies).
 """

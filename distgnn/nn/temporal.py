@@ -121,9 +121,9 @@ class TimeEncoder(nn.Module):
     ``w`` is ``10^-linspace(0, 9, dim)`` (TGN's choice), so deltas of seconds to years all resolve, and ``b`` 0.
     Fixed by default (GraphMixer's encoding): trained with Adam (``learnable=True``, TGN's and PyG's choice),
     every step moves each frequency by about the learning rate, which is ~1e-4 radians a second, so within the
-    first steps the slow frequencies turn deltas of days into noise; on CollegeMsg 4 of 20 runs (seeds x
-    rounding-level weight perturbations) then fell to test AP 0.59-0.74 in their third epoch, against none of
-    20 with the fixed encoding, whose runs also scored 3 AP points higher (docs/BENCHMARKS.md).
+    first steps the slow frequencies turn deltas of days into noise; on CollegeMsg some runs (seeds x
+    rounding-level weight perturbations) then collapsed in their third epoch, none with the fixed encoding,
+    whose runs also scored higher (docs/benchmarks-history.md).
     """
 
     def __init__(self, dim: int, learnable: bool = False):
@@ -215,9 +215,9 @@ class TemporalAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The event projection of the neighbour slots: ``(rows [F, out_dim], slot_rows)``, where
         ``slot_rows`` int64 [R, k] gives each filled slot's row (None: one row per slot, in slot order). On the
-        CPU only the filled slots are projected (about half of them on CollegeMsg): an empty slot's score is
-        masked and its value weighted 0, so nothing downstream, gradients included, reads its row. On a GPU every
-        slot is projected (packing would sync with the host)."""
+        CPU only the filled slots are projected (a fraction of them where nodes have few past events): an empty
+        slot's score is masked and its value weighted 0, so nothing downstream, gradients included, reads its
+        row. On a GPU every slot is projected (packing would sync with the host)."""
         if mask.is_cuda or not self.pack_events:
             inputs = self.time(delta) if edge_feat.shape[-1] == 0 else torch.cat([edge_feat, self.time(delta)], 2)
             return self.event(inputs).flatten(0, 1), None

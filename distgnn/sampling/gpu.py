@@ -347,7 +347,7 @@ def merge(
 
 
 # How a layer is relabelled: "torch" (unique + first-appearance ranking, ~25 launches) or "kernel"
-# (relabel's hash table, ~9 launches; 2.8-4.1x faster per layer on an H200, benchmarks/relabel_gpu.py).
+# (relabel's hash table, ~9 launches; faster per layer, benchmarks/relabel_gpu.py).
 RELABEL_IMPLS = ("torch", "kernel")
 
 

@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -53,6 +52,7 @@ from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split,
 from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
+from distgnn.train.result import epoch_time_s
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=parallel.LR_SCALINGS,
         default="linear",
         help="--lr times the j*k batches one step averages (linear, DistTGL's rule; on CollegeMsg 2 and 4\n"
-        "copies reach the single trainer's best sooner with it than with sqrt; docs/BENCHMARKS.md), times its\n"
+        "copies reach the single trainer's best sooner with it than with sqrt; docs/benchmarks-history.md), times its\n"
         "square root (sqrt), or as given (none)",
     )
     model.add_argument("--memory-dim", type=int, default=100)
@@ -89,7 +89,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         choices=("fixed", "learned"),
         default="fixed",
         help="fixed: cos of TGN's log-spaced frequencies, not trained (GraphMixer's); learned: trained with\n"
-        "the model (TGN's, PyG's). Learned collapsed 4 of 20 CollegeMsg runs in their third epoch, fixed none",
+        "the model (TGN's, PyG's). Learned runs can collapse in their third epoch, fixed ones did not\n"
+        "(docs/benchmarks-history.md)",
     )
     model.add_argument(
         "--evals-per-epoch",
@@ -111,8 +112,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
 
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, step: str) -> torch.optim.Adam:
-    """The TGN's Adam: on the CPU the fused kernel (one pass over each of the ~30 small parameters; the
-    multi-tensor update costs ~1.2 ms a step there, the fused one ~0.45 ms); on a GPU the multi-tensor update,
+    """The TGN's Adam: on the CPU the fused kernel (one pass over each of the ~30 small parameters, faster there
+    than the multi-tensor update); on a GPU the multi-tensor update,
     with the step count on the device where the step may be captured in a CUDA graph (``step`` not eager)."""
     if device.type == "cpu":
         return torch.optim.Adam(params, lr=lr, fused=True)
@@ -386,18 +387,21 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             metrics.log("epoch", record)
     if metrics is not None:
         metrics.close()
-    epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
+    epoch_time = epoch_time_s(epoch_times) or 0.0
     trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
         "dataset": args.dataset,
         "device": str(device),
+        "backend": dist.get_backend() if dist.is_initialized() else None,
         "num_events": len(events),
         "num_trainers": world,
+        "num_parts": 1 if args.single else args.num_parts,
         "minibatch_parallelism": par.minibatch,
         "epoch_parallelism": par.epoch,
         "memory_parallelism": par.memory,
         "epochs": args.epochs,
         "epoch_time_s": epoch_time,
+        "epoch_times_s": [round(t, 4) for t in epoch_times],
         "events_per_s": trained_events / epoch_time if epoch_time else 0.0,
     }
     if not args.no_eval:
@@ -497,7 +501,7 @@ def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
     """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
-    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost many plain passes)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))

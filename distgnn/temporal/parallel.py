@@ -111,7 +111,7 @@ def default_parallelism(
     copy_budget: int,
 ) -> Choice:
     """DistTGL's rule for choosing i, j, k from the stream and the hardware, in its order (from its paper as
-    recalled: its text was not at hand, its code has no rule; docs/BENCHMARKS.md, branch t-scale):
+    recalled: its text was not at hand, its code has no rule; docs/benchmarks-history.md):
 
     1. memory parallelism first, and always across machines (k >= machines): copies share no memory, so
        machines never exchange node memory (only gradients), and a copy trains as one trainer does, at its

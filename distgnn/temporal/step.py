@@ -1,4 +1,4 @@
-"""The TGN training step with every shape fixed by the batch size, replayed from a CUDA graph (issue 23).
+"""The TGN training step with every shape fixed by the batch size, replayed from a CUDA graph.
 
 At 200 events a batch the eager step (:meth:`~distgnn.temporal.train.TGNRunner.train_batch`) is launch- and
 host-bound on a GPU: a few hundred small kernels, each issued from Python, and host syncs for

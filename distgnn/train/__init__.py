@@ -1,3 +1,3 @@
-"""The training job around a model: job flags and local clusters, epoch accounting, checkpoints, metrics,
-reports, evaluation, inference, the allocator setting. May import every component but temporal and snapshot.
+"""The training job around a model: job flags, local clusters, epoch accounting, the RESULT schema, checkpoints,
+metrics, reports, evaluation, inference, the allocator setting. May import every component but temporal and snapshot.
 """

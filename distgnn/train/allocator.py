@@ -4,8 +4,8 @@ A training step allocates the same large tensors every batch (a GraphSAGE
 layer's output on a 1M-node graph is ~60 MB). glibc serves allocations above
 its mmap threshold (at most 32 MiB) with fresh ``mmap`` pages and returns them
 on ``free``, so every batch pays a page fault per 4 KiB of every large tensor:
-in a CPU training step of ``benchmarks/train.py`` that was a third of the
-step. :func:`keep_freed_memory` makes malloc serve everything from its heap
+in a CPU training step of ``benchmarks/train.py`` that was a large share of
+the step. :func:`keep_freed_memory` makes malloc serve everything from its heap
 and never trim it, so freed blocks are reused, already mapped. The process
 keeps its peak heap for its lifetime; this suits trainers, whose peak is the
 working set of a batch, not short-lived tools. It is what preloading jemalloc

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from distgnn.errors import InputError
+from distgnn.train.result import epoch_time_s
 from distgnn.train.timeline import Timeline
 
 
@@ -254,16 +255,16 @@ class TrainingLog:
         return summary
 
     def result(self) -> dict[str, Any]:
-        """``epoch_time_s`` (median), ``epoch_times_s``, ``stage_times_s`` (per epoch, the slowest trainer's
-        [sample, fetch, compute, waited for batches] seconds), ``stage_split_s`` (per epoch, the slowest
-        trainer's [sample, fetch, forward, backward, optimizer, waited for batches] seconds), ``seps`` (median sampled edges/s),
-        ``train_loss`` (the last epoch's), ``cache_hit_rate`` and ``cache_peer_hit_rate`` (None without a
-        cache)."""
+        """``epoch_time_s`` (:func:`~distgnn.train.result.epoch_time_s`: the median after the first epoch),
+        ``epoch_times_s``, ``stage_times_s`` (per epoch, the slowest trainer's [sample, fetch, compute, waited
+        for batches] seconds), ``stage_split_s`` (per epoch, the slowest trainer's [sample, fetch, forward,
+        backward, optimizer, waited for batches] seconds), ``seps`` (median sampled edges/s), ``train_loss``
+        (the last epoch's), ``cache_hit_rate`` and ``cache_peer_hit_rate`` (None without a cache)."""
         times = [e.time_s for e in self.epochs]
         lookups = sum(e.cache_lookups or 0.0 for e in self.epochs)
         cached = bool(self.epochs) and self.epochs[0].cache_lookups is not None
         return {
-            "epoch_time_s": statistics.median(times) if times else None,
+            "epoch_time_s": epoch_time_s(times),
             "epoch_times_s": [round(t, 4) for t in times],
             "stage_times_s": [[round(t, 4) for t in e.stage_times] for e in self.epochs],
             "stage_split_s": [[round(t, 4) for t in e.stage_split] for e in self.epochs],

@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import faulthandler
 import importlib
-import json
 import logging
 import os
 import secrets
@@ -48,6 +47,7 @@ from distgnn.sampling.source import InProcessGraph
 from distgnn.store import shm
 from distgnn.train.allocator import keep_freed_memory
 from distgnn.train.cluster import LocalCluster, _die_with_parent
+from distgnn.train.result import exit_code, print_result
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
         choices=("highest", "high", "medium"),
         help="float32 matrix products (torch.set_float32_matmul_precision): highest keeps float32; high: TF32 on\n"
         "a GPU (~1e-3 error); medium: also bfloat16 inputs on a CPU's AMX units for the GNN layers' products\n"
-        "(float32 accumulation, ~3e-3 error, products 2-3x faster; distgnn.nn.matmul)",
+        "(float32 accumulation, ~3e-3 error; distgnn.nn.matmul)",
     )
     group.add_argument(
         "--no-malloc-tuning",
@@ -387,20 +387,27 @@ def main(
     partition: Callable[[argparse.Namespace], Path],
     run_trainer: Callable[[Trainer, argparse.Namespace], dict],
     single_graph: Callable[[argparse.Namespace], Any] | None = None,
+    *,
+    kind: str,
 ) -> int:
     """An example's ``main``: with ``--local`` the whole job on this host over ``partition(args)`` (made on the
     first run, reused after), else this trainer (or ``--single``, over ``single_graph(args)`` if given) runs
-    ``run_trainer``; rank 0 prints ``RESULT {json}``."""
+    ``run_trainer``; rank 0 prints ``RESULT {json}`` of the job ``kind`` (:mod:`distgnn.train.result`). Bad
+    input or a failed job: one ``error:`` line and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     log_to_stderr()
-    if args.local:
-        return run_local(script, argv, args, partition(args))
-    with start_trainer(args, single_graph) as trainer:
-        result = run_trainer(trainer, args)
-    if trainer.rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+
+    def body() -> int:
+        if args.local:
+            return run_local(script, argv, args, partition(args))
+        with start_trainer(args, single_graph) as trainer:
+            result = run_trainer(trainer, args)
+        if trainer.rank == 0:
+            print_result(result, kind)
+        return 0
+
+    return exit_code(body)
 
 
 def join_process_group(args: argparse.Namespace, procs_per_gpu: int = 1, backend: str | None = None) -> torch.device:

@@ -1,8 +1,8 @@
 """One training step of a node classifier on sampled Blocks: eager, or replayed from a CUDA graph.
 
 A GraphSAGE step at products scale (3 layers, batch 1024) is some 60 small kernels: forward, cross-entropy,
-backward, the fused Adam. Issuing them from Python through autograd takes about 3 ms of host time per batch on
-an H100 host while the GPU needs well under 1 ms, so the GPU waits for the host (issue 25's timeline).
+backward, the fused Adam. Issued from Python through autograd, they take the host longer than the GPU takes to
+run them, so the GPU waits for the host (the timeline in docs/benchmarks-history.md).
 ``TrainStep`` in ``"graph"`` mode captures the whole step once in a CUDA graph over static buffers and then
 replays it: one launch per batch, after a dozen copies that put the batch into the buffers.
 

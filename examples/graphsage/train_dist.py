@@ -15,7 +15,8 @@ Three ways to run it:
 
 Rank 0 prints one line per epoch (loss, train accuracy, time split into
 sampling / feature fetch / compute), a progress bar on a terminal, and finally
-``RESULT {json}``. Validation and test accuracy come from layer-wise inference
+``RESULT {json}`` (:mod:`distgnn.train.result`; bad input: one ``error:`` line,
+exit code 2). Validation and test accuracy come from layer-wise inference
 over all nodes. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the
 optimizer, the loader's position and the RNG states; ``--resume auto`` continues
 from the latest (what ``distgnn-launch --max-restarts`` relies on); ``--run-dir``
@@ -177,7 +178,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return job.main(__file__, argv, parse_args, job_partition, run_trainer)  # partitions on the first --local run
+    # Partitions on the first --local run.
+    return job.main(__file__, argv, parse_args, job_partition, run_trainer, kind="node")
 
 
 if __name__ == "__main__":

@@ -243,7 +243,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     train_graph = lambda args: load_link_split(args).train  # noqa: E731  (--single trains on the split's graph)
-    return job.main(__file__, argv, parse_args, link_job_partition, run_trainer, train_graph)
+    return job.main(__file__, argv, parse_args, link_job_partition, run_trainer, train_graph, kind="link")
 
 
 if __name__ == "__main__":

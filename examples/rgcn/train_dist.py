@@ -233,7 +233,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return job.main(__file__, argv, parse_args, job_partition, run_trainer)  # partitions on the first --local run
+    # Partitions on the first --local run.
+    return job.main(__file__, argv, parse_args, job_partition, run_trainer, kind="node")
 
 
 if __name__ == "__main__":

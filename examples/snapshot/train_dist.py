@@ -15,15 +15,15 @@ times), ``contiguous`` gives each trainer a contiguous range of snapshots and ha
 gives each trainer a share of every snapshot's vertices and exchanges rows through torch.distributed. All
 three train the same model to the same loss.
 
-Rank 0 prints one line per epoch and finally ``RESULT {json}`` with ``test_mse`` (node regression) or
-``test_mrr``/``test_auc`` (links), ``epoch_time_s``, ``load_imbalance`` (max over mean of the trainers' busy
-time) and ``num_trainers``.
+Rank 0 prints one line per epoch and finally ``RESULT {json}`` (the ``snapshot`` keys of
+:mod:`distgnn.train.result`) with ``test_mse`` (node regression) or ``test_mrr``/``test_auc`` (links) and
+``load_imbalance`` (max over mean of the trainers' busy time); bad input ends in one ``error:`` line and exit
+code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from distgnn.errors import ConfigError, DistGNNError
+from distgnn.errors import ConfigError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
 from distgnn.snapshot.schedule import SCHEDULES, make_plan, make_windows
@@ -39,6 +39,7 @@ from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gra
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import EpochSummary
+from distgnn.train.result import epoch_time_s, exit_code, print_result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,19 +119,20 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
                 print(f"epoch {epoch:4d} loss {loss:.4f} time {elapsed:.3f}s imbalance {imbalance:.3f}", flush=True)
             if epoch == 0 and args.cost == "measured" and args.schedule == "blad" and world > 1:
                 plan = _replan_on_measured(plan, result.segment_s, costs, windows, world, args.procs_per_gpu)
-    steady = epoch_times[1:] or epoch_times
     out = {
         "dataset": args.dataset,
         "device": str(device),
         "backend": dist.get_backend() if dist.is_initialized() else None,
         "num_trainers": world,
+        "num_parts": 1 if args.single else args.num_parts,
         "epochs": args.epochs,
+        "epoch_time_s": epoch_time_s(epoch_times),
+        "epoch_times_s": [round(t, 4) for t in epoch_times],
         "sequence": sequence.name,
         "model": args.model,
         "schedule": args.schedule,
         "window": args.window,
         "train_loss": loss,
-        "epoch_time_s": float(np.mean(steady)),
         "load_imbalance": float(np.mean(imbalances[1:] or imbalances)),
         "planned_imbalance": plan.imbalance(),
     }
@@ -161,18 +163,18 @@ def _replan_on_measured(plan, segment_s, costs, windows, world, procs_per_gpu):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.local:
-        job.log_to_stderr()
-        return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
-    try:
+
+    def body() -> int:
+        if args.local:
+            job.log_to_stderr()
+            return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
         with snapshot_job.start_trainer(args) as trainer:
             result = run(trainer, args)
             if trainer.rank == 0:
-                print("RESULT " + json.dumps(result), flush=True)
-    except DistGNNError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    return 0
+                print_result(result, "snapshot")
+        return 0
+
+    return exit_code(body)
 
 
 if __name__ == "__main__":

@@ -15,33 +15,31 @@ trains every batch j times), k memory copies train their own time segments. ``--
 DistTGL's rule) multiplies ``--lr`` by the j*k batches whose gradients a step averages (``sqrt``: by its
 square root; ``none``: as given); the learning rate used is printed at start. ``--evals-per-epoch N``
 validates N times an epoch: the ones before its end score a scratch copy of the memory caught up to the end
-of the training events with the current weights, which scores lower than the memory trained along (2.3 AP
-points on CollegeMsg, same weights; docs/BENCHMARKS.md).
-Rank 0 prints a line per epoch and ends with ``RESULT {json}`` (val_ap, test_ap, test_auc, test_mrr,
-epoch_time_s, events_per_s, num_trainers, i/j/k). ``--checkpoint-dir D --checkpoint-every N`` saves weights,
-optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` writes metrics.jsonl.
+of the training events with the current weights, which scores lower than the memory trained along
+(docs/benchmarks-history.md).
+Rank 0 prints a line per epoch and ends with ``RESULT {json}`` (the ``temporal`` keys of
+:mod:`distgnn.train.result`: val_ap, test_ap, test_auc, test_mrr, events_per_s, i/j/k after the shared ones);
+bad input ends in one ``error:`` line and exit code 2. ``--checkpoint-dir D --checkpoint-every N`` saves
+weights, optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` writes metrics.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from distgnn.errors import DistGNNError
 from distgnn.temporal import job as temporal_job
 from distgnn.train import job
-from distgnn.train.checkpoint import add_checkpoint_args
-from distgnn.train.metrics import add_metrics_args
+from distgnn.train.bookkeeping import add_bookkeeping_args
+from distgnn.train.result import exit_code, print_result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     temporal_job.add_temporal_args(p)
     job.add_job_args(p, epochs=5)
-    add_checkpoint_args(p)
-    add_metrics_args(p)
+    add_bookkeeping_args(p)
     return p.parse_args(argv)
 
 
@@ -49,21 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     job.log_to_stderr()
-    try:
+
+    def body() -> int:
         plan = temporal_job.prepare(args)  # bad files and bad i/j/k stop here, before any process starts
-    except DistGNNError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.local:
-        print(temporal_job.describe(plan, args), flush=True)
-        del plan  # checked; the trainers map their machine's copy of the stream (distgnn.temporal.shared)
-        return job.run_local(__file__, argv, args, None)  # trainers alone, no servers
-    if args.single:
-        print(temporal_job.describe(plan, args), flush=True)
-    result = temporal_job.run_trainer(args, plan)
-    if args.single or int(os.environ.get("RANK", "0")) == 0:
-        print("RESULT " + json.dumps(result), flush=True)
-    return 0
+        if args.local:
+            print(temporal_job.describe(plan, args), flush=True)
+            del plan  # checked; the trainers map their machine's copy of the stream (distgnn.temporal.shared)
+            return job.run_local(__file__, argv, args, None)  # trainers alone, no servers
+        if args.single:
+            print(temporal_job.describe(plan, args), flush=True)
+        result = temporal_job.run_trainer(args, plan)
+        if args.single or int(os.environ.get("RANK", "0")) == 0:
+            print_result(result, "temporal")
+        return 0
+
+    return exit_code(body)
 
 
 if __name__ == "__main__":

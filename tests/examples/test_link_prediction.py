@@ -159,7 +159,7 @@ def test_cora_two_by_two_cluster_matches_single_process(tmp_path) -> None:
     assert cluster["batches_per_epoch"] == single["batches_per_epoch"]
     assert cluster["test_num_pairs"] == single["test_num_pairs"] == 527
     assert single["test_auc"] >= 0.85 and cluster["test_auc"] >= 0.85, (single, cluster)
-    # Held-out noise on 527 pairs: seeds 0-2 of each side spread over about 2 points (docs/BENCHMARKS.md).
+    # Held-out noise on 527 pairs: seeds 0-2 of each side spread over about 2 points (docs/benchmarks-history.md).
     assert abs(cluster["test_auc"] - single["test_auc"]) <= 0.03, (single, cluster)
     assert abs(cluster["test_mrr"] - single["test_mrr"]) <= 0.05, (single, cluster)
     assert len(cluster["epoch_times_s"]) == 10 and cluster["seps"] > 0

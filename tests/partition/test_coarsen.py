@@ -112,7 +112,7 @@ def test_propagation_only_improves_the_cut_and_keeps_the_bound():
 @pytest.mark.parametrize(("num_parts", "num_classes"), [(2, 12), (4, 12), (4, 40), (16, 40)])
 def test_coarsened_metis_is_valid_balanced_and_close_to_plain_metis(num_parts, num_classes):
     # Parts hold whole communities here; when K forces splitting large random communities
-    # (e.g. 7 parts of 12), METIS's FM refinement does better by a few percent (docs/BENCHMARKS.md).
+    # (e.g. 7 parts of 12), METIS's FM refinement does better by a few percent (docs/benchmarks-history.md).
     g, xadj, adjncy = _community_graph(num_classes=num_classes)
     n = g.num_nodes
     part, cut = coarsen.coarsened_metis(xadj, adjncy, None, num_parts, seed=0, coarse_nodes=1000)
