@@ -20,7 +20,6 @@ torch versions both are tested against.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from types import ModuleType
 
@@ -28,6 +27,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from distgnn.native.cpu import extension
+from distgnn.native.optional import OptionalExtension
 from distgnn.nn.fused import drop_threshold, relu_dropout, relu_dropout_levels
 from distgnn.sampling.block import Block
 
@@ -241,17 +241,14 @@ def cuda_kernels_available() -> bool:
     return torch.cuda.is_available() and _cuda_extension() is not None
 
 
-@functools.cache
-def _cuda_extension() -> ModuleType | None:
-    """The CUDA graph extension (which holds the mean kernels), or None after one warning where it cannot be built."""
-    from distgnn.errors import ExtensionBuildError
+def _load_graph_kernels() -> ModuleType:
     from distgnn.native.cuda import graph_kernels
 
-    try:
-        return graph_kernels()
-    except ExtensionBuildError as exc:
-        warnings.warn(f"CUDA mean aggregation falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
-        return None
+    return graph_kernels()
+
+
+# The CUDA graph extension, which holds the mean kernels.
+_cuda_extension = OptionalExtension("CUDA mean aggregation", _load_graph_kernels, "torch ops")
 
 
 class _CudaMeanAggregate(torch.autograd.Function):
