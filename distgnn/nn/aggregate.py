@@ -102,11 +102,7 @@ def weighted_sum(
 
 def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """Mean of the in-neighbours' rows of ``x`` (``(num_src, F)``) per destination; 0 where none."""
-    if _native(block, x):
-        return _MeanAggregate.apply(block.indptr, block.indices, x, False)
-    if _native_cuda(block, x):
-        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, False)
-    return mean_reference(block, x)
+    return _mean_op(block, x, with_self=False)
 
 
 def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
@@ -114,11 +110,17 @@ def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
 
     The input of a SAGE layer's single product with ``[W_self | W_neigh]``.
     """
+    return _mean_op(block, x, with_self=True)
+
+
+def _mean_op(block: Block, x: torch.Tensor, with_self: bool) -> torch.Tensor:
+    """The mean op's one dispatch point (``with_self``: ``[x[:num_dst] | mean]``): the C++ kernel, the CUDA
+    kernel, or the torch reference, by where ``x`` and the block lie and what the kernels take."""
     if _native(block, x):
-        return _MeanAggregate.apply(block.indptr, block.indices, x, True)
+        return _MeanAggregate.apply(block.indptr, block.indices, x, with_self)
     if _native_cuda(block, x):
-        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, True)
-    return self_and_mean_reference(block, x)
+        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, with_self)
+    return self_and_mean_reference(block, x) if with_self else mean_reference(block, x)
 
 
 def relu_dropout_self_and_mean(block: Block, h: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
