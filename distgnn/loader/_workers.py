@@ -275,10 +275,6 @@ class OnStream:
     maker: BatchMakerFn
     stream: torch.cuda.Stream
 
-    @property
-    def sampler_spec(self) -> dict:
-        return self.maker.sampler_spec
-
     def __call__(self, g, sampler: NeighborSampler, seeds: np.ndarray, rng_seed: int):
         with torch.cuda.stream(self.stream):
             batch = self.maker(g, sampler, seeds, rng_seed)
