@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -56,19 +55,14 @@ from distgnn.launch.ip_config import DEFAULT_PORT, read_ip_config
 from distgnn.launch.plan import LaunchError
 from distgnn.launch.preflight import read_num_parts
 from distgnn.launch.remote import remove_job_shm
+from distgnn.launch.supervisor import die_with_parent, stop_processes
 
 RENDEZVOUS_TIMEOUT_S = 300.0
 SERVER_STOP_GRACE_S = 5.0
-_PR_SET_PDEATHSIG = 1
 
 
 class NodeError(Exception):
     """The node cannot join the job: missing environment, a failed rendezvous, a server that would not start."""
-
-
-def _die_with_parent() -> None:
-    # In the server child before exec: the kernel sends SIGTERM when the leader dies, even by SIGKILL.
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def torchrun_env(environ: dict[str, str]) -> dict[str, int | str]:
@@ -206,7 +200,7 @@ class Leader:
         for server_id in range(self.args.num_servers):
             server_env = {**env, E.ROLE: "server", E.SERVER_ID: str(server_id)}
             argv = command or [sys.executable, "-m", "distgnn.server"]
-            self.servers.append(subprocess.Popen(argv, env=server_env, preexec_fn=_die_with_parent))
+            self.servers.append(subprocess.Popen(argv, env=server_env, preexec_fn=die_with_parent))
         threading.Thread(target=self._watch_servers, daemon=True).start()
 
     def _exchange(self, round_name: str, value) -> list:
@@ -241,16 +235,7 @@ class Leader:
 
     def stop(self) -> None:
         self.stopping = True
-        for server in self.servers:
-            if server.poll() is None:
-                server.terminate()
-        deadline = time.monotonic() + SERVER_STOP_GRACE_S
-        for server in self.servers:
-            try:
-                server.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        stop_processes(self.servers, SERVER_STOP_GRACE_S)
         remove_job_shm(self.job_id)
         for path in self.ip_config.parent.glob(f"{self.ip_config.stem}*"):
             path.unlink(missing_ok=True)

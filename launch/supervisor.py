@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import json
 import queue
 import re
@@ -48,6 +49,30 @@ SERVER_EXIT_GRACE_S = 2.0
 _TEE_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 _ROOT_CAUSE_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _ROOT_CAUSE_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of a child that must not outlive the thread that starts it: in the child before exec, asks
+    the kernel to send it SIGTERM when that thread ends, even when the parent is killed outright (SIGKILL)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_processes(procs: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM to each of ``procs`` still running; after ``grace_s`` (for all together), SIGKILL to those left.
+    Returns once every one has exited."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @dataclass

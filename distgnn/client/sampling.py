@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn.sampling.source import LocalCSC
+from distgnn.sampling.source import LocalCSC, SampleRequest
 
 
 class RpcSampling:
@@ -18,23 +18,14 @@ class RpcSampling:
         self.client = g.rpc
         self.context = g.context
 
-    def send_sample(
-        self,
-        machine_id: int,
-        seeds: np.ndarray,
-        fanout: int | list[int],
-        replace: bool,
-        prob: str | None,
-        rng_seed: int,
-        etypes: np.ndarray | None = None,
-    ) -> int:
-        fields = {"replace": bool(replace), "seed": int(rng_seed), "prob": prob}
-        arrays = [seeds]
-        if etypes is None:
-            fields["fanout"] = int(fanout)
+    def send_sample(self, machine_id: int, request: SampleRequest) -> int:
+        fields = {"replace": bool(request.replace), "seed": int(request.rng_seed), "prob": request.prob}
+        arrays = [request.seeds]
+        if request.etypes is None:
+            fields["fanout"] = int(request.fanout)
         else:
-            fields["fanouts"] = [int(f) for f in fanout]
-            arrays.append(np.ascontiguousarray(etypes, dtype=np.int64))
+            fields["fanouts"] = [int(f) for f in request.fanout]
+            arrays.append(np.ascontiguousarray(request.etypes, dtype=np.int64))
         server = self.context.read_server(machine_id)
         return self.client.send(machine_id, "sample", fields, arrays, server_id=server)
 

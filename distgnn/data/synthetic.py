@@ -25,8 +25,9 @@ _CHUNK = 1 << 22
 _TABLE_RESOLUTION = 4
 
 
-def _unique_sorted(keys: np.ndarray) -> np.ndarray:
-    """Sorted distinct values (np.unique hashes first on recent numpy: much slower here)."""
+def unique_sorted(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of ``keys`` (sorted in place): a sort and one compare, where np.unique on recent
+    numpy hashes first, which is slower for these int64 keys."""
     keys.sort()
     keep = np.empty(keys.shape[0], dtype=bool)
     keep[:1] = True
@@ -114,7 +115,7 @@ def synthetic(
         a, b = np.minimum(u, v), np.maximum(u, v)
         keys[start : start + m] = np.where(a == b, -1, a * n + b)
     del table
-    keys = _unique_sorted(keys)
+    keys = unique_sorted(keys)
     if keys.size and keys[0] < 0:
         keys = keys[1:]
     a, b = np.divmod(keys, n)

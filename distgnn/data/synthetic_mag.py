@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.data.hetero import CanonicalEtype, HeteroGraph
-from distgnn.data.synthetic import _unique_sorted
+from distgnn.data.synthetic import unique_sorted
 from distgnn.errors import InputError
 
 # Nodes per paper, as in OGB-MAG (736k papers, 1.13M authors, 8.7k institutions, 59.9k fields of study).
@@ -95,7 +95,7 @@ def _distinct(src: np.ndarray, dst: np.ndarray, num_dst: int, drop_loops: bool) 
     keys = src * num_dst + dst
     if drop_loops:
         keys = keys[src != dst]
-    keys = _unique_sorted(keys)
+    keys = unique_sorted(keys)
     return np.divmod(keys, num_dst)
 
 

@@ -19,7 +19,7 @@ each seed edge and every edge of its reverse type that joins the same two nodes 
 way (``reverse_etypes``), found once when the loader is built.
 
 Batching, worker processes, prefetching and the agreed batch count are the node loader's
-(:class:`distgnn.loader.node.DistNodeDataLoader`); only the maker of a batch differs.
+(both are :class:`distgnn.loader.base.BatchLoader`); only the maker of a batch differs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 
 from distgnn.data.hetero import CanonicalEtype
 from distgnn.errors import ConfigError, InputError
-from distgnn.loader.node import DistNodeDataLoader, _rows
+from distgnn.loader.base import BatchLoader, LoaderOptions, check_node_data, fetch_rows
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling.block import Block
 from distgnn.sampling.cpu import sample_layer
@@ -235,7 +235,7 @@ class EdgeBatchMaker:
             if self.negative is not None:
                 neg = self._typed_pairs(nodes, output_cpu, neg_src, neg_dst, neg_etypes, None)
         sampled = time.perf_counter()
-        input_data = {name: _rows(g.ndata[name], input_nodes) for name in self.input_feats}
+        input_data = {name: fetch_rows(g.ndata[name], input_nodes) for name in self.input_feats}
         timing = {"sample": sampled - start, "fetch": time.perf_counter() - sampled}
         return EdgeMiniBatch(input_nodes, pos, neg, blocks, input_data, timing)
 
@@ -373,7 +373,7 @@ def _reverse_edges_by_type(
     return ptr, np.concatenate(found)
 
 
-class DistEdgeDataLoader(DistNodeDataLoader):
+class DistEdgeDataLoader(BatchLoader):
     """Mini-batches of this trainer's seed edges, with negative pairs and edge exclusion.
 
     Yields :class:`EdgeMiniBatch` ``(input_nodes, pos_pair_graph, neg_pair_graph, blocks)``
@@ -424,44 +424,19 @@ class DistEdgeDataLoader(DistNodeDataLoader):
         input_feats: tuple[str, ...] | list[str] = (),
         timeout_s: float = 300.0,
     ):
-        num_edges = g.num_edges()
+        options = LoaderOptions(batch_size, shuffle, drop_last, num_workers, prefetch, device, seed, rank, timeout_s)
         book = g.get_partition_book()
-        typed = isinstance(eids, Mapping)
-        if typed:
+        if isinstance(eids, Mapping):
             seeds, seed_etypes, pair_etypes = _typed_seeds(book, eids)
         else:
-            seeds, seed_etypes, pair_etypes = _as_edge_ids(eids, num_edges), None, ()
-        if negative_sampler is not None and not isinstance(negative_sampler, NegativeSampler):
-            raise ConfigError(
-                f"unknown negative sampler {negative_sampler!r}: pass a distgnn.sampling.negative sampler "
-                "(Uniform, PerSourceUniform, DegreeBiased) or None"
-            )
-        if typed and negative_sampler is not None and not negative_sampler.typed:
-            raise ConfigError(f"{negative_sampler!r} does not sample typed negatives; use Uniform or PerSourceUniform")
-        if exclude not in EXCLUDE_MODES:
-            raise ConfigError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
-        if exclude == "reverse_types" and not typed:
-            raise ConfigError(
-                'exclude="reverse_types" needs typed seed edges {etype: ids} on a heterogeneous graph; '
-                'use "reverse_id" with homogeneous seeds'
-            )
-        if exclude == "reverse_id" and typed:
-            raise ConfigError('exclude="reverse_id" takes homogeneous seed edges; use "reverse_types" on typed seeds')
+            seeds, seed_etypes, pair_etypes = _as_edge_ids(eids, g.num_edges()), None, ()
+        _check_edge_options(negative_sampler, exclude, typed=seed_etypes is not None)
         reverse_of = _reverse_etype_ids(book, reverse_etypes, pair_etypes) if exclude == "reverse_types" else None
-        if prefetch is None:
-            prefetch = 2 if num_workers > 0 else 0
-        if num_workers < 0 or prefetch < 0:
-            raise ConfigError(f"num_workers and prefetch must be >= 0, got {num_workers} and {prefetch}")
-        if num_workers > 0 and graph_sampler.device is not None and graph_sampler.device.type == "cuda":
-            raise ConfigError(
-                f"a sampler on {graph_sampler.device} cannot run in sampler worker processes; use num_workers=0"
-            )
-        for name in input_feats:
-            if name not in g.ndata:
-                raise ConfigError(f"no node data {name!r} to fetch (have {sorted(g.ndata)})")
+        options.check_sampler(graph_sampler)
+        check_node_data(g, input_feats)
         if exclude == "reverse_id" and reverse_eids is None and "reverse_eid" in g.edata:
             reverse_eids = g.edata["reverse_eid"]
-        reverse = _reverse_of(reverse_eids, seeds, num_edges) if exclude == "reverse_id" else None
+        reverse = _reverse_of(reverse_eids, seeds, g.num_edges()) if exclude == "reverse_id" else None
         src, dst = (t.numpy() for t in find_edges(g, seeds))
         excluded_ptr = excluded = None
         if reverse is not None:
@@ -482,19 +457,24 @@ class DistEdgeDataLoader(DistNodeDataLoader):
             pair_etypes,
             tuple(book.canonical_etypes),
         )
-        positions = np.arange(len(seeds), dtype=np.int64)
-        self._start(
-            g,
-            graph_sampler,
-            maker,
-            positions,
-            batch_size,
-            shuffle,
-            drop_last,
-            num_workers,
-            prefetch,
-            device,
-            seed,
-            rank,
-            timeout_s,
+        super().__init__(g, graph_sampler, maker, np.arange(len(seeds), dtype=np.int64), options)
+
+
+def _check_edge_options(negative_sampler, exclude: str | None, typed: bool) -> None:
+    """Raise ConfigError where the negative sampler or the exclusion mode does not fit the seeds."""
+    if negative_sampler is not None and not isinstance(negative_sampler, NegativeSampler):
+        raise ConfigError(
+            f"unknown negative sampler {negative_sampler!r}: pass a distgnn.sampling.negative sampler "
+            "(Uniform, PerSourceUniform, DegreeBiased) or None"
         )
+    if typed and negative_sampler is not None and not negative_sampler.typed:
+        raise ConfigError(f"{negative_sampler!r} does not sample typed negatives; use Uniform or PerSourceUniform")
+    if exclude not in EXCLUDE_MODES:
+        raise ConfigError(f"exclude must be one of {EXCLUDE_MODES}, got {exclude!r}")
+    if exclude == "reverse_types" and not typed:
+        raise ConfigError(
+            'exclude="reverse_types" needs typed seed edges {etype: ids} on a heterogeneous graph; '
+            'use "reverse_id" with homogeneous seeds'
+        )
+    if exclude == "reverse_id" and typed:
+        raise ConfigError('exclude="reverse_id" takes homogeneous seed edges; use "reverse_types" on typed seeds')

@@ -20,7 +20,6 @@ torch versions both are tested against.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from types import ModuleType
 
@@ -28,6 +27,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from distgnn.native.cpu import extension
+from distgnn.native.optional import OptionalExtension
 from distgnn.nn.fused import drop_threshold, relu_dropout, relu_dropout_levels
 from distgnn.sampling.block import Block
 
@@ -102,11 +102,7 @@ def weighted_sum(
 
 def mean(block: Block, x: torch.Tensor) -> torch.Tensor:
     """Mean of the in-neighbours' rows of ``x`` (``(num_src, F)``) per destination; 0 where none."""
-    if _native(block, x):
-        return _MeanAggregate.apply(block.indptr, block.indices, x, False)
-    if _native_cuda(block, x):
-        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, False)
-    return mean_reference(block, x)
+    return _mean_op(block, x, with_self=False)
 
 
 def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
@@ -114,11 +110,17 @@ def self_and_mean(block: Block, x: torch.Tensor) -> torch.Tensor:
 
     The input of a SAGE layer's single product with ``[W_self | W_neigh]``.
     """
+    return _mean_op(block, x, with_self=True)
+
+
+def _mean_op(block: Block, x: torch.Tensor, with_self: bool) -> torch.Tensor:
+    """The mean op's one dispatch point (``with_self``: ``[x[:num_dst] | mean]``): the C++ kernel, the CUDA
+    kernel, or the torch reference, by where ``x`` and the block lie and what the kernels take."""
     if _native(block, x):
-        return _MeanAggregate.apply(block.indptr, block.indices, x, True)
+        return _MeanAggregate.apply(block.indptr, block.indices, x, with_self)
     if _native_cuda(block, x):
-        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, True)
-    return self_and_mean_reference(block, x)
+        return _CudaMeanAggregate.apply(block.indptr, block.indices, x, with_self)
+    return self_and_mean_reference(block, x) if with_self else mean_reference(block, x)
 
 
 def relu_dropout_self_and_mean(block: Block, h: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -241,17 +243,14 @@ def cuda_kernels_available() -> bool:
     return torch.cuda.is_available() and _cuda_extension() is not None
 
 
-@functools.cache
-def _cuda_extension() -> ModuleType | None:
-    """The CUDA graph extension (which holds the mean kernels), or None after one warning where it cannot be built."""
-    from distgnn.errors import ExtensionBuildError
+def _load_graph_kernels() -> ModuleType:
     from distgnn.native.cuda import graph_kernels
 
-    try:
-        return graph_kernels()
-    except ExtensionBuildError as exc:
-        warnings.warn(f"CUDA mean aggregation falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
-        return None
+    return graph_kernels()
+
+
+# The CUDA graph extension, which holds the mean kernels.
+_cuda_extension = OptionalExtension("CUDA mean aggregation", _load_graph_kernels, "torch ops")
 
 
 class _CudaMeanAggregate(torch.autograd.Function):

@@ -19,8 +19,6 @@ torch composition. :func:`relu_dropout_reference` is both kernels in numpy.
 
 from __future__ import annotations
 
-import functools
-import warnings
 from types import ModuleType
 from typing import NamedTuple
 
@@ -30,6 +28,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from distgnn.native.cpu import extension
+from distgnn.native.optional import OptionalExtension
 
 _LEVELS = 1 << 16  # a 16-bit draw per element: p is rounded to a multiple of 1/65536
 
@@ -72,17 +71,14 @@ def relu_dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tens
     return F.dropout(F.relu(x), p, True)
 
 
-@functools.cache
-def _cuda_kernels() -> ModuleType | None:
-    """The CUDA nn extension, or None after one warning where it cannot be built."""
-    from distgnn.errors import ExtensionBuildError
+def _load_nn_kernels() -> ModuleType:
     from distgnn.native.cuda import nn_kernels
 
-    try:
-        return nn_kernels()
-    except ExtensionBuildError as exc:
-        warnings.warn(f"CUDA relu_dropout falls back to torch ops: {exc}", RuntimeWarning, stacklevel=4)
-        return None
+    return nn_kernels()
+
+
+# The CUDA nn extension.
+_cuda_kernels = OptionalExtension("CUDA relu_dropout", _load_nn_kernels, "torch ops")
 
 
 class _CudaReluDropout(torch.autograd.Function):

@@ -17,7 +17,7 @@ from torch import nn
 
 import distgnn.nn.aggregate as aggregate
 from distgnn.nn.fused import relu_dropout
-from distgnn.nn.models import _LayerStack
+from distgnn.nn.models import LayerStack
 from distgnn.partition.book import node_policy
 from distgnn.sampling.block import Block
 
@@ -143,7 +143,7 @@ def _rows_block(indptr: torch.Tensor, indices: torch.Tensor, num_src: int) -> Bl
     return Block(arange[:num_src], len(indptr) - 1, indptr, indices, arange[: len(indices)])
 
 
-class RGCN(_LayerStack):
+class RGCN(LayerStack):
     """``num_layers`` RelGraphConv layers with ReLU and dropout between them."""
 
     def __init__(

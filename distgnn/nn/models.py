@@ -13,7 +13,7 @@ from distgnn.nn.fused import Dropped, relu_dropout
 from distgnn.sampling.block import Block
 
 
-class _LayerStack(nn.Module):
+class LayerStack(nn.Module):
     """What the models share: ``self.layers`` and ``forward_layer(i, block, x)`` make ``forward``.
 
     ``forward(blocks, x)`` takes ``len(blocks) == num_layers`` Blocks, input layer
@@ -41,7 +41,7 @@ class _LayerStack(nn.Module):
         return h
 
 
-class GraphSAGE(_LayerStack):
+class GraphSAGE(LayerStack):
     """``num_layers`` SAGEConv layers with ReLU and dropout between them."""
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5):
@@ -70,7 +70,7 @@ class GraphSAGE(_LayerStack):
         return h
 
 
-class GAT(_LayerStack):
+class GAT(LayerStack):
     """``num_layers`` GATConv layers; hidden layers concatenate heads (ELU), the output layer averages them."""
 
     def __init__(
@@ -102,7 +102,7 @@ class GAT(_LayerStack):
         return h.mean(1)
 
 
-class MLP(_LayerStack):
+class MLP(LayerStack):
     """A baseline that ignores the graph: each node's own features through ``num_layers`` linear layers.
 
     Takes the same Blocks as the GNNs (destination nodes come first among the

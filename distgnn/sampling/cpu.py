@@ -23,7 +23,7 @@ from distgnn.native.cpu import extension
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling.block import Block
 from distgnn.sampling.items import layer_items
-from distgnn.sampling.source import LocalCSC, RemoteSampling, as_node_ids
+from distgnn.sampling.source import LocalCSC, RemoteSampling, SampleRequest, as_node_ids
 
 
 class CpuSampling:
@@ -97,31 +97,24 @@ def sample_layer(
         if remote is None:
             raise InputError(f"seed owned by partition {part} but this graph has no remote access")
         part_etypes = None if etypes is None else etypes[where]
-        handles.append(remote.send_sample(part, seeds[where], fanout, replace, prob, part_seeds[part], part_etypes))
+        request = SampleRequest(seeds[where], fanout, replace, prob, part_seeds[part], part_etypes)
+        handles.append(remote.send_sample(part, request))
         remote_wheres.append(where)
     wheres, results = [], []
     if local_where is not None:
         wheres.append(local_where)
         local_etypes = None if etypes is None else etypes[local_where]
-        results.append(
-            sample_local(local, seeds[local_where], fanout, replace, prob, part_seeds[local.part_id], local_etypes)
-        )
+        request = SampleRequest(seeds[local_where], fanout, replace, prob, part_seeds[local.part_id], local_etypes)
+        results.append(sample_local(local, request))
     if handles:
         wheres.extend(remote_wheres)
         results.extend(remote.wait_sample(handles))
     return merge(len(seeds), wheres, results)
 
 
-def sample_local(
-    local: LocalCSC,
-    seeds: np.ndarray,
-    fanout: int | list[int],
-    replace: bool,
-    prob: str | None,
-    rng_seed: int,
-    etypes: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The local partition's picks for owned global ``seeds``: ``(counts, src global ids, edge ids)``."""
+def sample_local(local: LocalCSC, request: SampleRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The local partition's picks for ``request`` (its seeds owned here): ``(counts, src global ids, edge ids)``."""
+    seeds, fanout, prob, etypes = request.seeds, request.fanout, request.prob, request.etypes
     weights = None
     if prob is not None:
         if prob not in local.edge_weights:
@@ -138,9 +131,9 @@ def sample_local(
         local.indices,
         local.rows(seeds, etypes),
         fanout,
-        replace,
+        request.replace,
         weights,
-        rng_seed,
+        request.rng_seed,
         num_threads=threads,
         return_neighbors=True,
     )

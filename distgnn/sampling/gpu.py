@@ -46,7 +46,7 @@ from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling import cpu
 from distgnn.sampling.block import Block
 from distgnn.sampling.items import layer_items
-from distgnn.sampling.source import LocalCSC, RemoteSampling, as_node_ids
+from distgnn.sampling.source import LocalCSC, RemoteSampling, SampleRequest, as_node_ids
 
 
 class DeviceSampling:
@@ -163,7 +163,9 @@ def sample_layer_on_device(
             raise InputError(f"seed owned by partition {part} but this graph has no remote access")
         host_seeds = (seeds if where is None else seeds[where]).cpu().numpy()
         part_etypes = None if etypes is None else (etypes if where is None else etypes[where]).cpu().numpy()
-        handles.append(remote.send_sample(part, host_seeds, fanout, replace, prob, part_seeds[part], part_etypes))
+        handles.append(
+            remote.send_sample(part, SampleRequest(host_seeds, fanout, replace, prob, part_seeds[part], part_etypes))
+        )
         remote_wheres.append(where)
     wheres, results = [], []
     if local.part_id in by_owner:
@@ -175,7 +177,8 @@ def sample_layer_on_device(
             results.append(placed.sample(local_seeds, fanout, replace, local_seed, local_etypes))
         else:
             host_etypes = None if local_etypes is None else local_etypes.cpu().numpy()
-            picked = cpu.sample_local(local, local_seeds.cpu().numpy(), fanout, replace, prob, local_seed, host_etypes)
+            request = SampleRequest(local_seeds.cpu().numpy(), fanout, replace, prob, local_seed, host_etypes)
+            picked = cpu.sample_local(local, request)
             results.append(tuple(torch.from_numpy(a).to(device) for a in picked))
         wheres.append(where)
     if handles:

@@ -62,21 +62,33 @@ class LocalCSC:
         return local * self.num_etypes + etypes
 
 
+@dataclass(frozen=True)
+class SampleRequest:
+    """One machine's share of a sampling layer: pick up to ``fanout`` in-neighbours of each of its ``seeds``.
+
+    Attributes:
+        seeds: ``(B,)`` int64 global ids owned by the machine that samples them (repeats allowed).
+        fanout: picks per seed (``-1``: all); with ``etypes``, a list of one fanout per edge type.
+        replace: draw with replacement.
+        prob: name of the edge array to sample by (weights), or None for uniform picks.
+        rng_seed: seed of the machine's random streams (seed ``i`` draws from ``(rng_seed, i)`` alone).
+        etypes: ``(B,)`` int64 edge type of each seed (typed items: a node may repeat, once per edge type),
+            or None.
+    """
+
+    seeds: np.ndarray
+    fanout: int | list[int]
+    replace: bool
+    prob: str | None
+    rng_seed: int
+    etypes: np.ndarray | None = None
+
+
 class RemoteSampling(Protocol):
     """Sends ``sample`` requests to the servers of other machines and collects the replies."""
 
-    def send_sample(
-        self,
-        machine_id: int,
-        seeds: np.ndarray,
-        fanout: int | list[int],
-        replace: bool,
-        prob: str | None,
-        rng_seed: int,
-        etypes: np.ndarray | None = None,
-    ) -> object:
-        """Sample ``seeds`` on ``machine_id``; with ``etypes`` (one edge type per seed: typed items),
-        ``fanout`` lists one fanout per edge type."""
+    def send_sample(self, machine_id: int, request: SampleRequest) -> object:
+        """Send ``request`` to ``machine_id``, which owns its seeds; a handle for :meth:`wait_sample`."""
         ...
 
     def wait_sample(self, handles: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:

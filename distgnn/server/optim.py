@@ -7,26 +7,13 @@ kernel is tested against (gathers the rows, updates them in temporaries, scatter
 
 from __future__ import annotations
 
-import functools
-import logging
-from types import ModuleType
-
 import numpy as np
 
-from distgnn.errors import ExtensionBuildError, InputError
+from distgnn.errors import InputError
+from distgnn.native.cpu import extension
+from distgnn.native.optional import OptionalExtension
 
-log = logging.getLogger(__name__)
-
-
-@functools.cache
-def _kernels() -> ModuleType | None:
-    from distgnn.native.cpu import extension
-
-    try:
-        return extension()
-    except ExtensionBuildError as exc:
-        log.warning("compiled optimiser kernel unavailable (%s); adam_step uses the numpy reference", exc)
-        return None
+_kernels = OptionalExtension("adam_step's compiled kernel", extension, "the numpy reference")
 
 
 def adam_rows_reference(

@@ -9,28 +9,23 @@ the plain numpy reference ``distgnn.sampling.reference`` (correct, slower).
 
 from __future__ import annotations
 
-import functools
-import logging
 from types import ModuleType
 
 import numpy as np
 
-from distgnn.errors import ExtensionBuildError, InputError
+from distgnn.errors import InputError
+from distgnn.native.optional import OptionalExtension
 
-log = logging.getLogger(__name__)
 
-
-@functools.cache
-def _kernels() -> ModuleType | None:
+def _load_sampling_kernels() -> ModuleType:
     # Imported on first use: the kernels pull in torch, which a server that never samples does not need.
     from distgnn.sampling import cpu
 
-    try:
-        cpu.extension()  # build or load now, so a broken toolchain falls back instead of failing each call
-    except ExtensionBuildError as exc:
-        log.warning("compiled sampling kernel unavailable (%s); the sample op uses the numpy reference", exc)
-        return None
+    cpu.extension()  # build or load now, so a broken toolchain falls back instead of failing each call
     return cpu
+
+
+_kernels = OptionalExtension("the sample op's compiled kernel", _load_sampling_kernels, "the numpy reference")
 
 
 def prepare() -> None:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from distgnn.nn.recurrent import EvolveGCNO, SnapshotModel, SparseAdjacency, block_diagonal, normalized_adjacency
 from distgnn.snapshot.schedule import Plan, Segment, make_windows
 from distgnn.snapshot.sequence import DeviceSnapshot, Snapshot, SnapshotSequence, to_device
+from distgnn.train.collective import all_gather_arrays
 
 MRR_NEGATIVES = 20
 # Windows of equal length run in lockstep as one disjoint union of their snapshots while their summed
@@ -38,12 +39,12 @@ class _VertexGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local: torch.Tensor, n: int, rank: int, world: int, comm: torch.device) -> torch.Tensor:
         ctx.rank, ctx.world, ctx.comm = rank, world, comm
-        rows = -(-n // world)
-        padded = torch.zeros(rows, local.shape[1], device=comm)
-        padded[: local.shape[0]] = local.to(comm)
-        parts = [torch.empty_like(padded) for _ in range(world)]
-        dist.all_gather(parts, padded)
-        return torch.stack(parts, dim=1).reshape(rows * world, -1)[:n].to(local.device)
+        # Trainer r holds nodes r, r + world, ...: the counts are known, not exchanged.
+        parts = all_gather_arrays(local.to(comm), counts=[len(range(r, n, world)) for r in range(world)])
+        out = local.new_empty((n, local.shape[1]), device=comm)
+        for r, part in enumerate(parts):
+            out[r::world] = part
+        return out.to(local.device)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

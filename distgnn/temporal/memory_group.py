@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distgnn.nn.temporal import NodeMemory
+from distgnn.train.collective import gather_arrays, scatter_arrays
 
 
 class MemoryGroup:
@@ -36,32 +37,11 @@ class MemoryGroup:
 
     def _gather(self, rows: torch.Tensor) -> list[torch.Tensor] | None:
         """Every member's ``rows`` (float64 [n_r, w]) on the owner, in group order; None elsewhere."""
-        counts = [torch.zeros(1, dtype=torch.int64) for _ in self.ranks]
-        dist.all_gather(counts, torch.tensor([rows.shape[0]]), group=self.group)
-        longest = max(int(c) for c in counts)
-        padded = torch.zeros(longest, rows.shape[1], dtype=torch.float64)
-        padded[: rows.shape[0]] = rows
-        gathered = [torch.empty_like(padded) for _ in self.ranks] if self.is_owner else None
-        dist.gather(padded, gathered, dst=self.owner, group=self.group)
-        if not self.is_owner:
-            return None
-        return [g[: int(c)] for g, c in zip(gathered, counts, strict=True)]
+        return gather_arrays(rows, self.owner, self.group)
 
     def _scatter(self, replies: list[torch.Tensor] | None, count: int, width: int) -> torch.Tensor:
         """The owner's ``replies[r]`` to member r; this member gets ``count`` rows of ``width``."""
-        counts = [torch.zeros(1, dtype=torch.int64) for _ in self.ranks]
-        dist.all_gather(counts, torch.tensor([count]), group=self.group)
-        longest = max(int(c) for c in counts)
-        out = torch.empty(longest, width, dtype=torch.float64)
-        scatter = None
-        if self.is_owner:
-            scatter = []
-            for reply in replies:
-                padded = torch.zeros(longest, width, dtype=torch.float64)
-                padded[: reply.shape[0]] = reply
-                scatter.append(padded)
-        dist.scatter(out, scatter, src=self.owner, group=self.group)
-        return out[:count]
+        return scatter_arrays(replies, torch.empty(count, width, dtype=torch.float64), self.owner, self.group)
 
     def read(self, nodes: torch.Tensor) -> NodeMemory:
         """A :class:`NodeMemory` of ``len(nodes)`` rows: row u holds node ``nodes[u]``'s state in the copy

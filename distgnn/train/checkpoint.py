@@ -44,6 +44,7 @@ from distgnn.client.tensor import DistTensor
 from distgnn.errors import CheckpointError, ConfigError, RpcError
 from distgnn.store import checkpoint_files as cio
 from distgnn.store import shm
+from distgnn.train import collective
 
 log = logging.getLogger(__name__)
 
@@ -70,52 +71,11 @@ class Position:
 # -- collectives (identity in one process) ----------------------------------------------------------------
 
 
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _collective_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def _broadcast_bytes(data: bytes | None) -> bytes:
-    """Rank 0's ``data`` on every rank."""
-    rank, world = _world()
-    if world == 1:
-        return data
-    device = _collective_device()
-    size = torch.tensor([len(data) if rank == 0 else 0], dtype=torch.int64, device=device)
-    dist.broadcast(size, 0)
-    buf = torch.zeros(int(size.item()), dtype=torch.uint8, device=device)
-    if rank == 0:
-        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    dist.broadcast(buf, 0)
-    return bytes(buf.cpu().numpy())
-
-
-def _gather_bytes(data: bytes) -> list[bytes]:
-    """Every rank's ``data``, in rank order, on every rank."""
-    rank, world = _world()
-    if world == 1:
-        return [data]
-    device = _collective_device()
-    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=device))
-    longest = max(int(s.item()) for s in sizes)
-    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
-    mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
-    bufs = [torch.zeros(longest, dtype=torch.uint8, device=device) for _ in range(world)]
-    dist.all_gather(bufs, mine)
-    return [bytes(b.cpu().numpy()[: int(s.item())]) for b, s in zip(bufs, sizes, strict=True)]
-
-
 def _agree_on_step(step: int) -> None:
     """Every rank is at ``step`` (also a barrier: each rank's pushes of that step are applied)."""
-    if _world()[1] == 1:
+    if collective.world()[1] == 1:
         return
-    both = torch.tensor([step, -step], dtype=torch.int64, device=_collective_device())
+    both = torch.tensor([step, -step], dtype=torch.int64, device=collective.collective_device())
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     if int(both[0]) != step or int(-both[1]) != step:
         raise CheckpointError(
@@ -338,13 +298,13 @@ class Checkpointer:
     ) -> Path:
         """Save now (collective); returns the checkpoint's path."""
         start = time.perf_counter()
-        rank, world = _world()
+        rank, world = collective.world()
         tensors = _dist_tensors(embeddings, sparse_optimizers)
         for tensor in tensors:  # this rank's pushes that did not wait for their acknowledgements
             tensor.flush()
         _agree_on_step(step)
         mine = {"rng": rng_state(), "loader": loader.state_dict() if loader is not None else None}
-        ranks = [json.loads(b) for b in _gather_bytes(json.dumps(mine).encode())]
+        ranks = collective.all_gather_objects(mine)
         ctx = self.context or (tensors[0].context if tensors else None)
         error = None
         path = None
@@ -354,7 +314,7 @@ class Checkpointer:
             except Exception as exc:  # every rank must hear of it, or the others would wait forever below
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("saving checkpoint of step %d failed", step)
-        reply = json.loads(_broadcast_bytes(json.dumps({"error": error, "path": str(path)}).encode()))
+        reply = collective.broadcast_object({"error": error, "path": str(path)})
         if reply["error"]:
             raise CheckpointError(f"saving the checkpoint of step {step} failed on rank 0: {reply['error']}")
         self.last_save_s = time.perf_counter() - start
@@ -468,7 +428,7 @@ class Checkpointer:
         """
         if spec is None:
             return Position()
-        rank, world = _world()
+        rank, world = collective.world()
         tensors = _dist_tensors(embeddings, sparse_optimizers)
         ctx = self.context or (tensors[0].context if tensors else None)
         reply: dict = {"error": None}
@@ -478,7 +438,7 @@ class Checkpointer:
                 reply, arrays = self._read(spec, model, optimizer, sparse_optimizers, tensors, ctx, world)
             except Exception as exc:
                 reply = {"error": f"{type(exc).__name__}: {exc}" if not isinstance(exc, CheckpointError) else str(exc)}
-        reply = json.loads(_broadcast_bytes(json.dumps(reply).encode()))
+        reply = collective.broadcast_object(reply)
         if reply["error"]:
             raise CheckpointError(reply["error"])
         if reply.get("path") is None:
@@ -598,7 +558,7 @@ class Checkpointer:
     @staticmethod
     def _broadcast_tensors(arrays: list[np.ndarray], described: list[dict]) -> list[torch.Tensor]:
         """Rank 0's arrays as tensors on every rank (their dtype and shape come from ``described``)."""
-        rank, world = _world()
+        rank, world = collective.world()
         out = []
         for i, d in enumerate(described):
             if rank == 0:
@@ -606,7 +566,7 @@ class Checkpointer:
             else:
                 t = torch.empty(d["shape"], dtype=_torch_dtype(d["dtype"]))
             if world > 1:
-                moved = t.to(_collective_device())
+                moved = t.to(collective.collective_device())
                 dist.broadcast(moved, 0)
                 t = moved.cpu()
             out.append(t)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
@@ -29,19 +28,12 @@ from pathlib import Path
 
 from distgnn.config import JobConfig
 from distgnn.errors import DistGNNError, RpcTimeoutError
+from distgnn.launch.supervisor import die_with_parent
 from distgnn.partition.format import read_meta
 from distgnn.rpc.client import RpcClient
 from distgnn.store import shm
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec: the kernel sends SIGTERM if the cluster's process dies.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def sweep_orphans(tmp_dir: str | Path | None = None, min_idle_s: float = 300.0) -> list[str]:
@@ -235,7 +227,7 @@ class LocalCluster:
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=subprocess.STDOUT,
-                        preexec_fn=_die_with_parent,
+                        preexec_fn=die_with_parent,
                     )
                 self._logs[(machine_id, server_id)] = log_path
 

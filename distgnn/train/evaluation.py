@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from distgnn.errors import InputError
+from distgnn.train.collective import all_gather_arrays
 
 
 def _check(pos: torch.Tensor, neg: torch.Tensor) -> None:
@@ -65,18 +66,11 @@ def gather_scores(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, t
     pos, neg = pos.detach().float().cpu(), neg.detach().float().cpu()
     if not (dist.is_available() and dist.is_initialized()):
         return pos, neg
-    world = dist.get_world_size()
-    sizes = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(pos), neg.shape[1]], dtype=torch.int64))
-    if len({int(s[1]) for s in sizes}) != 1:
-        raise InputError(f"every trainer must score the same number of negatives, got {[int(s[1]) for s in sizes]}")
-    most = max(int(s[0]) for s in sizes)
-    rows = torch.zeros(most, 1 + neg.shape[1])
-    rows[: len(pos), 0] = pos
-    rows[: len(pos), 1:] = neg
-    gathered = [torch.empty_like(rows) for _ in range(world)]
-    dist.all_gather(gathered, rows)
-    table = torch.cat([g[: int(s[0])] for g, s in zip(gathered, sizes, strict=True)])
+    rows = torch.cat([pos[:, None], neg], 1)
+    try:
+        table = torch.cat(all_gather_arrays(rows))
+    except InputError as exc:
+        raise InputError(f"every trainer must score the same number of negatives: {exc}") from None
     return table[:, 0], table[:, 1:]
 
 

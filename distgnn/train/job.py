@@ -42,11 +42,12 @@ from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
 from distgnn.launch import env as E
 from distgnn.launch.failure import ExitWatch
+from distgnn.launch.supervisor import die_with_parent, stop_processes
 from distgnn.partition.format import read_meta
 from distgnn.sampling.source import InProcessGraph
 from distgnn.store import shm
 from distgnn.train.allocator import keep_freed_memory
-from distgnn.train.cluster import LocalCluster, _die_with_parent
+from distgnn.train.cluster import LocalCluster
 from distgnn.train.result import exit_code, print_result
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_con
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=die_with_parent,
                 )
                 log_path = run_dir / f"trainer-{rank}.log"
                 trainers.append(proc)
@@ -258,16 +259,7 @@ def _wait_all(trainers: list[subprocess.Popen], watch: ExitWatch, run_dir: Path)
 
 
 def _stop_all(trainers: list[subprocess.Popen]) -> None:
-    for proc in trainers:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    for proc in trainers:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes(trainers, grace_s=10)
 
 
 # -- the trainer side --------------------------------------------------------------------------------

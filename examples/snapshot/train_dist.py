@@ -38,6 +38,7 @@ from distgnn.snapshot.schedule import SCHEDULES, make_plan, make_windows
 from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
+from distgnn.train.collective import all_gather_arrays
 from distgnn.train.epoch import EpochSummary
 from distgnn.train.result import epoch_time_s, exit_code, print_result
 
@@ -103,8 +104,8 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
             result = train_epoch(runner, plan, epoch)
             all_reduce_gradients(model, comm)
             optimizer.step()
-            busy = _gather([result.busy_s, result.wait_s, result.loss], world)
-            elapsed = max(_gather([time.perf_counter() - start], world)[:, 0])
+            busy = _gather([result.busy_s, result.wait_s, result.loss])
+            elapsed = max(_gather([time.perf_counter() - start])[:, 0])
             loss = float(busy[:, 2].sum())
             imbalance = float(busy[:, 0].max() / busy[:, 0].mean())
             epoch_times.append(elapsed)
@@ -142,14 +143,9 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
     return out
 
 
-def _gather(values: list[float], world: int) -> np.ndarray:
+def _gather(values: list[float]) -> np.ndarray:
     """``(world, len(values))``: every trainer's ``values``."""
-    t = torch.tensor(values, dtype=torch.float64)
-    if world == 1:
-        return t[None].numpy()
-    parts = [torch.empty_like(t) for _ in range(world)]
-    dist.all_gather(parts, t)
-    return torch.stack(parts).numpy()
+    return np.stack(all_gather_arrays(np.asarray(values, dtype=np.float64)))
 
 
 def _replan_on_measured(plan, segment_s, costs, windows, world, procs_per_gpu):

@@ -9,7 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from distgnn.loader.node import BatchPlan, _sample_loop
+from distgnn.loader._workers import sample_loop
+from distgnn.loader.base import BatchPlan
 
 
 def _made_by_worker(plan: BatchPlan, worker: int, num_workers: int, epoch: int, start: int) -> list[int]:
@@ -20,7 +21,7 @@ def _made_by_worker(plan: BatchPlan, worker: int, num_workers: int, epoch: int, 
         return rng_seed
 
     args = (None, None, worker, num_workers, maker, plan, commands, out, lambda: True)
-    thread = threading.Thread(target=_sample_loop, args=args)
+    thread = threading.Thread(target=sample_loop, args=args)
     thread.start()
     items = [out.get(timeout=10)]
     while items[-1][0] != "end":

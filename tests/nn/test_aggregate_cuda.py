@@ -256,7 +256,7 @@ def test_an_extension_that_cannot_be_built_falls_back_after_one_warning(monkeypa
         raise ExtensionBuildError("no compiler here")
 
     monkeypatch.setattr(native_cuda, "graph_kernels", fail)
-    aggregate._cuda_extension.cache_clear()
+    aggregate._cuda_extension.forget()
     try:
         with pytest.warns(RuntimeWarning, match="falls back to torch ops: no compiler here"):
             assert aggregate._cuda_extension() is None
@@ -264,7 +264,7 @@ def test_an_extension_that_cannot_be_built_falls_back_after_one_warning(monkeypa
             warnings.simplefilter("error")
             assert aggregate._cuda_extension() is None  # remembered, no second warning
     finally:
-        aggregate._cuda_extension.cache_clear()
+        aggregate._cuda_extension.forget()
 
 
 @needs_cuda

@@ -20,7 +20,7 @@ from distgnn.sampling import cpu, reference
 from distgnn.sampling import gpu as on_device
 from distgnn.sampling.cpu import merge, sample_local
 from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.sampling.source import InProcessGraph, LocalCSC
+from distgnn.sampling.source import InProcessGraph, LocalCSC, SampleRequest
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
@@ -247,7 +247,7 @@ def test_device_csc_sample_through_the_gpu_entry_point_equals_the_numpy_path(con
     assert (csc.eids is None) == contiguous_eids
     seeds = np.random.default_rng(6).choice(np.arange(500, 900), 150, replace=False)
     for fanout, replace in ((4, False), (-1, False), (3, True)):
-        want = sample_local(local, seeds, fanout, replace, None, 99)
+        want = sample_local(local, SampleRequest(seeds, fanout, replace, None, 99))
         got = csc.sample(torch.from_numpy(seeds), fanout, replace, 99)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a.numpy(), b)
@@ -410,7 +410,7 @@ def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(
         assert np.all((positions >= starts) & (positions < ends))
         np.testing.assert_array_equal(src, local.local2global[local.indices[positions]])
         # Take-all equals the CPU path exactly.
-        want = sample_local(local, seeds, -1, False, None, 3)
+        want = sample_local(local, SampleRequest(seeds, -1, False, None, 3))
         for a, b in zip(csc.sample(torch.from_numpy(seeds).cuda(), -1, False, 3), want, strict=True):
             np.testing.assert_array_equal(a.cpu().numpy(), b)
     finally:

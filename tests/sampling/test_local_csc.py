@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.sampling.cpu import sample_local
-from distgnn.sampling.source import LocalCSC, range_offset
+from distgnn.sampling.source import LocalCSC, SampleRequest, range_offset
 
 
 def local_csc(eids: np.ndarray) -> LocalCSC:
@@ -25,7 +25,7 @@ def test_edge_ids_in_csc_order_are_positions_plus_an_offset_and_sampling_gives_t
     assert local_csc(np.array([3, 4, 6, 7] * 80, dtype=np.int64)).eid_offset is None  # ends 1 apart, not a range
     seeds = np.arange(100, 140, dtype=np.int64)
     for local in (in_order, shuffled):
-        counts, src, eids = sample_local(local, seeds, 3, False, None, rng_seed=9)
+        counts, src, eids = sample_local(local, SampleRequest(seeds, 3, False, None, rng_seed=9))
         # Each picked edge's id is the partition's id of its CSC position: its source is that position's.
         positions = np.searchsorted(local.eids, eids) if local.eid_offset is not None else None
         if positions is not None:
