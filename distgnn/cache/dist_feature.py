@@ -102,14 +102,7 @@ class CachedFeature:
         hot_samples: Samples | None = None,
         num_samples: int = 200,
     ) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(f"CachedFeature policy must be one of {POLICIES}, got {policy!r}")
-        if not 0.0 <= cpu_share <= 1.0:
-            raise ConfigError(f"cpu_share must be a fraction in [0, 1], got {cpu_share!r}")
-        if tensor.part_policy != "node" or len(tensor.shape) != 2 or tensor.dtype not in FEATURE_DTYPES:
-            raise InputError(f"CachedFeature needs a 2-D float32/float16/bfloat16 node tensor, got {tensor!r}")
-        if budget_bytes < 0:
-            raise ConfigError(f"budget_bytes must be >= 0, got {budget_bytes}")
+        _check_options(tensor, policy, cpu_share, budget_bytes)
         self.tensor = tensor
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -120,18 +113,7 @@ class CachedFeature:
         self.cpu_share = cpu_share
         self._group = group
         self._closed = False
-        clique_size = 1
-        if policy == "clique":
-            import torch.distributed as dist
-
-            if self.device.type != "cuda" or impl == "torch" or not gather_available():
-                raise ConfigError(
-                    "the clique cache policy shares GPU memory through CUDA IPC: it needs a CUDA device and the "
-                    f"gather extension (device {self.device}, impl {impl!r}); use policy='replicate'"
-                )
-            if not dist.is_available() or not dist.is_initialized():
-                raise ConfigError("the clique cache policy needs torch.distributed initialised (its group of trainers)")
-            clique_size = dist.get_world_size(group)
+        clique_size = self._clique_size() if policy == "clique" else 1
         num_nodes, width = tensor.shape
         row_bytes = width * tensor.dtype.itemsize
 
@@ -149,30 +131,50 @@ class CachedFeature:
         capacity = min(num_nodes, budget_bytes // row_bytes * clique_size)
         if capacity > 0:
             if hot_ids is None:
-                if graph is None:
-                    raise ConfigError("CachedFeature needs hot_ids or a graph (to rank nodes by in-degree)")
-                in_degree = graph.in_degrees(torch.arange(num_nodes))
-                frequency = None
-                if hot_samples is not None:
-                    frequency = access_frequency(hot_samples, num_nodes, num_samples).cpu()
-                    if policy == "clique":
-                        import torch.distributed as dist
+                hot_ids = self._hot_set(graph, capacity, row_bytes, hot_samples, num_samples)
+            self.cache = self._fill(torch.as_tensor(hot_ids, dtype=torch.int64).cpu()[:capacity], clique_size)
+        self.reset_stats()
 
-                        dist.all_reduce(frequency, group=group)  # one hot set for the whole clique
-                hot_ids = choose_hot_set(
-                    capacity * row_bytes, row_bytes, num_nodes, in_degree=in_degree, frequency=frequency
-                )
-            hot_ids = torch.as_tensor(hot_ids, dtype=torch.int64).cpu()[:capacity]
-            if policy == "clique":
+    def _clique_size(self) -> int:
+        import torch.distributed as dist
+
+        if self.device.type != "cuda" or self.impl == "torch" or not gather_available():
+            raise ConfigError(
+                "the clique cache policy shares GPU memory through CUDA IPC: it needs a CUDA device and the "
+                f"gather extension (device {self.device}, impl {self.impl!r}); use policy='replicate'"
+            )
+        if not dist.is_available() or not dist.is_initialized():
+            raise ConfigError("the clique cache policy needs torch.distributed initialised (its group of trainers)")
+        return dist.get_world_size(self._group)
+
+    def _hot_set(
+        self, graph: Any, capacity: int, row_bytes: int, hot_samples: Samples | None, num_samples: int
+    ) -> torch.Tensor:
+        """The ``capacity`` rows to cache: by sampled access frequency where samples are given (one set for the
+        whole clique), else by in-degree."""
+        num_nodes = self.tensor.shape[0]
+        if graph is None:
+            raise ConfigError("CachedFeature needs hot_ids or a graph (to rank nodes by in-degree)")
+        in_degree = graph.in_degrees(torch.arange(num_nodes))
+        frequency = None
+        if hot_samples is not None:
+            frequency = access_frequency(hot_samples, num_nodes, num_samples).cpu()
+            if self.policy == "clique":
                 import torch.distributed as dist
 
-                rank = dist.get_rank(group)
-                self.cache = clique_over_processes(
-                    hot_ids, tensor.read, num_nodes, rank, clique_size, self.device, group
-                )
-            else:
-                self.cache = FeatureCache.replicate(hot_ids, tensor.read(hot_ids), num_nodes, self.device)
-        self.reset_stats()
+                dist.all_reduce(frequency, group=self._group)
+        return choose_hot_set(capacity * row_bytes, row_bytes, num_nodes, in_degree=in_degree, frequency=frequency)
+
+    def _fill(self, hot_ids: torch.Tensor, clique_size: int) -> FeatureCache:
+        num_nodes = self.tensor.shape[0]
+        if self.policy == "clique":
+            import torch.distributed as dist
+
+            rank = dist.get_rank(self._group)
+            return clique_over_processes(
+                hot_ids, self.tensor.read, num_nodes, rank, clique_size, self.device, self._group
+            )
+        return FeatureCache.replicate(hot_ids, self.tensor.read(hot_ids), num_nodes, self.device)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -329,3 +331,14 @@ class CachedFeature:
     def __repr__(self) -> str:
         rows = self.cache.capacity if self.cache is not None else 0
         return f"CachedFeature({self.tensor.name!r}, device={self.device}, cached_rows={rows}, policy={self.policy})"
+
+
+def _check_options(tensor: DistTensor, policy: str, cpu_share: float, budget_bytes: int) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"CachedFeature policy must be one of {POLICIES}, got {policy!r}")
+    if not 0.0 <= cpu_share <= 1.0:
+        raise ConfigError(f"cpu_share must be a fraction in [0, 1], got {cpu_share!r}")
+    if tensor.part_policy != "node" or len(tensor.shape) != 2 or tensor.dtype not in FEATURE_DTYPES:
+        raise InputError(f"CachedFeature needs a 2-D float32/float16/bfloat16 node tensor, got {tensor!r}")
+    if budget_bytes < 0:
+        raise ConfigError(f"budget_bytes must be >= 0, got {budget_bytes}")

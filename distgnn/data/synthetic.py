@@ -73,6 +73,26 @@ def synthetic(
         float32 ``(N, F)``, ``label`` int64 ``(N,)``, boolean ``train_mask``,
         ``val_mask``, ``test_mask``, and ``num_classes = C``.
     """
+    _check_synthetic_args(num_nodes, avg_degree, feat_dim, num_classes, intra, train_frac, val_frac)
+    if power_law_exponent <= 2:
+        raise InputError(f"power_law_exponent must be > 2 (finite mean degree), got {power_law_exponent}")
+    rng = np.random.default_rng(seed)
+    n = int(num_nodes)
+    label = rng.integers(0, num_classes, size=n, dtype=np.int64)
+    # Pareto(a) + 1 has a tail P(w > x) ~ x^-a, so degrees follow a power law with exponent a + 1.
+    weight = rng.pareto(power_law_exponent - 1.0, size=n) + 1.0
+    src, dst = _community_edges(rng, label, weight, num_classes, int(round(n * avg_degree / 2)), intra)
+    ndata = {
+        "feat": class_features(rng, label, num_classes, feat_dim, signal),
+        "label": label,
+        **split_masks(rng, n, train_frac, val_frac),
+    }
+    return Graph(name, n, src, dst, ndata=ndata, num_classes=num_classes)
+
+
+def _check_synthetic_args(
+    num_nodes: int, avg_degree: float, feat_dim: int, num_classes: int, intra: float, train_frac: float, val_frac: float
+) -> None:
     if num_nodes < 2:
         raise InputError(f"synthetic graph needs num_nodes >= 2, got {num_nodes}")
     if avg_degree <= 0 or feat_dim < 1 or num_classes < 1:
@@ -82,27 +102,24 @@ def synthetic(
         )
     if not (0 <= intra <= 1 and min(train_frac, val_frac) >= 0 and train_frac + val_frac <= 1):
         raise InputError("synthetic graph needs 0 <= intra <= 1 and train_frac + val_frac <= 1")
-    if power_law_exponent <= 2:
-        raise InputError(f"power_law_exponent must be > 2 (finite mean degree), got {power_law_exponent}")
-    rng = np.random.default_rng(seed)
-    n = int(num_nodes)
 
-    label = rng.integers(0, num_classes, size=n, dtype=np.int64)
-    # Pareto(a) + 1 has a tail P(w > x) ~ x^-a, so degrees follow a power law with exponent a + 1.
-    weight = rng.pareto(power_law_exponent - 1.0, size=n) + 1.0
 
+def _community_edges(
+    rng: np.random.Generator, label: np.ndarray, weight: np.ndarray, num_classes: int, num_pairs: int, intra: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` int64: both directions of ``num_pairs`` weighted draws (a pair stays in its first node's
+    community with probability ``intra``), self loops and repeated pairs dropped."""
+    n = label.shape[0]
     # Draw table: node ids sorted by community, node i repeated ~weight_i times, so a
     # weighted draw is one uniform integer (a community is a contiguous slice of it).
     by_comm = np.argsort(label, kind="stable")
     copies = np.maximum(np.rint(weight[by_comm] * _TABLE_RESOLUTION), 1).astype(np.int64)
-    del weight
     table = np.repeat(by_comm, copies)
     comm_sizes = np.bincount(np.repeat(label[by_comm], copies), minlength=num_classes)
     comm_hi = np.cumsum(comm_sizes)
     comm_lo = comm_hi - comm_sizes
     del by_comm, copies
 
-    num_pairs = int(round(n * avg_degree / 2))
     keys = np.empty(num_pairs, dtype=np.int64)
     for start in range(0, num_pairs, _CHUNK):
         m = min(_CHUNK, num_pairs - start)
@@ -119,24 +136,28 @@ def synthetic(
     if keys.size and keys[0] < 0:
         keys = keys[1:]
     a, b = np.divmod(keys, n)
-    del keys
-    src = np.concatenate([a, b])
-    dst = np.concatenate([b, a])
-    del a, b
+    return np.concatenate([a, b]), np.concatenate([b, a])
 
+
+def class_features(
+    rng: np.random.Generator, label: np.ndarray, num_classes: int, feat_dim: int, signal: float
+) -> np.ndarray:
+    """float32 ``(n, feat_dim)``: unit Gaussian noise plus the centroid of each node's class (entries of standard
+    deviation ``signal / sqrt(feat_dim)``, so a features-only model's accuracy does not grow with the width)."""
     centroids = rng.standard_normal((num_classes, feat_dim), dtype=np.float32)
     centroids *= np.float32(signal / np.sqrt(feat_dim))
-    feat = rng.standard_normal((n, feat_dim), dtype=np.float32)
-    for start in range(0, n, _CHUNK // feat_dim + 1):
-        rows = slice(start, start + _CHUNK // feat_dim + 1)
-        feat[rows] += centroids[label[rows]]
+    feat = rng.standard_normal((label.shape[0], feat_dim), dtype=np.float32)
+    block = _CHUNK // feat_dim + 1
+    for start in range(0, label.shape[0], block):
+        feat[start : start + block] += centroids[label[start : start + block]]
+    return feat
 
+
+def split_masks(rng: np.random.Generator, n: int, train_frac: float, val_frac: float) -> dict[str, np.ndarray]:
+    """Boolean ``train_mask`` / ``val_mask`` / ``test_mask`` of ``n`` nodes, drawn with the given fractions."""
     split = rng.random(n)
-    ndata = {
-        "feat": feat,
-        "label": label,
+    return {
         "train_mask": split < train_frac,
         "val_mask": (split >= train_frac) & (split < train_frac + val_frac),
         "test_mask": split >= train_frac + val_frac,
     }
-    return Graph(name, n, src, dst, ndata=ndata, num_classes=num_classes)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.data.hetero import CanonicalEtype, HeteroGraph
-from distgnn.data.synthetic import unique_sorted
+from distgnn.data.synthetic import class_features, split_masks, unique_sorted
 from distgnn.errors import InputError
 
 # Nodes per paper, as in OGB-MAG (736k papers, 1.13M authors, 8.7k institutions, 59.9k fields of study).
@@ -140,6 +140,34 @@ def synthetic_mag(
         ``feat`` float32 ``(P, F)``, ``label`` int64 ``(P,)`` and bool ``train_mask``, ``val_mask``,
         ``test_mask``; ``num_classes = C``.
     """
+    _check_mag_args(num_papers, feat_dim, num_classes, homophily, train_frac, val_frac, power_law_exponent)
+    if min(writes_per_paper, cites_per_paper, topics_per_paper, affiliations_per_author) < 0:
+        raise InputError("synthetic-mag edge rates must be non-negative")
+    rng = np.random.default_rng(seed)
+    num_nodes = {"paper": int(num_papers)}
+    num_nodes.update({t: max(num_classes, round(r * num_papers)) for t, r in NODES_PER_PAPER.items()})
+    classes = {t: _balanced_classes(rng, n, num_classes) for t, n in num_nodes.items()}
+    label = classes["paper"]
+    rates = {WRITES: writes_per_paper, CITES: cites_per_paper, HAS_TOPIC: topics_per_paper}
+    rates[AFFILIATED_WITH] = affiliations_per_author
+    edges = _mag_edges(rng, num_nodes, classes, num_classes, rates, homophily, power_law_exponent)
+    ndata = {
+        "feat": class_features(rng, label, num_classes, feat_dim, signal),
+        "label": label,
+        **split_masks(rng, num_papers, train_frac, val_frac),
+    }
+    return HeteroGraph(name=name, num_nodes=num_nodes, edges=edges, ndata={"paper": ndata}, num_classes=num_classes)
+
+
+def _check_mag_args(
+    num_papers: int,
+    feat_dim: int,
+    num_classes: int,
+    homophily: float,
+    train_frac: float,
+    val_frac: float,
+    power_law_exponent: float,
+) -> None:
     if num_papers < 100 or feat_dim < 1 or num_classes < 2:
         raise InputError(
             f"synthetic-mag needs num_papers >= 100, feat_dim >= 1, num_classes >= 2; got {num_papers}, "
@@ -149,13 +177,18 @@ def synthetic_mag(
         raise InputError("synthetic-mag needs 0 <= homophily <= 1 and train_frac + val_frac <= 1")
     if power_law_exponent <= 2:
         raise InputError(f"power_law_exponent must be > 2 (finite mean degree), got {power_law_exponent}")
-    if min(writes_per_paper, cites_per_paper, topics_per_paper, affiliations_per_author) < 0:
-        raise InputError("synthetic-mag edge rates must be non-negative")
-    rng = np.random.default_rng(seed)
-    num_nodes = {"paper": int(num_papers)}
-    num_nodes.update({t: max(num_classes, round(r * num_papers)) for t, r in NODES_PER_PAPER.items()})
-    classes = {t: _balanced_classes(rng, n, num_classes) for t, n in num_nodes.items()}
-    label = classes["paper"]
+
+
+def _mag_edges(
+    rng: np.random.Generator,
+    num_nodes: dict[str, int],
+    classes: dict[str, np.ndarray],
+    num_classes: int,
+    rates: dict[CanonicalEtype, float],
+    homophily: float,
+    power_law_exponent: float,
+) -> dict[CanonicalEtype, tuple[np.ndarray, np.ndarray]]:
+    """The four relations (mean edge counts per anchor in ``rates``) and their reverses."""
 
     def sampler(ntype: str) -> _WeightedByClass:
         weight = _power_law(rng, num_nodes[ntype], power_law_exponent)
@@ -166,35 +199,20 @@ def synthetic_mag(
         anchor = _anchors(rng, count, round(rate * count), _power_law(rng, count, power_law_exponent))
         return anchor, far.draw(rng, classes[anchor_type][anchor], homophily)
 
+    label = classes["paper"]
     papers, authors = sampler("paper"), sampler("author")
     edges: dict[CanonicalEtype, tuple[np.ndarray, np.ndarray]] = {}
-    paper, author = anchored("paper", writes_per_paper, authors)
+    paper, author = anchored("paper", rates[WRITES], authors)
     edges[WRITES] = _distinct(author, paper, num_nodes["paper"], drop_loops=False)
     # A paper's references: sources uniform (each cites about the same number), targets by citation weight.
-    citing = rng.integers(0, num_nodes["paper"], round(cites_per_paper * num_papers), dtype=np.int64)
+    citing = rng.integers(0, num_nodes["paper"], round(rates[CITES] * num_nodes["paper"]), dtype=np.int64)
     edges[CITES] = _distinct(citing, papers.draw(rng, label[citing], homophily), num_nodes["paper"], True)
     del papers, authors, paper, author, citing
-    author, institution = anchored("author", affiliations_per_author, sampler("institution"))
+    author, institution = anchored("author", rates[AFFILIATED_WITH], sampler("institution"))
     edges[AFFILIATED_WITH] = _distinct(author, institution, num_nodes["institution"], drop_loops=False)
-    paper, field = anchored("paper", topics_per_paper, sampler("field_of_study"))
+    paper, field = anchored("paper", rates[HAS_TOPIC], sampler("field_of_study"))
     edges[HAS_TOPIC] = _distinct(paper, field, num_nodes["field_of_study"], drop_loops=False)
-    del author, institution, paper, field
     for etype in (WRITES, HAS_TOPIC, AFFILIATED_WITH):
         src, dst = edges[etype]
         edges[REVERSE_ETYPES[etype]] = (dst, src)
-
-    centroids = rng.standard_normal((num_classes, feat_dim), dtype=np.float32)
-    centroids *= np.float32(signal / np.sqrt(feat_dim))
-    feat = rng.standard_normal((num_papers, feat_dim), dtype=np.float32)
-    block = max(1, (1 << 22) // feat_dim)
-    for start in range(0, num_papers, block):
-        feat[start : start + block] += centroids[label[start : start + block]]
-    split = rng.random(num_papers)
-    ndata = {
-        "feat": feat,
-        "label": label,
-        "train_mask": split < train_frac,
-        "val_mask": (split >= train_frac) & (split < train_frac + val_frac),
-        "test_mask": split >= train_frac + val_frac,
-    }
-    return HeteroGraph(name=name, num_nodes=num_nodes, edges=edges, ndata={"paper": ndata}, num_classes=num_classes)
+    return edges

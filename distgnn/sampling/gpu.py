@@ -423,6 +423,35 @@ def to_block(
     return Block(src_nids=unique[order], num_dst=num_dst, indptr=indptr, indices=relabelled[num_dst:], eids=eids)
 
 
+def _check_sample_args(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int) -> None:
+    for name, tensor in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
+    if indptr.dtype != torch.int64 or len(indptr) < 1:
+        raise ValueError(f"indptr must be int64 with num_nodes + 1 >= 1 entries, got {indptr.dtype} of {len(indptr)}")
+    if indices.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"indices must be int32 or int64, got {indices.dtype}")
+    if seeds.dtype not in _SEED_DTYPES:
+        raise ValueError(f"seeds must be an integer tensor, got {seeds.dtype}")
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < -1:
+        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
+
+
+def _sampling_device(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor) -> torch.device:
+    """``indptr``'s GPU, else ``indices``', else ``seeds``', else the current one."""
+    if indptr.is_cuda:
+        if indices.is_cuda and indices.device != indptr.device:
+            raise ValueError(f"indptr and indices are on different GPUs ({indptr.device}, {indices.device})")
+        return indptr.device
+    if indices.is_cuda:
+        return indices.device
+    if seeds.is_cuda:
+        return seeds.device
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def sample_neighbors(
     indptr: torch.Tensor,
     indices: torch.Tensor,
@@ -460,34 +489,12 @@ def sample_neighbors(
             tensor is not pinned while CUDA is available.
         ExtensionBuildError: CUDA is available but the extension could not be built.
     """
-    for name, tensor in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-        if tensor.dim() != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {tuple(tensor.shape)}")
-    if indptr.dtype != torch.int64 or len(indptr) < 1:
-        raise ValueError(f"indptr must be int64 with num_nodes + 1 >= 1 entries, got {indptr.dtype} of {len(indptr)}")
-    if indices.dtype not in _INDEX_DTYPES:
-        raise ValueError(f"indices must be int32 or int64, got {indices.dtype}")
-    if seeds.dtype not in _SEED_DTYPES:
-        raise ValueError(f"seeds must be an integer tensor, got {seeds.dtype}")
-    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < -1:
-        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours), got {fanout!r}")
-
+    _check_sample_args(indptr, indices, seeds, fanout)
     if not _cuda_available():
         return _sample_on_cpu(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors)
 
     # Pinned-or-pageable is checked by the binding (error bits), which asks CUDA once per tensor anyway.
-    if indptr.is_cuda:
-        device = indptr.device
-        if indices.is_cuda and indices.device != device:
-            raise ValueError(f"indptr and indices are on different GPUs ({indptr.device}, {indices.device})")
-    elif indices.is_cuda:
-        device = indices.device
-    elif seeds.is_cuda:
-        device = seeds.device
-    else:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _sampling_device(indptr, indices, seeds)
     if not indptr.is_contiguous():
         raise ValueError("indptr must be contiguous")
     if not indices.is_contiguous():
