@@ -5,7 +5,7 @@ Two pieces of the R-GCN step at the sizes of layer 1 of ``benchmarks/train_heter
 backward, one torch thread, median of ``--repeat`` steps:
 
 * typed placement: ``TypedInput`` putting each type's rows into source order: the earlier concatenation +
-  gather by position (its gradient a scatter through a zero-filled buffer) against ``_PlaceRows`` (each
+  gather by position (its gradient a scatter through a zero-filled buffer) against ``PlaceRows`` (each
   piece's rows written at their positions, each piece's gradient one ``index_select``);
 * layer assembly: ``RelGraphConv``'s output: the earlier zero-filled output + ``index_add_`` + a self-loop
   product + a bias pass against the messages added into ``addmm(bias, x_dst, W_0)``.
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from distgnn.nn.hetero import _PlaceRows
+from distgnn.nn.hetero import PlaceRows
 
 SOURCES, DESTINATIONS, GROUPS, WIDTH, TYPES = 170_000, 17_000, 60_000, 64, 4
 
@@ -53,7 +53,7 @@ def main() -> int:
         return torch.cat(rows)[position]
 
     def place_rows():
-        return _PlaceRows.apply(SOURCES, tuple(wheres), *rows)
+        return PlaceRows.apply(SOURCES, tuple(wheres), *rows)
 
     x = torch.randn(SOURCES, WIDTH, requires_grad=True)
     loop_weight = torch.randn(WIDTH, WIDTH, requires_grad=True)

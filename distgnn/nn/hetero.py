@@ -276,10 +276,10 @@ class TypedInput(nn.Module):
                 pieces.append((where, self.embeddings[ntype](ids.to(device))))
         if not pieces:
             return torch.empty(len(src_ntypes), self.embed_dim, device=device)
-        return _PlaceRows.apply(len(src_ntypes), tuple(where for where, _ in pieces), *(rows for _, rows in pieces))
+        return PlaceRows.apply(len(src_ntypes), tuple(where for where, _ in pieces), *(rows for _, rows in pieces))
 
 
-class _PlaceRows(torch.autograd.Function):
+class PlaceRows(torch.autograd.Function):
     """``(num_rows, width)`` with piece ``i``'s rows written at positions ``wheres[i]``; every position is in
     exactly one piece (a typed block's sources, one piece per type).
 

@@ -23,19 +23,19 @@ from __future__ import annotations
 import numpy as np
 
 from distgnn.errors import InputError, ProtocolError
-from distgnn.server.handlers import Reply, ServerState, _arrays, _field, _require_main, _tensor
+from distgnn.server.handlers import Reply, ServerState, check_arrays, header_field, named_tensor, require_main
 from distgnn.store import checkpoint_files as cio
 
 
 def _paths(header: dict) -> tuple[str, str]:
-    return _field(header, "root", str), _field(header, "dir", str)
+    return header_field(header, "root", str), header_field(header, "dir", str)
 
 
 def handle_checkpoint_dir(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "checkpoint_dir")
-    _arrays(arrays, 0, "checkpoint_dir")
+    require_main(state, "checkpoint_dir")
+    check_arrays(arrays, 0, "checkpoint_dir")
     root, name = _paths(header)
-    action = _field(header, "action", str)
+    action = header_field(header, "action", str)
     if action == "prepare":
         cio.prepare_staging(root, name)
     elif action == "commit":
@@ -48,13 +48,13 @@ def handle_checkpoint_dir(state: ServerState, header: dict, arrays: list[np.ndar
 
 
 def handle_save_tensor(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "save_tensor")
-    _arrays(arrays, 0, "save_tensor")
-    policy, _, table = _tensor(state, header)
+    require_main(state, "save_tensor")
+    check_arrays(arrays, 0, "save_tensor")
+    policy, _, table = named_tensor(state, header)
     root, name = _paths(header)
     if not name.startswith(cio.STAGING_PREFIX):
         raise InputError(f"tensors are saved into a staging directory ({cio.STAGING_PREFIX}...), not {name!r}")
-    path = cio.confined(root, name, _field(header, "file", str))
+    path = cio.confined(root, name, header_field(header, "file", str))
     if not path.parent.is_dir():
         raise InputError(f"{path.parent} does not exist: send checkpoint_dir 'prepare' first")
     entry = cio.write_new_file(path, array=table)
@@ -62,14 +62,14 @@ def handle_save_tensor(state: ServerState, header: dict, arrays: list[np.ndarray
 
 
 def handle_load_tensor(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "load_tensor")
-    _arrays(arrays, 0, "load_tensor")
-    policy, tensor_name, table = _tensor(state, header)
+    require_main(state, "load_tensor")
+    check_arrays(arrays, 0, "load_tensor")
+    policy, tensor_name, table = named_tensor(state, header)
     root, name = _paths(header)
-    path = cio.confined(root, name, _field(header, "file", str))
-    entry = {"bytes": _field(header, "bytes", int), "sha256": _field(header, "sha256", str)}
+    path = cio.confined(root, name, header_field(header, "file", str))
+    entry = {"bytes": header_field(header, "bytes", int), "sha256": header_field(header, "sha256", str)}
     owned = list(state.partition.owned_range(policy))
-    saved_rows = _field(header, "rows", list)
+    saved_rows = header_field(header, "rows", list)
     if saved_rows != owned:
         raise InputError(
             f"{path.name} holds the {policy} ids {saved_rows} of another partition; partition "
@@ -81,7 +81,7 @@ def handle_load_tensor(state: ServerState, header: dict, arrays: list[np.ndarray
             f"{path} holds {rows.dtype}{list(rows.shape)}, but {policy} tensor {tensor_name!r} is "
             f"{table.dtype}{list(table.shape)} on partition {state.partition.part_id}: another graph or partitioning"
         )
-    if not _field(header, "verify", bool, False):
+    if not header_field(header, "verify", bool, False):
         np.copyto(table, rows)
     return {}, []
 

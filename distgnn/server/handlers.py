@@ -88,7 +88,7 @@ class ServerState:
 Reply = tuple[dict[str, Any], list[np.ndarray]]
 
 
-def _field(header: dict, key: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
+def header_field(header: dict, key: str, kind: type | tuple[type, ...], default: Any = _MISSING) -> Any:
     value = header.get(key, default)
     if value is _MISSING:
         raise ProtocolError(f"request field {key!r} is missing")
@@ -100,7 +100,7 @@ def _field(header: dict, key: str, kind: type | tuple[type, ...], default: Any =
     return value
 
 
-def _arrays(arrays: list[np.ndarray], count: int, op: str) -> None:
+def check_arrays(arrays: list[np.ndarray], count: int, op: str) -> None:
     if len(arrays) != count:
         raise ProtocolError(f"'{op}' takes {count} arrays, got {len(arrays)}")
 
@@ -115,16 +115,16 @@ def _local_ids(ids: np.ndarray, owned: tuple[int, int], what: str) -> np.ndarray
     return ids - start
 
 
-def _tensor(state: ServerState, header: dict) -> tuple[str, str, np.ndarray]:
-    policy = _field(header, "policy", str)
-    name = shm.check_name(_field(header, "name", str))
+def named_tensor(state: ServerState, header: dict) -> tuple[str, str, np.ndarray]:
+    policy = header_field(header, "policy", str)
+    name = shm.check_name(header_field(header, "name", str))
     table = state.partition.tensor(policy, name)  # refuses an unknown policy
     if table is None:
         raise InputError(f"no {policy} tensor named {name!r} on partition {state.partition.part_id}")
     return policy, name, table
 
 
-def _require_main(state: ServerState, op: str) -> None:
+def require_main(state: ServerState, op: str) -> None:
     if not state.is_main:
         raise InputError(
             f"'{op}' must go to the main server (server 0) of machine {state.config.machine_id}, "
@@ -133,7 +133,7 @@ def _require_main(state: ServerState, op: str) -> None:
 
 
 def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 0, "meta")
+    check_arrays(arrays, 0, "meta")
     part = state.partition
     return {
         "machine_id": state.config.machine_id,
@@ -147,8 +147,8 @@ def handle_meta(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
 
 
 def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 1, "pull")
-    policy, name, table = _tensor(state, header)
+    check_arrays(arrays, 1, "pull")
+    policy, name, table = named_tensor(state, header)
     local = _local_ids(arrays[0], state.partition.owned_range(policy), "pull ids")
     reply_bytes = len(local) * table.itemsize * math.prod(table.shape[1:])
     if reply_bytes > wire.MAX_MESSAGE_BYTES:
@@ -160,8 +160,8 @@ def handle_pull(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
 
 
 def handle_neighbor_sum(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 2, "neighbor_sum")
-    policy, name, table = _tensor(state, header)
+    check_arrays(arrays, 2, "neighbor_sum")
+    policy, name, table = named_tensor(state, header)
     if table.dtype != np.float32 or table.ndim != 2:
         raise InputError(
             f"neighbor_sum needs a float32 (N, F) tensor; {policy} tensor {name!r} is {table.dtype}{list(table.shape)}"
@@ -183,12 +183,12 @@ def handle_neighbor_sum(state: ServerState, header: dict, arrays: list[np.ndarra
 
 
 def handle_push(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "push")
-    _arrays(arrays, 2, "push")
-    mode = _field(header, "mode", str)
+    require_main(state, "push")
+    check_arrays(arrays, 2, "push")
+    mode = header_field(header, "mode", str)
     if mode not in ("assign", "add"):
         raise ProtocolError(f"push mode must be 'assign' or 'add', got {mode!r}")
-    policy, name, table = _tensor(state, header)
+    policy, name, table = named_tensor(state, header)
     local = _local_ids(arrays[0], state.partition.owned_range(policy), "push ids")
     rows = arrays[1]
     if rows.dtype != table.dtype or rows.shape != (len(local), *table.shape[1:]):
@@ -206,11 +206,11 @@ def handle_push(state: ServerState, header: dict, arrays: list[np.ndarray]) -> R
 
 
 def handle_adam_step(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "adam_step")
-    _arrays(arrays, 2, "adam_step")
-    policy, name, weight = _tensor(state, header)
-    moments = _tensor(state, {"policy": policy, "name": _field(header, "state", str)})[2]
-    lr, beta1, beta2, eps = (float(_field(header, key, float)) for key in ("lr", "beta1", "beta2", "eps"))
+    require_main(state, "adam_step")
+    check_arrays(arrays, 2, "adam_step")
+    policy, name, weight = named_tensor(state, header)
+    moments = named_tensor(state, {"policy": policy, "name": header_field(header, "state", str)})[2]
+    lr, beta1, beta2, eps = (float(header_field(header, key, float)) for key in ("lr", "beta1", "beta2", "eps"))
     if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and math.isfinite(lr + eps)):
         raise InputError(f"adam_step needs lr > 0, betas in [0, 1), eps > 0; got {lr}, {beta1}, {beta2}, {eps}")
     if weight.dtype != np.float32 or weight.ndim != 2:
@@ -232,14 +232,14 @@ def handle_adam_step(state: ServerState, header: dict, arrays: list[np.ndarray])
 
 
 def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _require_main(state, "init_data")
-    _arrays(arrays, 0, "init_data")
-    policy = _field(header, "policy", str)
-    name = shm.check_name(_field(header, "name", str))
-    dtype = _field(header, "dtype", str)
+    require_main(state, "init_data")
+    check_arrays(arrays, 0, "init_data")
+    policy = header_field(header, "policy", str)
+    name = shm.check_name(header_field(header, "name", str))
+    dtype = header_field(header, "dtype", str)
     if dtype not in wire.DTYPES:
         raise ProtocolError(f"dtype {dtype!r} not allowed (allowed: {sorted(wire.DTYPES)})")
-    shape = _field(header, "shape", list)
+    shape = header_field(header, "shape", list)
     if not 1 <= len(shape) <= wire.MAX_NDIM or not all(type(d) is int and 0 <= d < 2**40 for d in shape):
         raise ProtocolError(f"shape must be 1 to {wire.MAX_NDIM} non-negative ints, got {shape!r}")
     row_bytes = math.prod(shape[1:]) * np.dtype(dtype).itemsize
@@ -262,10 +262,10 @@ def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray])
         name,
         dtype,
         tuple(shape),
-        _field(header, "init", str, "zeros"),
-        float(_field(header, "low", float, 0.0)),
-        float(_field(header, "high", float, 1.0)),
-        _field(header, "seed", int, 0),
+        header_field(header, "init", str, "zeros"),
+        float(header_field(header, "low", float, 0.0)),
+        float(header_field(header, "high", float, 1.0)),
+        header_field(header, "seed", int, 0),
     )
     return {}, []
 
@@ -273,7 +273,7 @@ def handle_init_data(state: ServerState, header: dict, arrays: list[np.ndarray])
 def _typed_rows(state: ServerState, header: dict, arrays: list[np.ndarray], local: np.ndarray):
     """``(CSC rows, per-row fanouts)`` of a typed ``sample`` request's items."""
     num_etypes = state.partition.num_etypes
-    fanouts = _field(header, "fanouts", list)
+    fanouts = header_field(header, "fanouts", list)
     if len(fanouts) != num_etypes or not all(type(f) is int and -1 <= f <= MAX_FANOUT for f in fanouts):
         raise InputError(
             f"fanouts must list {num_etypes} ints in [-1, {MAX_FANOUT}] (one per edge type), got {fanouts!r}"
@@ -288,12 +288,12 @@ def _typed_rows(state: ServerState, header: dict, arrays: list[np.ndarray], loca
 
 def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
     typed = "fanouts" in header
-    _arrays(arrays, 2 if typed else 1, "sample")
-    fanout = -2 if typed else _field(header, "fanout", int)
-    replace = _field(header, "replace", bool, False)
-    seed = _field(header, "seed", int, 0)
-    edge_dir = _field(header, "edge_dir", str, "in")
-    prob_name = _field(header, "prob", (str, type(None)), None)
+    check_arrays(arrays, 2 if typed else 1, "sample")
+    fanout = -2 if typed else header_field(header, "fanout", int)
+    replace = header_field(header, "replace", bool, False)
+    seed = header_field(header, "seed", int, 0)
+    edge_dir = header_field(header, "edge_dir", str, "in")
+    prob_name = header_field(header, "prob", (str, type(None)), None)
     if edge_dir != "in":
         raise InputError(f"only edge_dir='in' is supported (partitions store in-edges), got {edge_dir!r}")
     if not typed and not -1 <= fanout <= MAX_FANOUT:
@@ -332,10 +332,10 @@ def handle_sample(state: ServerState, header: dict, arrays: list[np.ndarray]) ->
 
 
 def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 1, "degrees")
+    check_arrays(arrays, 1, "degrees")
     local = _local_ids(arrays[0], state.partition.node_range, "degree ids")
     indptr, k = state.partition.graph["indptr"], state.partition.num_etypes  # a node's edge types are adjacent rows
-    etype = _field(header, "etype", (int, type(None)), None)
+    etype = header_field(header, "etype", (int, type(None)), None)
     if etype is None:
         return {}, [(indptr[(local + 1) * k] - indptr[local * k]).astype(np.int64, copy=False)]
     if not 0 <= etype < k:
@@ -344,7 +344,7 @@ def handle_degrees(state: ServerState, header: dict, arrays: list[np.ndarray]) -
 
 
 def handle_find_edges(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 1, "find_edges")
+    check_arrays(arrays, 1, "find_edges")
     part = state.partition
     graph = part.graph
     positions = state.positions_of_edges(_local_ids(arrays[0], part.edge_range, "find_edges ids"))
@@ -356,7 +356,7 @@ def handle_find_edges(state: ServerState, header: dict, arrays: list[np.ndarray]
 
 
 def handle_shutdown(state: ServerState, header: dict, arrays: list[np.ndarray]) -> Reply:
-    _arrays(arrays, 0, "shutdown")
+    check_arrays(arrays, 0, "shutdown")
     state.stopping = True
     return {}, []
 
