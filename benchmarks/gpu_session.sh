@@ -40,6 +40,10 @@
 #          (default 0 1 2 3 4), STAB_PERTURB (default 0,1,2,3); the collapse counts per set
 # tgnscaling  benchmarks/train_tgn.py --scaling 1,2,4 on the host's CPU cores (memory parallelism, one thread per
 #          trainer: where the development box's 2 cores cannot give 4 trainers a core each), seeds TGN_SEEDS
+# steptests  the tests of the step captured across GPUs (tests/train/test_step*.py, test_grad_sync.py; 2 GPUs)
+# multigpu benchmarks/scaling.py, 1 vs 2 GPUs, the variants in SCALING_VARIANTS (default "thread inline machines"):
+#          the sampling thread (and 2 GPUs with DDP's eager step, the old path), inline sampling (--prefetch 0),
+#          2 simulated machines x 1 GPU; SCALING_EPOCHS epochs a run (default 8)
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -57,7 +61,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site
 fi
 site_path=${PYTHONPATH:-}
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# An editable install (it maps partition/ and launch/ to distgnn.partition and distgnn.launch): no $PWD on the path,
+# which would shadow that mapping with the bare distgnn/ folder.
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/install.log" 2>&1 || {
   cat "$OUT/install.log"
   exit 1
@@ -130,6 +135,22 @@ if has tgnscaling; then
       --seed "$seed" >>"$OUT/tgn_scaling.log" 2>&1 || status=1
   done
   grep -E "^(stream|scaling|trainers| +[124] )" "$OUT/tgn_scaling.log"
+fi
+if has steptests; then
+  timeout 200 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_step.py \
+    tests/train/test_step_gpus.py tests/train/test_grad_sync.py >"$OUT/pytest_steps.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
+fi
+if has multigpu; then
+  epochs=${SCALING_EPOCHS:-8}
+  for variant in "thread:--ddp-rows" "inline:-- --prefetch 0" "machines:--machines many"; do
+    name=${variant%%:*}
+    [[ " ${SCALING_VARIANTS:-thread inline machines} " == *" $name "* ]] || continue
+    # shellcheck disable=SC2086
+    timeout 300 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" ${variant#*:} \
+      >"$OUT/scaling_$name.log" 2>&1 || status=1
+    echo "scaling $name:"; sed -n '/^ *GPUs/,$p' "$OUT/scaling_$name.log"; grep -E "Error|failed" "$OUT/scaling_$name.log" | tail -3
+  done
 fi
 if has nccl; then
   timeout 300 python3 examples/graphsage/train_dist.py --local --device cuda --dataset synthetic --num-nodes 200000 \
