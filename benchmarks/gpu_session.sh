@@ -41,9 +41,11 @@
 # tgnscaling  benchmarks/train_tgn.py --scaling 1,2,4 on the host's CPU cores (memory parallelism, one thread per
 #          trainer: where the development box's 2 cores cannot give 4 trainers a core each), seeds TGN_SEEDS
 # steptests  the tests of the step captured across GPUs (tests/train/test_step*.py, test_grad_sync.py; 2 GPUs)
-# multigpu benchmarks/scaling.py, 1 vs 2 GPUs, the variants in SCALING_VARIANTS (default "thread inline machines"):
-#          the sampling thread (and 2 GPUs with DDP's eager step, the old path), inline sampling (--prefetch 0),
-#          2 simulated machines x 1 GPU; SCALING_EPOCHS epochs a run (default 8)
+# multigpu benchmarks/scaling.py, 1 vs 2 GPUs, the variants in SCALING_VARIANTS (default "inline thread machines"):
+#          inline sampling (the default with GPU sampling; also 2 GPUs with DDP's eager step, the old path), the
+#          sampling thread (--prefetch 1), 2 simulated machines x 1 GPU, and on request: deep (--prefetch 4),
+#          replicate (every GPU caches the whole hot set: no peer reads), timeline (inline, rank 0's per-batch
+#          stage spans and their plots under $OUT); SCALING_EPOCHS epochs a run (default 8)
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -137,15 +139,16 @@ if has tgnscaling; then
   grep -E "^(stream|scaling|trainers| +[124] )" "$OUT/tgn_scaling.log"
 fi
 if has steptests; then
-  timeout 200 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_step.py \
+  timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_step.py \
     tests/train/test_step_gpus.py tests/train/test_grad_sync.py >"$OUT/pytest_steps.log" 2>&1 || status=1
   grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
 fi
 if has multigpu; then
   epochs=${SCALING_EPOCHS:-8}
-  for variant in "thread:--ddp-rows" "inline:-- --prefetch 0" "machines:--machines many"; do
+  for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
+    "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json"; do
     name=${variant%%:*}
-    [[ " ${SCALING_VARIANTS:-thread inline machines} " == *" $name "* ]] || continue
+    [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
     # shellcheck disable=SC2086
     timeout 300 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" ${variant#*:} \
       >"$OUT/scaling_$name.log" 2>&1 || status=1
