@@ -45,7 +45,8 @@
 #          inline sampling (the default with GPU sampling; also 2 GPUs with DDP's eager step, the old path), the
 #          sampling thread (--prefetch 1), 2 simulated machines x 1 GPU, and on request: deep (--prefetch 4),
 #          replicate (every GPU caches the whole hot set: no peer reads), timeline (inline, rank 0's per-batch
-#          stage spans and their plots under $OUT); SCALING_EPOCHS epochs a run (default 8)
+#          stage spans and their plots under $OUT), repeats (inline, 1 and 2 GPUs run 3 times each, interleaved);
+#          SCALING_EPOCHS epochs a run (default 8)
 # nccl     examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): passes when
 #          RESULT reports the nccl backend on cuda:0
 # link     examples/link_prediction on Cora with --device cuda (--local 1x1 and --single; DATA=planetoid dir)
@@ -146,7 +147,7 @@ fi
 if has multigpu; then
   epochs=${SCALING_EPOCHS:-8}
   for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
-    "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json"; do
+    "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json" "repeats:--repeats 3"; do
     name=${variant%%:*}
     [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
     # shellcheck disable=SC2086
