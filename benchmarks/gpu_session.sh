@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_session.sh [stages]      # stages: comma-separated, default tests,gather,sampling,scaling
 # tests    the CUDA tests of the gather, cache, sampler, relabel, aggregation and loader (kernel vs reference,
 #          clique over 2 GPUs where there are two)
+# cuda     every CUDA test of the suite: pytest -m cuda (tests/conftest.py marks the tests that need a GPU)
 # cachetests  the gather and cache tests alone (after a change to the gather)
 # gather   benchmarks/gather.py on the 12.3 GB table (tiers, cpu_share sweep, mixed path vs table[ids].to)
 # pages    benchmarks/host_pages.py (zero-copy reads of scattered rows: cudaHostAlloc vs cuMemCreate host memory)
@@ -138,6 +139,10 @@ if has tgnscaling; then
       --seed "$seed" >>"$OUT/tgn_scaling.log" 2>&1 || status=1
   done
   grep -E "^(stream|scaling|trainers| +[124] )" "$OUT/tgn_scaling.log"
+fi
+if has cuda; then
+  timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=8 -m cuda tests >"$OUT/pytest_cuda.log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_cuda.log" | tail -25
 fi
 if has steptests; then
   timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_step.py \
