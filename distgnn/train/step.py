@@ -36,8 +36,7 @@ captured after the eager warm-up steps have run it once on the same communicator
 replay per batch. Where the group's backend cannot be captured (gloo), two graphs replay around one eager
 all-reduce. Every trainer must replay equally often: the loader gives every trainer the same number of batches,
 and :meth:`TrainStep.agree_steps` / :meth:`TrainStep.pad` add steps on an empty batch (a zero gradient) where a
-trainer has fewer. In
-eager mode the model is wrapped in DDP, as before (NCCL on GPUs, gloo on CPUs).
+trainer has fewer. In eager mode the model is wrapped in DDP (NCCL on GPUs, gloo on CPUs).
 """
 
 from __future__ import annotations
