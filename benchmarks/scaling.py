@@ -1,9 +1,13 @@
-"""GraphSAGE epoch time on 1 and 2 GPUs of one machine: scaling efficiency T1 / (n * Tn), time split by stage.
+"""GraphSAGE epoch time on 1 and n GPUs: scaling efficiency T1 / (n * Tn), time split by stage.
 
 Runs ``examples/graphsage/train_dist.py --local`` on one partition (the whole graph on one simulated machine,
-one graph server) with 1, then n trainers, one per GPU, DDP over NCCL; by default local sampling on the GPU
-and a clique feature cache. Every run reads the same partition (made once in ``--workdir``). Prints a table
-and writes the RESULT lines as JSON.
+one graph server) with 1, then n trainers, one per GPU, the gradients averaged over NCCL (inside the captured
+step, or by DDP with ``--step eager``); by default local sampling on the GPU and a clique feature cache. With
+``--machines many`` the n trainers are n simulated machines of one trainer each (n partitions, one server each).
+``--ddp-rows`` adds each n > 1 with ``--step eager`` (DDP) against the same baseline. Every run of a layout reads
+the same partition (made once in ``--workdir``). Prints a table (a run's time is its median epoch after the
+first; with ``--repeats`` the median over the runs, the spread their fastest and slowest, and each repeat's
+efficiency against the baseline run of the same repeat) and writes the RESULT lines as JSON.
 
     python3 benchmarks/scaling.py                      # products-scale synthetic graph, 1 and 2 GPUs
     python3 benchmarks/scaling.py --num-nodes 200000   # a quick look
@@ -33,6 +37,16 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--feat-dim", type=int, default=100)
     p.add_argument("--classes", type=int, default=47)
     p.add_argument("--gpus", default="1,2", help="trainer counts to run, the first is the baseline")
+    p.add_argument(
+        "--machines",
+        default="one",
+        choices=("one", "many"),
+        help="one: n trainers on one simulated machine; many: n machines of one trainer (the baseline stays 1x1)",
+    )
+    p.add_argument("--ddp-rows", action="store_true", help="also run each count > 1 with --step eager (DDP)")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="runs of every row, interleaved; the table's spread is theirs"
+    )
     p.add_argument("--epochs", type=int, default=4, help="the first is warm-up; the median of the rest counts")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="15,10,5")
@@ -53,11 +67,12 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def run(args: argparse.Namespace, gpus: int) -> dict:
+def run(args: argparse.Namespace, gpus: int, more: list[str]) -> dict:
     cmd = [sys.executable, str(SCRIPT), "--local", f"--device={args.device}", "--dataset=synthetic"]
     cmd += ["--part-method=random"]
     cmd += [f"--num-nodes={args.num_nodes}", f"--avg-degree={args.avg_degree}", f"--feat-dim={args.feat_dim}"]
-    cmd += [f"--synthetic-classes={args.classes}", "--num-parts=1", f"--trainers-per-machine={gpus}"]
+    machines, per_machine = (gpus, 1) if args.machines == "many" else (1, gpus)
+    cmd += [f"--synthetic-classes={args.classes}", f"--num-parts={machines}", f"--trainers-per-machine={per_machine}"]
     cmd += [f"--epochs={args.epochs}", f"--batch-size={args.batch_size}", f"--fanouts={args.fanouts}"]
     cmd += [f"--hidden={args.hidden}", "--no-eval", "--quiet", f"--workdir={args.workdir}"]
     if args.device == "cuda":
@@ -67,7 +82,7 @@ def run(args: argparse.Namespace, gpus: int) -> dict:
         cmd += [f"--timeline={run_path(args.timeline, gpus)}"]
         if args.trace:
             cmd += [f"--trace={run_path(args.trace, gpus)}"]
-    cmd += list(args.extra)
+    cmd += list(args.extra) + more
     print("$ " + " ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, cwd=ROOT)
@@ -109,36 +124,55 @@ def plot(timeline: Path) -> None:
         )
 
 
-def steady(result: dict) -> tuple[float, list[float]]:
-    """Median epoch time and per-stage medians over the epochs after the first (warm-up)."""
+def steady(result: dict) -> tuple[float, float, float, list[float]]:
+    """Median, fastest and slowest epoch time and per-stage medians over the epochs after the first (warm-up)."""
     times = result["epoch_times_s"][1:] or result["epoch_times_s"]
     stages = result["stage_times_s"][1:] or result["stage_times_s"]
-    return statistics.median(times), [statistics.median(column) for column in zip(*stages, strict=True)]
+    medians = [statistics.median(column) for column in zip(*stages, strict=True)]
+    return statistics.median(times), min(times), max(times), medians
 
 
 def main() -> None:
     args = parse_args()
     counts = [int(g) for g in args.gpus.split(",")]
-    results = {}
-    for gpus in counts:
-        results[gpus] = run(args, gpus)
-        if args.timeline:
-            plot(run_path(args.timeline, gpus))
-    base_time, _ = steady(results[counts[0]])
+    rows = [(str(gpus), gpus, []) for gpus in counts]
+    if args.ddp_rows:
+        rows += [(f"{gpus} ddp", gpus, ["--step=eager"]) for gpus in counts if gpus > 1]
+    results: dict[str, list[dict]] = {label: [] for label, _, _ in rows}
+    for _ in range(args.repeats):  # interleaved, so that a slow spell of the host touches every row
+        for label, gpus, more in rows:
+            layout = args.machines if gpus > 1 else "one"
+            results[label].append(run(argparse.Namespace(**{**vars(args), "machines": layout}), gpus, more))
+            if args.timeline:
+                plot(run_path(args.timeline, gpus))
+    runs = {label: [steady(result) for result in results[label]] for label in results}
+    base = [median for median, *_ in runs[rows[0][0]]]
+    spread_name = "runs" if args.repeats > 1 else "epochs"
     print(
-        f"\n{'GPUs':>4} {'epoch s':>8} {'sample':>7} {'fetch':>7} {'compute':>8} {'waited':>7} {'hit':>6} "
-        f"{'peer':>6} {'loss':>7} {'speedup':>8} {'efficiency':>10}"
+        f"\n{'GPUs':>7} {'epoch s':>8} {'spread (' + spread_name + ')':>15} {'sample':>7} {'fetch':>7} "
+        f"{'compute':>8} {'waited':>7} {'hit':>6} {'peer':>6} {'loss':>7} {'speedup':>8} {'efficiency':>10} "
+        f"{'eff. runs':>11}"
     )
-    for gpus, result in results.items():
-        epoch, stages = steady(result)
-        speedup = base_time / epoch * counts[0]
+    for label, gpus, _ in rows:
+        medians = [median for median, *_ in runs[label]]
+        epoch = statistics.median(medians)
+        if args.repeats > 1:
+            fastest, slowest = min(medians), max(medians)
+        else:
+            _, fastest, slowest, _ = runs[label][0]
+        stages = [statistics.median(column) for column in zip(*(r[3] for r in runs[label]), strict=True)]
+        speedup = statistics.median(base) / epoch * counts[0]
+        # Each repeat's efficiency against the baseline run of the same repeat.
+        paired = [b / m * counts[0] / gpus for b, m in zip(base, medians, strict=True)]
+        last = results[label][-1]
         print(
-            f"{gpus:4d} {epoch:8.3f} {stages[0]:7.3f} {stages[1]:7.3f} {stages[2]:8.3f} {stages[3]:7.3f} "
-            f"{result['cache_hit_rate'] or 0:6.1%} {result['cache_peer_hit_rate'] or 0:6.1%} "
-            f"{result['train_loss']:7.4f} {speedup:7.2f}x {speedup / gpus:10.2f}"
+            f"{label:>7} {epoch:8.3f} {fastest:7.3f}-{slowest:7.3f} {stages[0]:7.3f} {stages[1]:7.3f} "
+            f"{stages[2]:8.3f} {stages[3]:7.3f} {last['cache_hit_rate'] or 0:6.1%} "
+            f"{last['cache_peer_hit_rate'] or 0:6.1%} {last['train_loss']:7.4f} {speedup:7.2f}x "
+            f"{speedup / gpus:10.2f} {min(paired):5.2f}-{max(paired):5.2f}"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps({str(k): v for k, v in results.items()}, indent=1))
+        Path(args.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

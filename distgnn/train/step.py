@@ -1,10 +1,10 @@
 """One training step of a node classifier on sampled Blocks: eager, or replayed from a CUDA graph.
 
 A GraphSAGE step at products scale (3 layers, batch 1024) is some 60 small kernels: forward, cross-entropy,
-backward, the fused Adam. Issued from Python through autograd, they take the host longer than the GPU takes to
-run them, so the GPU waits for the host (the timeline in docs/benchmarks-history.md).
-``TrainStep`` in ``"graph"`` mode captures the whole step once in a CUDA graph over static buffers and then
-replays it: one launch per batch, after a dozen copies that put the batch into the buffers.
+backward, the fused Adam. Issued from Python through autograd they take longer on the host than on the GPU, so
+the GPU waits for the host. ``TrainStep`` in ``"graph"`` mode captures the whole step once in a CUDA graph over
+static buffers and then replays it: one launch per batch, after a dozen copies that put the batch into the
+buffers.
 
 The buffers are sized to the largest batch the sampler can make (:func:`block_capacities`: with fanout ``f`` a
 destination has at most ``f`` in-edges, and a layer's sources are its destinations plus at most one new node per
@@ -25,9 +25,18 @@ replay (read them before the next step, in stream order, as :class:`~distgnn.tra
 Dropout draws from torch's CUDA generator, which advances on every replay: the masks differ from an eager run's,
 so the loss curve matches in distribution, not bitwise (with dropout 0 it matches to float tolerance; see
 ``tests/train/test_step.py``). The graph needs the CUDA mean aggregation kernels (the torch fallback sizes its
-edge lists with a host sync), a model built of :class:`~distgnn.nn.SAGEConv` or linear layers, bounded fanouts, one
-process (DDP's all-reduce stays eager) and an optimiser made with ``capturable=True``. ``"auto"`` picks the
-graph wherever it can run and says why not otherwise (INFO log).
+edge lists with a host sync), a model built of :class:`~distgnn.nn.SAGEConv` or linear layers, bounded fanouts and
+an optimiser made with ``capturable=True``. ``"auto"`` picks the graph wherever it can run and says why not
+otherwise (INFO log).
+
+Several trainers (``distributed=True``): in graph mode there is no DDP wrapper. A
+:class:`~distgnn.train.grad_sync.GradSync` broadcasts rank 0's weights once and keeps every gradient a view of
+one flat buffer; the captured step zeroes the buffer, runs forward and backward, all-reduces the buffer (NCCL,
+captured after the eager warm-up steps have run it once on the same communicator) and steps the optimiser: one
+replay per batch. Where the group's backend cannot be captured (gloo), two graphs replay around one eager
+all-reduce. Every trainer must replay equally often: the loader gives every trainer the same number of batches,
+and :meth:`TrainStep.agree_steps` / :meth:`TrainStep.pad` add steps on an empty batch (a zero gradient) where a
+trainer has fewer. In eager mode the model is wrapped in DDP (NCCL on GPUs, gloo on CPUs).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import distgnn.nn.aggregate as aggregate
 from distgnn.errors import ConfigError, InputError
 from distgnn.nn.models import MLP, GraphSAGE
 from distgnn.sampling.block import Block
+from distgnn.train.grad_sync import GradSync
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +70,9 @@ def add_step_args(parser: argparse.ArgumentParser) -> None:
         "--step",
         default="auto",
         choices=STEP_MODES,
-        help="graph: replay forward, backward and optimiser from one CUDA graph per batch (one GPU, GraphSAGE "
-        "or MLP, bounded fanouts); eager: launch each op; auto: graph where it can run",
+        help="graph: replay forward, backward, the gradient all-reduce of several GPUs and the optimiser from one "
+        "CUDA graph per batch (GraphSAGE or MLP, bounded fanouts); eager: launch each op (DDP across trainers); "
+        "auto: graph where it can run",
     )
 
 
@@ -90,7 +101,7 @@ def graph_unsupported(model: torch.nn.Module, fanouts: Sequence[int], device: to
     if torch.device(device).type != "cuda":
         return f"the device is {device}, not a GPU"
     if isinstance(model, DistributedDataParallel):
-        return "the model is DDP-wrapped (its gradient all-reduce is not captured)"
+        return "the model is DDP-wrapped (pass the bare module and distributed=True: the step syncs gradients itself)"
     if not isinstance(model, (GraphSAGE, MLP)):
         return f"{type(model).__name__} sizes its edge lists on the host (only GraphSAGE and MLP are captured)"
     if any(f < 1 for f in fanouts):
@@ -133,7 +144,10 @@ class TrainStep:
         batch_size, fanouts: the sampler's, to size the graph's buffers (:func:`block_capacities`).
         device: the training device.
         optimizer: set here or later (``step.optimizer = ...``), before the first call; in graph mode made with
-            ``capturable=True``.
+            ``capturable=True`` over :attr:`model`'s parameters.
+        distributed: one of several trainers of the default torch.distributed group: in graph mode the step
+            averages the gradients itself (:class:`~distgnn.train.grad_sync.GradSync`, rank 0's weights broadcast
+            here), in eager mode :attr:`model` is the module wrapped in DDP. Collective.
 
     Call it with a batch's Blocks (input layer first), ``x`` ``(num_src_0, F)`` float features and ``y``
     ``(num_seeds,)`` int64 labels on the device; it returns ``(loss, correct)``: the mean loss (0-d float) and
@@ -148,6 +162,7 @@ class TrainStep:
         fanouts: Sequence[int],
         device: torch.device,
         optimizer: torch.optim.Optimizer | None = None,
+        distributed: bool = False,
     ) -> None:
         if mode not in STEP_MODES:
             raise ConfigError(f"step mode must be one of {STEP_MODES}, got {mode!r}")
@@ -160,10 +175,17 @@ class TrainStep:
         if mode == "auto" and why_not:
             log.info("training step runs eagerly: %s", why_not)
         self.mode = "eager" if mode == "eager" or why_not else "graph"
+        self.grad_sync: GradSync | None = None
+        if distributed and self.graphed:
+            self.grad_sync = GradSync(model.parameters())
+        elif distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(model, device_ids=ids)
         self._capacities = block_capacities(batch_size, fanouts) if self.graphed else []
         self._x: torch.Tensor | None = None  # (capacity of layer 0's sources, F) input features
         self._buffers: tuple[list[Block], torch.Tensor] | None = None  # the blocks' CSCs and the labels
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._update_graph: torch.cuda.CUDAGraph | None = None  # the optimiser's, when the all-reduce stays eager
         self._outputs: tuple[torch.Tensor, torch.Tensor] | None = None
         self._warmups = 0
 
@@ -216,14 +238,46 @@ class TrainStep:
             self.optimizer.step()
             return loss, (logits.argmax(1) == y).sum()
         self._load(blocks, x, y)
+        return self._run()
+
+    def agree_steps(self, planned: int) -> int:
+        """The steps every trainer takes, before they start (``planned``: this trainer's batches, e.g. in this
+        epoch): across trainers whose graph holds the gradient all-reduce the most any of them plans (collective),
+        else ``planned``. A trainer that then took fewer calls :meth:`pad` with the difference."""
+        return planned if self.grad_sync is None else self.grad_sync.agree_steps(planned)
+
+    def pad(self, steps: int) -> None:
+        """Takes ``steps`` steps on an empty batch (zero loss and gradient; the optimiser applies the others'
+        average), so that this trainer runs the all-reduce as often as the others (:meth:`agree_steps`).
+        Does nothing without a :class:`~distgnn.train.grad_sync.GradSync` (one process, or DDP's eager step,
+        whose trainers get equal batch counts from the loader)."""
+        if self.grad_sync is None:
+            return
+        if steps and self._buffers is None:
+            raise ConfigError(f"pad({steps}) before the first batch: the step's buffers are not sized yet")
+        for _ in range(steps):
+            block_bufs, y_buf = self._buffers
+            for buf in block_bufs:
+                buf.indptr.zero_()  # no edges, and no label that counts: zero loss, zero gradient
+            y_buf.fill_(IGNORE_INDEX)
+            self._run()
+
+    def _run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step on what the buffers hold: a warm-up, the capture, or a replay."""
         if self._graph is not None:
-            self._graph.replay()
+            self._replay()
             return self._outputs
         if self._warmups < WARMUP_STEPS:
             return self._warmup()
         self._capture()
-        self._graph.replay()
+        self._replay()
         return self._outputs
+
+    def _replay(self) -> None:
+        self._graph.replay()
+        if self._update_graph is not None:
+            self.grad_sync.all_reduce()
+            self._update_graph.replay()
 
     def _load(self, blocks: Sequence[Block], x: torch.Tensor, y: torch.Tensor) -> None:
         """Copies the batch into the leading rows of the static buffers (made at the first batch) and pads."""
@@ -270,21 +324,33 @@ class TrainStep:
         y_buf = torch.full((self._capacities[-1][1],), IGNORE_INDEX, dtype=y.dtype, device=device)
         return block_bufs, y_buf
 
-    def _on_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The step over the static buffers: what the graph holds."""
+    def _forward_backward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over the static buffers (the gradients zeroed first where they are a flat
+        buffer's views); the loss is the mean over the real seeds, 0 for a batch of none."""
         block_bufs, y_buf = self._buffers
+        if self.grad_sync is not None:
+            self.grad_sync.zero_()
         logits = self.model(block_bufs, self._x)
-        loss = F.cross_entropy(logits, y_buf, ignore_index=IGNORE_INDEX)
+        seeds = (y_buf != IGNORE_INDEX).sum().clamp(min=1)
+        loss = F.cross_entropy(logits, y_buf, ignore_index=IGNORE_INDEX, reduction="sum") / seeds
         loss.backward()
-        self.optimizer.step()
         return loss.detach(), (logits.argmax(1) == y_buf).sum()
+
+    def _on_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole step over the static buffers: what the graph holds."""
+        outputs = self._forward_backward()
+        if self.grad_sync is not None:
+            self.grad_sync.all_reduce()
+        self.optimizer.step()
+        return outputs
 
     def _warmup(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A real step, eager on a side stream over the buffers (as torch's whole-network capture asks)."""
         current = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(current)
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.grad_sync is None:
+            self.optimizer.zero_grad(set_to_none=True)
         with torch.cuda.stream(side), warnings.catch_warnings():
             # The capturable optimiser warns when it runs outside a capture: here it must, once or twice.
             warnings.filterwarnings("ignore", message=".*capturable=True.*", category=UserWarning)
@@ -296,10 +362,23 @@ class TrainStep:
         return loss, correct
 
     def _capture(self) -> None:
-        """Captures the step (nothing runs until the replay); the gradients then live in the graph's pool."""
-        self.optimizer.zero_grad(set_to_none=True)
+        """Captures the step (nothing runs until the replay): one graph, or two around an eager all-reduce where
+        the group's backend cannot be captured. Without a GradSync the gradients then live in the graph's pool."""
+        if self.grad_sync is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        elif not self.grad_sync.attached():
+            raise ConfigError("the gradients are no longer views of GradSync's buffer (zero_grad(set_to_none=True)?)")
         self._graph = torch.cuda.CUDAGraph()
+        whole = self.grad_sync is None or self.grad_sync.capturable
         # thread_local: a sampling thread keeps using the GPU (its own stream) while this thread captures.
         with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-            self._outputs = self._on_buffers()
-        log.info("training step captured in a CUDA graph; buffers sized (src, dst, edges) %s", self._capacities)
+            self._outputs = self._on_buffers() if whole else self._forward_backward()
+        if not whole:
+            self._update_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._update_graph, pool=self._graph.pool(), capture_error_mode="thread_local"):
+                self.optimizer.step()
+        log.info(
+            "training step captured in %s; buffers sized (src, dst, edges) %s",
+            "a CUDA graph" if whole else "two CUDA graphs around the eager gradient all-reduce",
+            self._capacities,
+        )

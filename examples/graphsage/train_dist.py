@@ -34,7 +34,6 @@ import sys
 import time
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
 from distgnn.data.datasets import add_dataset_args
@@ -94,13 +93,12 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     local_max = int(g.ndata["label"][own].max()) if len(own) else 0
     num_classes = int(all_reduce([local_max], "max")[0]) + 1
 
-    torch.manual_seed(args.seed)  # identical initial weights everywhere (DDP broadcasts rank 0's anyway)
+    torch.manual_seed(args.seed)  # identical initial weights everywhere (rank 0's are broadcast anyway)
     raw_model = build_model(args, int(g.ndata["feat"].shape[1]), num_classes).to(device)
+    # Several trainers: the captured step syncs gradients itself; the eager one wraps the model in DDP.
+    step = TrainStep(raw_model, args.step, args.batch_size, args.fanouts, device, distributed=trainer.world_size > 1)
     torch.manual_seed(derive_seed(args.seed, trainer.rank, 1))  # dropout differs per trainer, fixed per run
-    model = raw_model
-    if trainer.world_size > 1:
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    step = TrainStep(model, args.step, args.batch_size, args.fanouts, device)
+    model = step.model
     # On a GPU the fused Adam updates every parameter in one kernel (the step is launch-bound at these sizes);
     # a step replayed from a CUDA graph needs it capturable (its step count on the device).
     fused = {"fused": True, "capturable": step.graphed} if device.type == "cuda" else {}
@@ -144,11 +142,15 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 meter = books.meter(epoch, device, trainer.show_progress, timeline)  # fewer batches when resumed
                 # In graph mode the cache gathers each batch's features straight into the graph's input buffer.
                 inputs = functools.partial(features.inputs, rows=step.input_rows)
+                # Across GPUs in graph mode every trainer must replay the graph's all-reduce equally often.
+                planned, steps = step.agree_steps(books.batches_in(epoch)), 0
                 for (_, seeds, blocks), x, y in meter.steps(batches, inputs):
                     loss, correct = step(blocks, x, y, meter.mark)
                     edges = sum(b.num_edges for b in blocks)
                     meter.step_done(loss, len(seeds), edges, correct)
                     books.step_done(epoch, loss)
+                    steps += 1
+                step.pad(planned - steps)
                 summary = log.add(meter.finish(features.cached))
                 books.epoch_done(summary)
                 if trainer.rank == 0:
@@ -163,6 +165,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     result = {
         **trainer.result_fields(args, num_batches),
         "model": args.model,
+        "step": step.mode,
         **log.result(),
         **features.result_fields(),
     }

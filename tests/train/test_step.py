@@ -14,6 +14,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from step_batches import random_blocks
 
 from distgnn.data.synthetic import synthetic
 from distgnn.errors import ConfigError, InputError
@@ -36,23 +37,6 @@ CUDA = torch.cuda.is_available()
 def needs_cuda(test):
     """Marked ``cuda`` and skipped without a GPU."""
     return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
-
-
-def random_blocks(num_seeds: int, fanouts: list[int], gen: torch.Generator, device: str = "cpu") -> list[Block]:
-    """Blocks shaped like a sampler's (input layer first): at most ``f`` in-edges per destination, destinations
-    first among the sources, each layer's destinations are the sources of the layer above it."""
-    blocks, dst = [], num_seeds
-    for fanout in reversed(fanouts):
-        degrees = torch.randint(0, fanout + 1, (dst,), generator=gen)
-        indptr = torch.zeros(dst + 1, dtype=torch.int64)
-        torch.cumsum(degrees, 0, out=indptr[1:])
-        edges = int(indptr[-1])
-        num_src = dst + int(torch.randint(0, edges + 1, (1,), generator=gen))
-        indices = torch.randint(0, num_src, (edges,), generator=gen)
-        block = Block(torch.arange(num_src), dst, indptr, indices, torch.arange(edges))
-        blocks.append(block.to(device))
-        dst = num_src
-    return blocks[::-1]
 
 
 def test_capacities_bound_sampled_batches():

@@ -1,0 +1,148 @@
+"""Dense gradients of several trainers kept in one flat buffer and averaged by one all-reduce, without DDP.
+
+DDP's reducer hooks every parameter, buckets the gradients and all-reduces from inside autograd: none of that can
+be captured in a CUDA graph. :class:`GradSync` is the plain version a captured step needs:
+
+* the parameters are broadcast once from rank 0 (:func:`broadcast_tensors`), so every trainer starts from the
+  same weights;
+* every parameter's ``.grad`` is a view of one flat buffer per dtype, made once: backward accumulates into it in
+  place, :meth:`GradSync.zero_` clears it with one fill, :meth:`GradSync.all_reduce` averages it over the group
+  with one collective per dtype; the addresses never change, so a CUDA graph can hold all three;
+* :meth:`GradSync.agree_steps`, before the steps, tells every trainer the most steps any of them plans: one that
+  has fewer batches adds steps on an empty batch (a zero gradient), so every trainer calls the all-reduce equally
+  often.
+
+Never let an optimiser set the gradients to None (``zero_grad(set_to_none=True)``): the views would be lost;
+:meth:`GradSync.attach` puts them back. Used by :class:`~distgnn.train.step.TrainStep` for a step captured across
+GPUs; any job with dense parameters can use it the same way (NCCL on GPUs, gloo on CPUs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from distgnn.errors import ConfigError
+
+
+def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0, group: dist.ProcessGroup | None = None) -> None:
+    """Overwrites ``tensors`` on every rank of ``group`` with rank ``src``'s values: one broadcast per
+    (dtype, device), the tensors flattened into one buffer for it. Collective; every rank passes tensors of
+    the same shapes, dtypes and devices in the same order."""
+    by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in tensors:
+        by_kind.setdefault((t.dtype, t.device), []).append(t)
+    with torch.no_grad():
+        for group_tensors in by_kind.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in group_tensors])
+            dist.broadcast(flat, src, group=group)
+            offset = 0
+            for t in group_tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+
+def _backend(group: dist.ProcessGroup | None, device: torch.device) -> str:
+    """The backend that carries ``device``'s tensors in ``group`` (``"cpu:gloo,cuda:nccl"`` names one per
+    device type)."""
+    name = str(dist.get_backend(group))
+    for part in name.split(","):
+        if ":" in part:
+            kind, backend = part.split(":", 1)
+            if kind == device.type:
+                return backend
+        else:
+            return part
+    return name
+
+
+class GradSync:
+    """The gradients of ``params`` as views of one flat buffer per dtype, averaged over ``group``.
+
+    Args:
+        params: the trainable parameters (all on one device); their values are broadcast from rank 0 here
+            unless ``broadcast`` is False.
+        group: the process group (None: the default group).
+        broadcast: overwrite the parameters with rank 0's (collective) before taking the gradients' views.
+        capturable: whether the all-reduce may be captured in a CUDA graph: None decides from the group's backend
+            for the device (NCCL can; gloo cannot).
+
+    Raises:
+        ConfigError: torch.distributed is not initialised, no parameter needs a gradient, or the parameters lie on
+            several devices.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        group: dist.ProcessGroup | None = None,
+        broadcast: bool = True,
+        capturable: bool | None = None,
+    ) -> None:
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ConfigError("GradSync needs torch.distributed initialised (dist.init_process_group)")
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ConfigError("GradSync got no parameter that requires a gradient")
+        devices = {p.device for p in self.params}
+        if len(devices) != 1:
+            raise ConfigError(f"GradSync needs every parameter on one device, got {sorted(map(str, devices))}")
+        self.device = devices.pop()
+        self.group = group
+        self.world_size = dist.get_world_size(group)
+        backend = _backend(group, self.device)
+        self.capturable = (self.device.type == "cuda" and backend == "nccl") if capturable is None else capturable
+        if broadcast:
+            broadcast_tensors(self.params, 0, group)
+        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        sizes: dict[torch.dtype, int] = {}
+        for p in self.params:
+            sizes[p.dtype] = sizes.get(p.dtype, 0) + p.numel()
+        for dtype, size in sizes.items():
+            self.buffers[dtype] = torch.zeros(size, dtype=dtype, device=self.device)
+        self._views: list[torch.Tensor] = []
+        offsets = dict.fromkeys(sizes, 0)
+        for p in self.params:
+            start = offsets[p.dtype]
+            self._views.append(self.buffers[p.dtype][start : start + p.numel()].view_as(p))
+            offsets[p.dtype] = start + p.numel()
+        self.attach()
+
+    def attach(self) -> None:
+        """Points every parameter's ``.grad`` at its view of the flat buffer (again, after a ``set_to_none``)."""
+        for p, view in zip(self.params, self._views, strict=True):
+            p.grad = view
+
+    def attached(self) -> bool:
+        """Whether every ``.grad`` is still its view of the flat buffer."""
+        return all(
+            p.grad is not None and p.grad.data_ptr() == v.data_ptr()
+            for p, v in zip(self.params, self._views, strict=True)
+        )
+
+    def zero_(self) -> None:
+        """Clears every gradient: one fill per dtype (capturable)."""
+        for buffer in self.buffers.values():
+            buffer.zero_()
+
+    def all_reduce(self) -> None:
+        """Averages the gradients over the group, in place: one all-reduce per dtype and a scale (capturable in a
+        CUDA graph when :attr:`capturable`, after one eager call has set the communicator up). Collective."""
+        if self.world_size == 1:
+            return
+        for buffer in self.buffers.values():
+            dist.all_reduce(buffer, group=self.group)
+            buffer.mul_(1.0 / self.world_size)
+
+    def agree_steps(self, planned: int) -> int:
+        """The most steps any trainer of the group plans (``planned``: this trainer's, e.g. its batches this
+        epoch). Call it before the steps: a trainer that plans fewer adds the difference (steps with a zero
+        gradient), so every trainer runs the all-reduce equally often. Collective (one small all-reduce on the
+        parameters' device; it waits for it)."""
+        if planned < 0:
+            raise ConfigError(f"planned steps must be >= 0, got {planned}")
+        most = torch.tensor([planned], dtype=torch.int64, device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
+        return int(most.item())
