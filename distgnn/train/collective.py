@@ -122,6 +122,23 @@ def all_gather_objects(obj: Any, group=None) -> list[Any]:
     return [json.loads(part.tobytes()) for part in all_gather_arrays(data, group)]
 
 
+def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0, group=None) -> None:
+    """Overwrites ``tensors`` on every rank of ``group`` with rank ``src``'s values: one broadcast per
+    (dtype, device), the tensors flattened into one buffer for it. Collective; every rank passes tensors of
+    the same shapes, dtypes and devices in the same order."""
+    by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
+    for t in tensors:
+        by_kind.setdefault((t.dtype, t.device), []).append(t)
+    with torch.no_grad():
+        for group_tensors in by_kind.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in group_tensors])
+            dist.broadcast(flat, src, group=group)
+            offset = 0
+            for t in group_tensors:
+                t.copy_(flat[offset : offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+
 def _exchange_counts(tensor: torch.Tensor, group, device: torch.device, what: str) -> list[int]:
     """Every member's row count, after checking that the rows have one shape."""
     if tensor.dim() == 0:

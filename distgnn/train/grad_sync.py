@@ -3,7 +3,7 @@
 DDP's reducer hooks every parameter, buckets the gradients and all-reduces from inside autograd: none of that can
 be captured in a CUDA graph. :class:`GradSync` is the plain version a captured step needs:
 
-* the parameters are broadcast once from rank 0 (:func:`broadcast_tensors`), so every trainer starts from the
+* the parameters are broadcast once from rank 0 (:func:`~distgnn.train.collective.broadcast_tensors`), so every trainer starts from the
   same weights;
 * every parameter's ``.grad`` is a view of one flat buffer per dtype, made once: backward accumulates into it in
   place, :meth:`GradSync.zero_` clears it with one fill, :meth:`GradSync.all_reduce` averages it over the group
@@ -19,29 +19,13 @@ GPUs; any job with dense parameters can use it the same way (NCCL on GPUs, gloo 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import torch
 import torch.distributed as dist
 
 from distgnn.errors import ConfigError
-
-
-def broadcast_tensors(tensors: Sequence[torch.Tensor], src: int = 0, group: dist.ProcessGroup | None = None) -> None:
-    """Overwrites ``tensors`` on every rank of ``group`` with rank ``src``'s values: one broadcast per
-    (dtype, device), the tensors flattened into one buffer for it. Collective; every rank passes tensors of
-    the same shapes, dtypes and devices in the same order."""
-    by_kind: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
-    for t in tensors:
-        by_kind.setdefault((t.dtype, t.device), []).append(t)
-    with torch.no_grad():
-        for group_tensors in by_kind.values():
-            flat = torch.cat([t.detach().reshape(-1) for t in group_tensors])
-            dist.broadcast(flat, src, group=group)
-            offset = 0
-            for t in group_tensors:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+from distgnn.train.collective import broadcast_tensors
 
 
 def _backend(group: dist.ProcessGroup | None, device: torch.device) -> str:

@@ -19,7 +19,8 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.errors import ConfigError
-from distgnn.train.grad_sync import GradSync, broadcast_tensors
+from distgnn.train.collective import broadcast_tensors
+from distgnn.train.grad_sync import GradSync
 
 
 def _model(seed: int) -> torch.nn.Module:
