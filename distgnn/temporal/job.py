@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.data.datasets import DatasetSpec, load_dataset
-from distgnn.data.events import EventStream
+from distgnn.data.events import EventStream, parse_columns
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal import checkpoint, parallel, shared
@@ -63,10 +63,17 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--dataset",
         default="synthetic-events:2000:60000",
-        help="events:PATH (CSV src,dst,time[,label,features] or SNAP 'src dst time') or\n"
+        help="events:PATH (CSV or SNAP whitespace; --columns or a header line names the columns) or\n"
         "synthetic-events:NODES:EVENTS (seeded by --seed)",
     )
     data.add_argument("--bipartite", action="store_true", help="renumber destinations after sources (JODIE)")
+    data.add_argument(
+        "--columns",
+        type=parse_columns,
+        help="events:PATH's columns by name, e.g. src,dst,weight,time (default: the file's header line; a\n"
+        "headerless file of three columns is src,dst,time); columns other than src, dst, time and label are\n"
+        "attributes: event features, standardised per column, carried by the TGN's messages",
+    )
     model = parser.add_argument_group("model and optimiser (PyG's TGN example's defaults)")
     model.add_argument("--batch-size", type=int, default=200)
     model.add_argument("--lr", type=float, default=1e-4, help="Adam's learning rate of one trainer")
@@ -119,9 +126,12 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, 
     return torch.optim.Adam(params, lr=lr, foreach=True, capturable=step != "eager")
 
 
-def load_stream(spec: str, bipartite: bool = False, seed: int = 0) -> EventStream:
-    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`)."""
-    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite))
+def load_stream(
+    spec: str, bipartite: bool = False, seed: int = 0, columns: tuple[str, ...] | None = None
+) -> EventStream:
+    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`), its columns named by
+    ``columns`` (``--columns``)."""
+    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite, columns=columns))
     if not isinstance(stream, EventStream):
         raise ConfigError(f"--dataset {spec} is a graph, not an event stream: use events:PATH or synthetic-events:N:E")
     return stream
@@ -184,10 +194,12 @@ def _event_graph(args: argparse.Namespace) -> tuple[EventStream, TemporalCSR | N
     builds it); ``--single`` builds its own; the ``--local`` launcher only reads the stream to check it."""
     slot = None if args.local or args.single else shared.MachineSlot.from_env(os.environ)
     if slot is not None:
-        key = f"{args.dataset} seed={args.seed} bipartite={args.bipartite}"
-        graph = shared.machine_event_graph(slot, key, lambda: load_stream(args.dataset, args.bipartite, args.seed))
+        key = f"{args.dataset} seed={args.seed} bipartite={args.bipartite} columns={args.columns}"
+        graph = shared.machine_event_graph(
+            slot, key, lambda: load_stream(args.dataset, args.bipartite, args.seed, args.columns)
+        )
         return graph.events, graph.csr
-    events = load_stream(args.dataset, args.bipartite, args.seed)
+    events = load_stream(args.dataset, args.bipartite, args.seed, args.columns)
     return events, None if args.local else build_temporal_csr(events)
 
 
