@@ -53,6 +53,7 @@ from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split,
 from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
+from distgnn.train.selection import BestEpoch, copy_weights
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,15 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         help="validation N times an epoch, after equal shares of its steps (the last at its end); one before\n"
         "the end scores a scratch copy of the evaluating memory caught up to the end of the training events\n"
         "(memory only); its time is left out of the training seconds",
+    )
+    model.add_argument(
+        "--patience",
+        type=int,
+        metavar="N",
+        help="stop after N epochs in a row without a better validation AP (default: train every epoch); either\n"
+        "way the result is the model of the best epoch by validation AP (weights and node memory, as TGN\n"
+        "selects it), its figures val_ap, test_ap, test_auc, test_mrr, with the last epoch's as last_val_ap,\n"
+        "last_test_ap",
     )
     model.add_argument(
         "--step",
@@ -178,6 +188,8 @@ def prepare(args: argparse.Namespace) -> Plan:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.evals_per_epoch < 1:
         raise ConfigError(f"--evals-per-epoch must be >= 1, got {args.evals_per_epoch}")
+    if args.patience is not None and args.patience < 1:
+        raise ConfigError(f"--patience must be >= 1 epoch, got {args.patience}")
     events, csr = _event_graph(args)
     train_end, val_end = chronological_split(len(events))
     train_batches = batch_ranges(0, train_end, args.batch_size)
@@ -325,6 +337,8 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         )
 
     metrics = metrics_from_args(args, rank)
+    # The best epoch by validation AP: its weights, the evaluating memory as its training left it, and its owner.
+    selection: BestEpoch[tuple[dict, dict | None, int]] = BestEpoch(higher_is_better=True, patience=args.patience)
     step = start.step
     epoch_times, val, test = [], {}, {}
     trained_total = 0.0  # training seconds of the job so far, evaluations left out
@@ -383,11 +397,14 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     flush=True,
                 )
         if not args.no_eval:
-            val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
+            # The evaluating memory as training left it: what the best epoch's model is evaluated from at the end.
+            trained = runner.memory.state() if rank == evaluator else None
+            val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=False)
             if rank == 0:
                 print(
                     f"epoch {epoch}: val AP {val['ap']:.4f} AUC {val['auc']:.4f}, test AP {test['ap']:.4f}", flush=True
                 )
+            selection.update(epoch, val["ap"], lambda kept=trained, owner=evaluator: (copy_weights(model), kept, owner))
             if metrics is not None:
                 record = {"step": step, "epoch": epoch, "fraction": 1.0, "train_s": trained_total}
                 metrics.log("eval", record | {f"val_{k}": v for k, v in val.items()})
@@ -396,8 +413,15 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             record.update({f"val_{k}": v for k, v in val.items()})
             record.update({f"test_{k}": v for k, v in test.items()})
             metrics.log("epoch", record)
+        if selection.should_stop:
+            if rank == 0:
+                print(f"no better validation AP in {args.patience} epochs: stopping after epoch {epoch}", flush=True)
+            break
     if metrics is not None:
         metrics.close()
+    last_val, last_test = val, test
+    if selection.state is not None:
+        val, test = _evaluate_best(runner, model, plan, args, rank, world, selection.state)
     epoch_time = float(np.mean(epoch_times)) if epoch_times else 0.0
     trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
@@ -412,11 +436,37 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         "epoch_time_s": epoch_time,
         "events_per_s": trained_events / epoch_time if epoch_time else 0.0,
     }
-    if not args.no_eval:
+    if not args.no_eval and selection.state is not None:
         result.update(
-            val_ap=val["ap"], val_auc=val["auc"], test_ap=test["ap"], test_auc=test["auc"], test_mrr=test.get("mrr")
+            epochs_trained=selection.last_epoch + 1,
+            best_epoch=selection.best_epoch,
+            val_ap=val["ap"],
+            val_auc=val["auc"],
+            test_ap=test["ap"],
+            test_auc=test["auc"],
+            test_mrr=test.get("mrr"),
+            last_val_ap=last_val["ap"],
+            last_test_ap=last_test["ap"],
         )
     return result
+
+
+def _evaluate_best(
+    runner: TGNRunner,
+    model: TGN,
+    plan: Plan,
+    args: argparse.Namespace,
+    rank: int,
+    world: int,
+    best: tuple[dict, dict | None, int],
+) -> tuple[dict, dict]:
+    """Validation and test (with MRR) of the best epoch's model: its weights on every trainer, its memory on the
+    trainer that evaluated it."""
+    weights, memory, evaluator = best
+    model.load_state_dict(weights)
+    if rank == evaluator:
+        runner.memory.load_state(memory)
+    return _evaluate(runner, plan, args, rank, world, evaluator, last=True)
 
 
 def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
@@ -509,7 +559,8 @@ def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
     """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
-    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost 25x a plain pass)."""
+    broadcast to every trainer. MRR with ``last`` only, for the selected model (49 negatives per event cost 25x a
+    plain pass)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))
