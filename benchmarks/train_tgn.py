@@ -6,8 +6,10 @@ against one uniform random destination each, Adam with lr 1e-4, a chronological 
 is built from ``TGNMemory`` (identity message, last aggregator), ``LastNeighborLoader`` and
 ``TransformerConv``. Epochs of the two alternate (distgnn's epoch e, then PyG's epoch e), so load from other
 work on a shared machine falls on both. Both are scored by the same code: AP and AUC per held-out batch
-against one random destination per event, averaged. The table gives seconds per training epoch (median),
-training events per second, validation and test AP after the last epoch, and the speed ratio.
+against one random destination per event, averaged, after every epoch. The table gives, per seed, seconds per
+training epoch (median), training events per second, the epoch of the best validation AP and that model's
+validation and test AP (the example's model selection), the last epoch's, and the speed ratio; then test AP
+median and range over the seeds.
 
 ``--scaling 1,2,4`` also runs examples/tgn/train_dist.py with memory parallelism on 1, 2 and 4 simulated
 machines (one torch thread each) and reports the time each takes to reach the single trainer's best
@@ -20,6 +22,8 @@ uses the same ``--lr-scaling`` (the example's flag: linear, the default, multipl
 j*k batches a step averages, sqrt by its square root; the single trainer's is 1).
 
     python benchmarks/train_tgn.py --epochs 3                          # CollegeMsg, CPU, one thread each
+    python benchmarks/train_tgn.py --epochs 10 --seeds 0,1,2 --columns src,dst,rating,time \
+        --dataset events:../shared/data/snap/soc-sign-bitcoinotc.csv
     python benchmarks/train_tgn.py --dataset synthetic-events:10000:200000
     python benchmarks/train_tgn.py --device cuda                       # on a GPU (--step eager: no CUDA graph)
 """
@@ -40,12 +44,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from distgnn.data.events import EventStream
+from distgnn.data.events import EventStream, parse_columns
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
 from distgnn.temporal.job import adam, load_stream
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
+from distgnn.train.selection import BestEpoch
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLEGE_MSG = ROOT / ".." / "shared" / "data" / "snap" / "CollegeMsg.txt"
@@ -187,31 +192,45 @@ class Pyg:
         return self._score(self.loaders[1]), self._score(self.loaders[2])
 
 
-def compare(events: EventStream, args: argparse.Namespace) -> list[dict]:
+def compare(events: EventStream, args: argparse.Namespace, seed: int) -> list[dict]:
+    """One seed: both systems trained epoch by epoch (alternating), each validated and tested after every epoch;
+    each reports the model of its best validation epoch (distgnn.train.selection, as the example selects)
+    and its last epoch's."""
     device = torch.device(args.device)
-    systems = [Ours(events, device, args.seed, args.step)]
+    systems = [Ours(events, device, seed, args.step)]
     if "pyg" in args.systems:
-        systems.append(Pyg(events, device, args.seed))
+        systems.append(Pyg(events, device, seed))
     times: dict[str, list[float]] = {s.name: [] for s in systems}
-    aps: dict[str, tuple[float, float]] = {}
+    selections = {s.name: BestEpoch(higher_is_better=True) for s in systems}
+    last: dict[str, tuple[float, float]] = {}
     for epoch in range(args.epochs):
         for system in systems:
             seconds = system.epoch()
             times[system.name].append(seconds)
-            print(f"  {system.name} epoch {epoch}: {seconds:.2f} s", file=sys.stderr, flush=True)
-    for system in systems:
-        aps[system.name] = system.evaluate()
+            val, test = system.evaluate()
+            last[system.name] = (val, test)
+            selections[system.name].update(epoch, val, lambda test=test: test)
+            print(
+                f"  seed {seed} {system.name} epoch {epoch}: {seconds:.2f} s, val AP {val:.4f}, test AP {test:.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
     train_events = chronological_split(len(events))[0]
     rows = []
     for system in systems:
         seconds = statistics.median(times[system.name])
+        best = selections[system.name]
         rows.append(
             {
                 "system": system.name,
+                "seed": seed,
                 "s_per_epoch": seconds,
                 "events_per_s": train_events / seconds,
-                "val_ap": aps[system.name][0],
-                "test_ap": aps[system.name][1],
+                "best_epoch": best.best_epoch,
+                "val_ap": best.best_value,
+                "test_ap": best.state,
+                "last_val_ap": last[system.name][0],
+                "last_test_ap": last[system.name][1],
             }
         )
     return rows
@@ -239,6 +258,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
             *mode,
             "--dataset",
             args.dataset,
+            *(["--columns", ",".join(args.columns)] if args.columns else []),
             "--epochs",
             str(args.epochs),
             "--num-threads",
@@ -317,7 +337,11 @@ def main() -> int:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=1, help="torch threads (both systems)")
     p.add_argument("--systems", default="distgnn,pyg", help="'' skips the comparison (with --scaling)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the --scaling runs' seed")
+    p.add_argument(
+        "--seeds", type=lambda text: [int(v) for v in text.split(",")], default=[0], help="comparison seeds, e.g. 0,1,2"
+    )
+    p.add_argument("--columns", type=parse_columns, help="the stream's columns (the example's flag)")
     p.add_argument(
         "--step",
         default="auto",
@@ -341,22 +365,33 @@ def main() -> int:
     p.add_argument("--workdir", default=".work/bench-tgn")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    events = load_stream(args.dataset, seed=args.seed)
+    events = load_stream(args.dataset, seed=args.seed, columns=args.columns)
     print(
         f"stream {args.dataset}: {len(events)} events, {events.num_nodes} nodes; device {args.device}, step {args.step}, "
         f"{args.threads} thread(s); {args.epochs} epochs; {time.strftime('%Y-%m-%d %H:%M')}",
         flush=True,
     )
     if args.systems:
-        rows = compare(events, args)
-        ours = rows[0]["s_per_epoch"]
-        print(f"{'system':<10} {'s/epoch':>9} {'events/s':>10} {'val AP':>8} {'test AP':>8} {'speed vs PyG':>13}")
-        peer = rows[-1]["s_per_epoch"] if len(rows) > 1 else ours
+        rows = [row for seed in args.seeds for row in compare(events, args, seed)]
+        print(
+            f"{'system':<10} {'seed':>4} {'s/epoch':>9} {'events/s':>10} {'best ep':>7} {'val AP':>8} {'test AP':>8} "
+            f"{'last val':>8} {'last test':>9} {'speed vs PyG':>13}"
+        )
+        peers = {row["seed"]: row["s_per_epoch"] for row in rows if row["system"] == Pyg.name}
         for row in rows:
-            ratio = peer / row["s_per_epoch"]
+            ratio = peers.get(row["seed"], row["s_per_epoch"]) / row["s_per_epoch"]
             print(
-                f"{row['system']:<10} {row['s_per_epoch']:>9.2f} {row['events_per_s']:>10,.0f} "
-                f"{row['val_ap']:>8.4f} {row['test_ap']:>8.4f} {ratio:>12.2f}x"
+                f"{row['system']:<10} {row['seed']:>4} {row['s_per_epoch']:>9.2f} {row['events_per_s']:>10,.0f} "
+                f"{row['best_epoch']:>7} {row['val_ap']:>8.4f} {row['test_ap']:>8.4f} {row['last_val_ap']:>8.4f} "
+                f"{row['last_test_ap']:>9.4f} {ratio:>12.2f}x"
+            )
+        print(f"\ntest AP over seeds {','.join(map(str, args.seeds))}: median [min, max]")
+        for name in dict.fromkeys(row["system"] for row in rows):
+            best = [row["test_ap"] for row in rows if row["system"] == name]
+            final = [row["last_test_ap"] for row in rows if row["system"] == name]
+            print(
+                f"{name:<10} best-val epoch {statistics.median(best):.4f} [{min(best):.4f}, {max(best):.4f}]; "
+                f"last epoch {statistics.median(final):.4f} [{min(final):.4f}, {max(final):.4f}]"
             )
     if args.scaling:
         print(

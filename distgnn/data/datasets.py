@@ -33,6 +33,7 @@ class DatasetSpec:
         num_nodes, avg_degree, feat_dim, num_classes, seed: the synthetic generator's size and seed.
         num_papers: the synthetic-mag generator's paper count (it shares feat_dim, num_classes, seed).
         bipartite: event streams: renumber destinations after sources (JODIE's user/item convention).
+        columns: event streams: the file's columns by name (``--columns``; None: its header line says).
     """
 
     name: str
@@ -44,6 +45,7 @@ class DatasetSpec:
     seed: int = 0
     num_papers: int = 20000
     bipartite: bool = False
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DatasetSpec:
@@ -58,6 +60,7 @@ class DatasetSpec:
             args.seed,
             getattr(args, "num_papers", cls.num_papers),
             getattr(args, "bipartite", False),
+            getattr(args, "columns", None),
         )
 
     @property
@@ -228,7 +231,7 @@ def _events(spec: DatasetSpec) -> Any:
     """An event stream (:class:`~distgnn.data.events.EventStream`), not a graph: for temporal training."""
     from distgnn.data.events import read_events
 
-    return read_events(spec.argument, bipartite=spec.bipartite)
+    return read_events(spec.argument, bipartite=spec.bipartite, columns=spec.columns)
 
 
 def _synthetic_events_size(spec: DatasetSpec) -> tuple[int, int]:

@@ -1,31 +1,23 @@
 """Event streams: timestamped edges read from CSV / SNAP files or generated synthetically.
 
-An :class:`EventStream` holds its events sorted by time (stable, so events of equal time keep their file
-order). :func:`read_events` reads the CSV header forms ``src,dst,time``, ``u,i,ts`` and JODIE's
-``user_id,item_id,timestamp`` (then an optional ``label``/``state_label`` column and numeric feature
-columns) and SNAP's whitespace format (``src dst time`` a line, optional ``#`` comments and header line).
+An :class:`EventStream` holds its events in time order. :func:`read_events` reads CSV and SNAP's
+whitespace files whose columns a header line or ``--columns`` names (a headerless file of three columns is
+``src dst time``), keeps the attribute columns as standardised event features, and refuses, naming the file
+and line, what it cannot read unambiguously.
 :func:`synthetic_events` generates streams with a temporal signal a memory-based model can learn.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from distgnn.errors import InputError
-
-# Accepted names of the first three columns (source, destination, time).
-HEADER_FORMS: tuple[tuple[str, str, str], ...] = (
-    ("src", "dst", "time"),
-    ("u", "i", "ts"),
-    ("user_id", "item_id", "timestamp"),
-)
-LABEL_NAMES = ("label", "state_label")
+from distgnn.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -87,22 +79,75 @@ class EventStream:
         )
 
 
-def _from_columns(
-    src: np.ndarray,
-    dst: np.ndarray,
-    time: np.ndarray,
-    label: np.ndarray | None,
-    feat: np.ndarray | None,
-    bipartite: bool,
-) -> EventStream:
-    order = np.argsort(time, kind="stable")
-    src, dst, time = src[order], dst[order], time[order]
-    label = None if label is None else np.ascontiguousarray(label[order], dtype=np.float32)
-    feat = None if feat is None else np.ascontiguousarray(feat[order], dtype=np.float32)
-    if bipartite and len(src):
-        dst = dst + (int(src.max()) + 1)
-    num_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
-    return EventStream(src, dst, time, num_nodes, label, feat)
+# Names a header or --columns may give each role; any other name is an attribute column (an event feature).
+ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "src": ("src", "u", "user_id", "source"),
+    "dst": ("dst", "i", "item_id", "target"),
+    "time": ("time", "ts", "timestamp"),
+    "label": ("label", "state_label"),
+}
+REQUIRED_ROLES = ("src", "dst", "time")
+MAX_ID = 2**53  # ids are parsed as float64, exact up to here
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Which column holds what: ``src``, ``dst``, ``time`` (and ``label``) are 0-based column indices,
+    ``features`` the attribute columns; with ``wider`` (a JODIE header, which names one column for all its
+    features) the columns past ``width`` are attributes too, else a row has exactly ``width`` columns."""
+
+    src: int
+    dst: int
+    time: int
+    label: int | None
+    features: tuple[int, ...]
+    width: int
+    wider: bool = False
+
+    @classmethod
+    def from_names(cls, names: Sequence[str], wider: bool = False) -> ColumnLayout | None:
+        """The layout ``names`` describe, or None when they name a role twice or miss src, dst or time."""
+        roles: dict[str, int] = {}
+        features = []
+        for index, name in enumerate(names):
+            role = next((r for r, aliases in ROLE_NAMES.items() if name.strip().lower() in aliases), None)
+            if role is None:
+                features.append(index)
+            elif role in roles:
+                return None
+            else:
+                roles[role] = index
+        if any(role not in roles for role in REQUIRED_ROLES):
+            return None
+        return cls(roles["src"], roles["dst"], roles["time"], roles.get("label"), tuple(features), len(names), wider)
+
+
+def parse_columns(spec: str) -> tuple[str, ...]:
+    """``--columns``' names (``src,dst,weight,time``): src, dst and time once each (or their aliases of
+    :data:`ROLE_NAMES`), at most one label; every other name is an attribute column."""
+    names = tuple(name.strip() for name in spec.split(","))
+    if any(not name for name in names) or ColumnLayout.from_names(names) is None:
+        raise ConfigError(
+            f"--columns {spec!r}: name every column, comma-separated, with src, dst and time once each and at most "
+            "one label; other names are attribute columns (e.g. --columns src,dst,weight,time)"
+        )
+    return names
+
+
+def _data_lines(path: Path, start_line: int) -> Iterator[tuple[int, str]]:
+    """(1-based number, text without a ``#`` comment) of the data lines from ``start_line`` on."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.split("#", 1)[0].strip()
+            if number >= start_line and text:
+                yield number, text
+
+
+def _first_line(path: Path) -> tuple[int, str]:
+    """(1-based number, text) of the first line that is neither blank nor a ``#`` comment."""
+    for number, text in _data_lines(path, 1):
+        return number, text
+    raise InputError(f"{path}: no events (the file is empty or only comments); expected lines `src dst time`")
 
 
 def _is_number(token: str) -> bool:
@@ -117,88 +162,138 @@ def _split(line: str, delimiter: str | None) -> list[str]:
     return [t.strip() for t in line.split(delimiter)] if delimiter else line.split()
 
 
-def _first_line(path: Path) -> tuple[int, str]:
-    """(1-based number, text) of the first line that is neither blank nor a ``#`` comment."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            stripped = line.strip()
-            if stripped and not stripped.startswith("#"):
-                return number, stripped
-    raise InputError(f"{path}: no events (the file is empty or only comments); expected lines `src dst time`")
+def _layout(path: Path, number: int, tokens: list[str], header: bool, columns: Sequence[str] | None) -> ColumnLayout:
+    """The columns' roles: from ``--columns``, else from the header line, else ``src dst time`` for a file of
+    three columns; anything else is refused (which column is the time cannot be told)."""
+    say = "name them with --columns (e.g. --columns src,dst,weight,time)"
+    if columns is not None:
+        return ColumnLayout.from_names(parse_columns(",".join(columns)))
+    if header:
+        layout = ColumnLayout.from_names(tokens, wider=True)
+        if layout is None:
+            forms = ", ".join("/".join(aliases) for aliases in ROLE_NAMES.values())
+            raise InputError(
+                f"{path}:{number}: header {','.join(tokens)!r} does not name the source, destination and time "
+                f"columns once each (names: {forms}); {say}"
+            )
+        return layout
+    if len(tokens) == 3:
+        return ColumnLayout(0, 1, 2, None, (), 3)
+    raise InputError(
+        f"{path}: {len(tokens)} columns and no header line: which is the time and which are attributes cannot be "
+        f"told apart; {say}"
+    )
 
 
-def _header(path: Path, number: int, names: list[str]) -> bool:
-    """Validates a header line; returns whether column 4 is a label."""
-    if len(names) < 3:
-        raise InputError(
-            f"{path}:{number}: an event stream needs at least 3 columns (source, destination, time), "
-            f"got {len(names)}: {names}"
-        )
-    lowered = tuple(n.lower() for n in names[:3])
-    if lowered not in HEADER_FORMS:
-        forms = " / ".join(",".join(form) for form in HEADER_FORMS)
-        raise InputError(f"{path}:{number}: header starts with {','.join(names[:3])}; expected one of {forms}")
-    return len(names) > 3 and names[3].lower() in LABEL_NAMES
+def _line_error(path: Path, start_line: int, row: int, what: str) -> InputError:
+    """An InputError naming the file line of data row ``row`` (0-based, counted from ``start_line``)."""
+    for index, (number, text) in enumerate(_data_lines(path, start_line)):
+        if index == row:
+            return InputError(f"{path}:{number}: {what} in {text!r}")
+    return InputError(f"{path}: {what} (event {row + 1})")
 
 
-def _scan_for_error(path: Path, delimiter: str | None, start_line: int) -> None:
-    """Walks the data lines and raises InputError naming the first bad one (the slow path after a failure)."""
+def _scan_for_error(path: Path, delimiter: str | None, start_line: int, layout: ColumnLayout) -> None:
+    """Walks the data lines and raises InputError naming the first one that is not numbers of the layout's width
+    (the slow path after the fast read failed)."""
     width = None
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            stripped = line.strip()
-            if number < start_line or not stripped or stripped.startswith("#"):
-                continue
-            tokens = _split(stripped, delimiter)
-            if len(tokens) < 3:
-                raise InputError(
-                    f"{path}:{number}: an event needs at least 3 columns (source, destination, time), "
-                    f"got {len(tokens)}: {stripped!r}"
-                )
-            if width is None:
-                width = len(tokens)
-            elif len(tokens) != width:
-                raise InputError(
-                    f"{path}:{number}: {len(tokens)} columns where the first event line has {width}; "
-                    "every event must carry the same label and feature columns"
-                )
-            for column, role in ((0, "source"), (1, "destination")):
-                try:
-                    value = int(tokens[column])
-                except ValueError:
-                    raise InputError(
-                        f"{path}:{number}: {role} id {tokens[column]!r} is not an integer; node ids must be "
-                        "non-negative integers"
-                    ) from None
-                if value < 0:
-                    raise InputError(f"{path}:{number}: {role} id {value} is negative; node ids must be >= 0")
-            if not _is_number(tokens[2]) or not math.isfinite(float(tokens[2])):
-                raise InputError(f"{path}:{number}: time {tokens[2]!r} is not a finite number")
-            for column in range(3, len(tokens)):
-                if not _is_number(tokens[column]):
-                    raise InputError(
-                        f"{path}:{number}: column {column + 1} ({tokens[column]!r}) is not a number; labels "
-                        "and features must be numeric"
-                    )
+    for number, text in _data_lines(path, start_line):
+        tokens = _split(text, delimiter)
+        if len(tokens) < 3:
+            raise InputError(
+                f"{path}:{number}: an event needs at least 3 columns (source, destination, time), got "
+                f"{len(tokens)}: {text!r}"
+            )
+        if width is None:
+            width = len(tokens)
+        elif len(tokens) != width:
+            raise InputError(
+                f"{path}:{number}: {len(tokens)} columns where the first event line has {width}; every event must "
+                "carry the same label and attribute columns"
+            )
+        for column, token in enumerate(tokens):
+            if not _is_number(token):
+                raise InputError(f"{path}:{number}: column {column + 1} ({token!r}) is not a number")
 
 
-def read_events(path: str | os.PathLike, bipartite: bool = False) -> EventStream:
-    """Read an event stream from a CSV or SNAP whitespace file, sorted by time (stable).
+def _check_table(path: Path, start_line: int, table: np.ndarray, layout: ColumnLayout) -> None:
+    """Refuses (naming the file line) a width the layout does not give, a value that is not finite, a node id
+    that is negative or not an integer, a time before the previous event's, and ids that look like no ids."""
+    width = table.shape[1]
+    if width < layout.width or (width > layout.width and not layout.wider):
+        raise _line_error(path, start_line, 0, f"{width} columns where the column names give {layout.width}")
+    finite = np.isfinite(table)
+    if not finite.all():
+        row, column = np.argwhere(~finite)[0]
+        raise _line_error(path, start_line, row, f"column {column + 1} is {table[row, column]}, not a finite number")
+    for column, role in ((layout.src, "source"), (layout.dst, "destination")):
+        ids = table[:, column]
+        bad = (ids < 0) | (ids != np.floor(ids)) | (ids >= MAX_ID)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise _line_error(
+                path, start_line, row, f"{role} id {ids[row]:g} is not a node id (an integer from 0 to 2^53)"
+            )
+    times = table[:, layout.time]
+    back = np.flatnonzero(times[1:] < times[:-1])
+    if len(back):
+        row = int(back[0]) + 1
+        raise _line_error(
+            path,
+            start_line,
+            row,
+            f"time {times[row]:g} is before the previous event's {times[row - 1]:g}: events must be listed in time "
+            "order (sort the file by its time column), or this column is not the time (name the columns with "
+            "--columns)",
+        )
+    ids = np.concatenate([table[:, layout.src], table[:, layout.dst]]).astype(np.int64)
+    distinct = len(np.unique(ids))
+    largest = int(ids.max())
+    if largest + 1 > 4 * distinct + 1000:
+        row = int(np.argmax((table[:, layout.src] == largest) | (table[:, layout.dst] == largest)))
+        raise _line_error(
+            path,
+            start_line,
+            row,
+            f"node id {largest}, where {distinct} distinct ids appear: a node memory would hold {largest + 1} rows; "
+            "renumber the ids 0..n-1, or this column is not an id (name the columns with --columns)",
+        )
 
-    CSV (a comma in the first line): a header whose first three names are one of :data:`HEADER_FORMS`,
-    then optionally ``label`` (or JODIE's ``state_label``) and numeric feature columns (JODIE files list
-    one header name for all of them; rows may be wider than the header). Whitespace: ``src dst time``
-    lines with an optional header line of the same forms, extra columns as features. Lines starting
-    with ``#`` are comments.
+
+def standardise(feat: np.ndarray) -> np.ndarray:
+    """float32 columns of mean 0 and standard deviation 1 (a constant column becomes 0)."""
+    mean = feat.mean(axis=0, keepdims=True)
+    std = feat.std(axis=0, keepdims=True)
+    return ((feat - mean) / np.where(std > 0, std, 1.0)).astype(np.float32)
+
+
+def read_events(
+    path: str | os.PathLike,
+    bipartite: bool = False,
+    columns: Sequence[str] | None = None,
+) -> EventStream:
+    """Read an event stream from a CSV or whitespace-separated (SNAP) file.
+
+    Which column is what: ``columns`` (``--columns src,dst,weight,time``) names every column; else a header
+    line names them (src/u/user_id/source, dst/i/item_id/target, time/ts/timestamp, label/state_label; rows
+    may be wider than a header, JODIE's, the extra columns attributes); else a file of three columns is
+    ``src dst time``. A headerless file of more columns is refused: which one is the time cannot be told.
+    Columns other than source, destination, time and label are attributes (SNAP's rating, JODIE's features):
+    kept as float32 event features, standardised per column to mean 0 and standard deviation 1 over the
+    file's events (a constant column becomes 0), which the TGN's messages carry. Lines starting with ``#`` are
+    comments. Events must be listed in time order (the SNAP and JODIE files are): a time before the previous
+    event's is refused, as it is what a wrongly named column gives.
 
     Args:
         path: the file.
         bipartite: renumber destinations after sources (``dst + max(src) + 1``), JODIE's user/item
             convention, so users and items never share an id.
+        columns: the columns' names, in file order (a header line, if any, is then skipped).
 
     Raises:
-        InputError: not an event stream (fewer than 3 columns, non-integer or negative ids, non-numeric
-            times or features, rows of different widths), naming the file and line.
+        InputError: not an event stream (columns that cannot be told apart, ids that are negative, not
+            integers or far sparser than the events, values that are not finite numbers, rows of different
+            widths, times out of order, no events), naming the file and, for a bad line, its number.
     """
     path = Path(path)
     if not path.is_file():
@@ -206,44 +301,30 @@ def read_events(path: str | os.PathLike, bipartite: bool = False) -> EventStream
     number, first = _first_line(path)
     delimiter = "," if "," in first else None
     tokens = _split(first, delimiter)
-    has_header = not all(_is_number(t) for t in tokens[:3]) if len(tokens) >= 3 else True
-    has_label = _header(path, number, tokens) if has_header else False
-    data_start = number + 1 if has_header else number
+    header = not all(_is_number(t) for t in tokens)
+    layout = _layout(path, number, tokens, header, columns)
+    data_start = number + 1 if header else number
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "loadtxt: input contained no data")
             table = np.loadtxt(
                 path, delimiter=delimiter, comments="#", skiprows=data_start - 1, dtype=np.float64, ndmin=2
             )
-            ids = np.loadtxt(
-                path,
-                delimiter=delimiter,
-                comments="#",
-                skiprows=data_start - 1,
-                usecols=(0, 1),
-                dtype=np.int64,
-                ndmin=2,
-            )
     except ValueError as err:
-        _scan_for_error(path, delimiter, data_start)
-        raise InputError(
-            f"{path}: not an event stream ({err}); expected lines `src dst time [label] [features]`"
-        ) from err
+        _scan_for_error(path, delimiter, data_start, layout)
+        raise InputError(f"{path}: not an event stream ({err}); expected lines `src dst time [attributes]`") from err
     if table.shape[0] == 0:
         raise InputError(f"{path}: no events after the header; expected lines `src dst time`")
-    if table.shape[1] < 3 or (ids < 0).any() or not np.isfinite(table[:, 2]).all():
-        _scan_for_error(path, delimiter, data_start)
-    label = table[:, 3] if has_label else None
-    first_feature = 4 if has_label else 3
-    feat = table[:, first_feature:] if table.shape[1] > first_feature else None
-    return _from_columns(
-        np.ascontiguousarray(ids[:, 0]),
-        np.ascontiguousarray(ids[:, 1]),
-        np.ascontiguousarray(table[:, 2]),
-        label,
-        feat,
-        bipartite,
-    )
+    _check_table(path, data_start, table, layout)
+    attributes = list(layout.features) + list(range(layout.width, table.shape[1]))
+    src = table[:, layout.src].astype(np.int64)
+    dst = table[:, layout.dst].astype(np.int64)
+    if bipartite:
+        dst = dst + (int(src.max()) + 1)
+    label = None if layout.label is None else np.ascontiguousarray(table[:, layout.label], dtype=np.float32)
+    feat = standardise(table[:, attributes]) if attributes else None
+    num_nodes = int(max(src.max(), dst.max())) + 1
+    return EventStream(src, dst, np.ascontiguousarray(table[:, layout.time]), num_nodes, label, feat)
 
 
 def synthetic_events(

@@ -61,7 +61,9 @@ def read_pgt_json(path: str | os.PathLike, lags: int | None = None) -> SnapshotS
             per-time layout (its features are its own).
 
     Raises:
-        InputError: unreadable JSON, a missing key, inconsistent shapes, or ``lags`` that leave no snapshot.
+        InputError: unreadable JSON (the message gives the line and column), a missing key, a value that is
+            not a finite number (the message names its key and index), inconsistent shapes, or ``lags`` that
+            leave no snapshot.
     """
     path = Path(path)
     try:
@@ -93,30 +95,53 @@ def _require(data: dict[str, Any], key: str, path: Path, where: str = "") -> Any
     return data[key]
 
 
+def _numbers(raw: Any, path: Path, key: str) -> np.ndarray:
+    """``raw`` as a float64 array of finite numbers (nested lists of one shape), or an InputError naming ``key``
+    and the first bad entry."""
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (ValueError, TypeError) as e:
+        raise InputError(
+            f"{path}: {key} is not an array of numbers (rows differ in length, or a value is not a number: {e})"
+        ) from e
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = "".join(f"[{i}]" for i in np.argwhere(bad)[0])
+        raise InputError(f"{path}: {key}{where} is {arr[bad].flat[0]}, expected a finite number")
+    return arr
+
+
 def _edges(raw: Any, path: Path, key: str) -> np.ndarray:
-    arr = np.asarray(raw, dtype=np.int64)
+    arr = _numbers(raw, path, key)
     if arr.size == 0:
         return np.zeros((2, 0), np.int64)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise InputError(f"{path}: {key} has shape {arr.shape}, expected a list of [u, v] pairs")
-    return np.ascontiguousarray(arr.T)
+    fractional = arr != np.floor(arr)
+    if fractional.any():
+        row, column = np.argwhere(fractional)[0]
+        raise InputError(f"{path}: {key}[{row}][{column}] is {arr[row, column]}, expected an integer node id")
+    return np.ascontiguousarray(arr.T.astype(np.int64))
 
 
 def _matrix(raw: Any, path: Path, key: str) -> np.ndarray:
-    try:
-        arr = np.asarray(raw, dtype=np.float64)
-    except ValueError as e:
-        raise InputError(f"{path}: {key} rows differ in length; expected [time][node] of one node count") from e
+    arr = _numbers(raw, path, key)
     if arr.ndim != 2:
         raise InputError(f"{path}: {key} has shape {arr.shape}, expected [time][node]")
     return arr
 
 
 def _vector(raw: Any, path: Path, key: str, length: int) -> np.ndarray:
-    arr = np.asarray(raw, dtype=np.float32).reshape(-1)
+    arr = _numbers(raw, path, key).astype(np.float32).reshape(-1)
     if arr.shape[0] != length:
         raise InputError(f"{path}: {key} has {arr.shape[0]} values for {length} edges; give one per edge")
     return arr
+
+
+def _count(raw: Any, path: Path, key: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise InputError(f"{path}: {key} is {raw!r}, expected a positive integer")
+    return raw
 
 
 def _lagged(name: str, signal: np.ndarray, graph_at, lags: int, path: Path) -> SnapshotSequence:
@@ -136,12 +161,14 @@ def _lagged(name: str, signal: np.ndarray, graph_at, lags: int, path: Path) -> S
                 n,
             )
         )
-    return SnapshotSequence(snapshots, name)
+    return _sequence(snapshots, name, path)
 
 
 def _mobility(name: str, data: dict[str, Any], lags: int, path: Path) -> SnapshotSequence:
-    periods = int(data["time_periods"])
+    periods = _count(data["time_periods"], path, "time_periods")
     mapping = data["edge_mapping"]
+    if not isinstance(mapping, dict):
+        raise InputError(f"{path}: edge_mapping is a {type(mapping).__name__}, expected an object of keys")
     index = _require(mapping, "edge_index", path, "edge_mapping: ")
     weight = _require(mapping, "edge_weight", path, "edge_mapping: ")
     signal = _matrix(data["y"], path, "y")
@@ -155,7 +182,16 @@ def _mobility(name: str, data: dict[str, Any], lags: int, path: Path) -> Snapsho
         raw = _require(weight, str(t), path, "edge_mapping.edge_weight: ")
         return edges, _vector(raw, path, f"edge_weight[{t}]", edges.shape[1])
 
-    return _lagged(name, signal, graph_at, lags, path)
+    graphs = [graph_at(t) for t in range(periods)]  # every day checked, also those past the last snapshot
+    return _lagged(name, signal, graphs.__getitem__, lags, path)
+
+
+def _sequence(snapshots: list[Snapshot], name: str, path: Path) -> SnapshotSequence:
+    """The sequence, its consistency errors (an edge id past the node count, ...) naming the file."""
+    try:
+        return SnapshotSequence(snapshots, name)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from e
 
 
 def _one_hot(values: np.ndarray, width: int) -> np.ndarray:
@@ -173,16 +209,26 @@ def encode_degree_transitivity(raw: np.ndarray) -> np.ndarray:
 
 
 def _per_time(name: str, data: dict[str, Any], path: Path) -> SnapshotSequence:
-    periods = int(data["time_periods"])
+    periods = _count(data["time_periods"], path, "time_periods")
+    steps = [_time_step(data, t, path) for t in range(periods)]
     snapshots = []
-    for t in range(periods):
-        step = _require(data, str(t), path)
-        edges = _edges(_require(step, "edges", path, f"time {t}: "), path, f"{t}.edges")
-        weights = _vector(_require(step, "weights", path, f"time {t}: "), path, f"{t}.weights", edges.shape[1])
-        raw = _matrix(_require(step, "X", path, f"time {t}: "), path, f"{t}.X")
-        if raw.shape[1] != 2:
-            raise InputError(f"{path}: {t}.X has {raw.shape[1]} columns, expected [degree, transitivity]")
-        target_step = _require(data, str(min(t + 1, periods - 1)), path)
-        y = np.log1p(np.asarray(_require(target_step, "y", path, f"time {t}: "), np.float32))
+    for t, (edges, weights, raw, _) in enumerate(steps):
+        y = np.log1p(steps[min(t + 1, periods - 1)][3]).astype(np.float32)  # the last time repeats its target
         snapshots.append(Snapshot(edges, weights, encode_degree_transitivity(raw), y, raw.shape[0]))
-    return SnapshotSequence(snapshots, name)
+    return _sequence(snapshots, name, path)
+
+
+def _time_step(data: dict[str, Any], t: int, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Time ``t`` of the per-time layout: its edges, weights, raw [degree, transitivity] rows and ``y``."""
+    step = _require(data, str(t), path)
+    if not isinstance(step, dict):
+        raise InputError(f"{path}: {t} is a {type(step).__name__}, expected an object of keys")
+    edges = _edges(_require(step, "edges", path, f"time {t}: "), path, f"{t}.edges")
+    weights = _vector(_require(step, "weights", path, f"time {t}: "), path, f"{t}.weights", edges.shape[1])
+    raw = _matrix(_require(step, "X", path, f"time {t}: "), path, f"{t}.X")
+    if raw.shape[1] != 2:
+        raise InputError(f"{path}: {t}.X has {raw.shape[1]} columns, expected [degree, transitivity]")
+    y = _numbers(_require(step, "y", path, f"time {t}: "), path, f"{t}.y")
+    if (y < 0).any():
+        raise InputError(f"{path}: {t}.y holds {y.min()}, expected counts >= 0")
+    return edges, weights, raw, y

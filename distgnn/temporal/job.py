@@ -39,7 +39,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.data.datasets import DatasetSpec, load_dataset
-from distgnn.data.events import EventStream
+from distgnn.data.events import EventStream, parse_columns
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal import checkpoint, parallel, shared
@@ -53,6 +53,7 @@ from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
 from distgnn.train.result import epoch_time_s
+from distgnn.train.selection import BestEpoch, copy_weights
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,17 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--dataset",
         default="synthetic-events:2000:60000",
-        help="events:PATH (CSV src,dst,time[,label,features] or SNAP 'src dst time') or\n"
+        help="events:PATH (CSV or SNAP whitespace; --columns or a header line names the columns) or\n"
         "synthetic-events:NODES:EVENTS (seeded by --seed)",
     )
     data.add_argument("--bipartite", action="store_true", help="renumber destinations after sources (JODIE)")
+    data.add_argument(
+        "--columns",
+        type=parse_columns,
+        help="events:PATH's columns by name, e.g. src,dst,weight,time (default: the file's header line; a\n"
+        "headerless file of three columns is src,dst,time); columns other than src, dst, time and label are\n"
+        "attributes: event features, standardised per column, carried by the TGN's messages",
+    )
     model = parser.add_argument_group("model and optimiser (PyG's TGN example's defaults)")
     model.add_argument("--batch-size", type=int, default=200)
     model.add_argument("--lr", type=float, default=1e-4, help="Adam's learning rate of one trainer")
@@ -102,6 +110,15 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         "(memory only); its time is left out of the training seconds",
     )
     model.add_argument(
+        "--patience",
+        type=int,
+        metavar="N",
+        help="stop after N epochs in a row without a better validation AP (default: train every epoch); either\n"
+        "way the result is the model of the best epoch by validation AP (weights and node memory, as TGN\n"
+        "selects it), its figures val_ap, test_ap, test_auc, test_mrr, with the last epoch's as last_val_ap,\n"
+        "last_test_ap",
+    )
+    model.add_argument(
         "--step",
         default="auto",
         choices=STEP_MODES,
@@ -120,9 +137,12 @@ def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, 
     return torch.optim.Adam(params, lr=lr, foreach=True, capturable=step != "eager")
 
 
-def load_stream(spec: str, bipartite: bool = False, seed: int = 0) -> EventStream:
-    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`)."""
-    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite))
+def load_stream(
+    spec: str, bipartite: bool = False, seed: int = 0, columns: tuple[str, ...] | None = None
+) -> EventStream:
+    """The stream ``--dataset`` names (a dataset kind of :mod:`distgnn.data.datasets`), its columns named by
+    ``columns`` (``--columns``)."""
+    stream = load_dataset(DatasetSpec(spec, seed=seed, bipartite=bipartite, columns=columns))
     if not isinstance(stream, EventStream):
         raise ConfigError(f"--dataset {spec} is a graph, not an event stream: use events:PATH or synthetic-events:N:E")
     return stream
@@ -169,6 +189,8 @@ def prepare(args: argparse.Namespace) -> Plan:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.evals_per_epoch < 1:
         raise ConfigError(f"--evals-per-epoch must be >= 1, got {args.evals_per_epoch}")
+    if args.patience is not None and args.patience < 1:
+        raise ConfigError(f"--patience must be >= 1 epoch, got {args.patience}")
     events, csr = _event_graph(args)
     train_end, val_end = chronological_split(len(events))
     train_batches = batch_ranges(0, train_end, args.batch_size)
@@ -185,10 +207,12 @@ def _event_graph(args: argparse.Namespace) -> tuple[EventStream, TemporalCSR | N
     builds it); ``--single`` builds its own; the ``--local`` launcher only reads the stream to check it."""
     slot = None if args.local or args.single else shared.MachineSlot.from_env(os.environ)
     if slot is not None:
-        key = f"{args.dataset} seed={args.seed} bipartite={args.bipartite}"
-        graph = shared.machine_event_graph(slot, key, lambda: load_stream(args.dataset, args.bipartite, args.seed))
+        key = f"{args.dataset} seed={args.seed} bipartite={args.bipartite} columns={args.columns}"
+        graph = shared.machine_event_graph(
+            slot, key, lambda: load_stream(args.dataset, args.bipartite, args.seed, args.columns)
+        )
         return graph.events, graph.csr
-    events = load_stream(args.dataset, args.bipartite, args.seed)
+    events = load_stream(args.dataset, args.bipartite, args.seed, args.columns)
     return events, None if args.local else build_temporal_csr(events)
 
 
@@ -314,6 +338,8 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         )
 
     metrics = metrics_from_args(args, rank)
+    # The best epoch by validation AP: its weights, the evaluating memory as its training left it, and its owner.
+    selection: BestEpoch[tuple[dict, dict | None, int]] = BestEpoch(higher_is_better=True, patience=args.patience)
     step = start.step
     epoch_times, val, test = [], {}, {}
     trained_total = 0.0  # training seconds of the job so far, evaluations left out
@@ -372,11 +398,14 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
                     flush=True,
                 )
         if not args.no_eval:
-            val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=epoch == args.epochs - 1)
+            # The evaluating memory as training left it: what the best epoch's model is evaluated from at the end.
+            trained = runner.memory.state() if rank == evaluator else None
+            val, test = _evaluate(runner, plan, args, rank, world, evaluator, last=False)
             if rank == 0:
                 print(
                     f"epoch {epoch}: val AP {val['ap']:.4f} AUC {val['auc']:.4f}, test AP {test['ap']:.4f}", flush=True
                 )
+            selection.update(epoch, val["ap"], lambda kept=trained, owner=evaluator: (copy_weights(model), kept, owner))
             if metrics is not None:
                 record = {"step": step, "epoch": epoch, "fraction": 1.0, "train_s": trained_total}
                 metrics.log("eval", record | {f"val_{k}": v for k, v in val.items()})
@@ -385,8 +414,15 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
             record.update({f"val_{k}": v for k, v in val.items()})
             record.update({f"test_{k}": v for k, v in test.items()})
             metrics.log("epoch", record)
+        if selection.should_stop:
+            if rank == 0:
+                print(f"no better validation AP in {args.patience} epochs: stopping after epoch {epoch}", flush=True)
+            break
     if metrics is not None:
         metrics.close()
+    last_val, last_test = val, test
+    if selection.state is not None:
+        val, test = _evaluate_best(runner, model, plan, args, rank, world, selection.state)
     epoch_time = epoch_time_s(epoch_times) or 0.0
     trained_events = sum(end - begin for begin, end in plan.train_batches[plan.first_trained_batch :])
     result = {
@@ -404,11 +440,37 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         "epoch_times_s": [round(t, 4) for t in epoch_times],
         "events_per_s": trained_events / epoch_time if epoch_time else 0.0,
     }
-    if not args.no_eval:
+    if not args.no_eval and selection.state is not None:
         result.update(
-            val_ap=val["ap"], val_auc=val["auc"], test_ap=test["ap"], test_auc=test["auc"], test_mrr=test.get("mrr")
+            epochs_trained=selection.last_epoch + 1,
+            best_epoch=selection.best_epoch,
+            val_ap=val["ap"],
+            val_auc=val["auc"],
+            test_ap=test["ap"],
+            test_auc=test["auc"],
+            test_mrr=test.get("mrr"),
+            last_val_ap=last_val["ap"],
+            last_test_ap=last_test["ap"],
         )
     return result
+
+
+def _evaluate_best(
+    runner: TGNRunner,
+    model: TGN,
+    plan: Plan,
+    args: argparse.Namespace,
+    rank: int,
+    world: int,
+    best: tuple[dict, dict | None, int],
+) -> tuple[dict, dict]:
+    """Validation and test (with MRR) of the best epoch's model: its weights on every trainer, its memory on the
+    trainer that evaluated it."""
+    weights, memory, evaluator = best
+    model.load_state_dict(weights)
+    if rank == evaluator:
+        runner.memory.load_state(memory)
+    return _evaluate(runner, plan, args, rank, world, evaluator, last=True)
 
 
 def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
@@ -501,7 +563,8 @@ def _evaluate(
     runner: TGNRunner, plan: Plan, args: argparse.Namespace, rank: int, world: int, evaluator: int, last: bool
 ) -> tuple[dict, dict]:
     """Validation then test on the evaluator (the owner of the copy that trained the last segment); the figures
-    broadcast to every trainer. MRR on the last epoch only (49 negatives per event cost many plain passes)."""
+    broadcast to every trainer. MRR with ``last`` only, for the selected model (49 negatives per event cost many plain
+    passes)."""
     figures = torch.zeros(5, dtype=torch.float64)
     if rank == evaluator:
         val = runner.evaluate(batch_ranges(plan.train_end, plan.val_end, args.batch_size))

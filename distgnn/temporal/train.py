@@ -260,10 +260,15 @@ class TGNRunner:
 
     def _evaluate(self, ranges: list[tuple[int, int]], mrr: bool) -> dict[str, float]:
         aps, aucs, reciprocal = [], [], []
+        # The AP negatives and the MRR negatives come from streams of their own: AP and AUC are the same figures
+        # with or without MRR.
         generator = torch.Generator(device="cpu").manual_seed(self.eval_seed)
+        ranking = torch.Generator(device="cpu").manual_seed(self.eval_seed + 1)
         for begin, end in ranges:
-            per_event = 1 + (MRR_NEGATIVES if mrr else 0)
-            out = self.forward(begin, end, self.negatives(end - begin, per_event, generator))
+            negatives = self.negatives(end - begin, 1, generator)
+            if mrr:
+                negatives = torch.cat([negatives, self.negatives(end - begin, MRR_NEGATIVES, ranking)], 1)
+            out = self.forward(begin, end, negatives)
             pos = out.pos.float().cpu()
             first = out.neg[:, 0].float().cpu()
             aps.append(average_precision(pos.numpy(), first.numpy()))

@@ -64,11 +64,16 @@ SCHEMAS = {
     # link_prediction: after an evaluation, mrr, hits@k, auc and num_pairs of each split that holds pairs
     # (val_*, test_*), as --val-fraction and --test-fraction leave them
     "link": ResultSchema("link", (*_STATIC, "neg_sampler", "num_negs"), (frozenset({"eval_time_s"}),)),
-    # tgn
+    # tgn: after an evaluation, the model of the best validation epoch's figures and the last epoch's
     "temporal": ResultSchema(
         "temporal",
         ("num_events", "events_per_s", "minibatch_parallelism", "epoch_parallelism", "memory_parallelism"),
-        (frozenset({"val_ap", "val_auc", "test_ap", "test_auc", "test_mrr"}),),
+        (
+            frozenset(
+                {"best_epoch", "epochs_trained", "val_ap", "val_auc", "test_ap", "test_auc", "test_mrr"}
+                | {"last_val_ap", "last_test_ap"}
+            ),
+        ),
     ),
     # snapshot: node regression, or next-snapshot links
     "snapshot": ResultSchema(

@@ -7,7 +7,8 @@ Three ways to run it, as the other examples:
 * no flag: one trainer of a job started by ``distgnn-launch`` or ``--local`` (RANK, WORLD_SIZE, MASTER_*).
 * ``--single``: one process, one memory copy.
 
-The stream is ``--dataset events:PATH`` (CSV ``src,dst,time,...`` or SNAP ``src dst time``) or
+The stream is ``--dataset events:PATH`` (CSV or SNAP's whitespace; a header line or ``--columns
+src,dst,rating,time`` names the columns, attribute columns become standardised event features) or
 ``synthetic-events:NODES:EVENTS``; split chronologically 70/15/15. ``--minibatch-parallelism i
 --epoch-parallelism j --memory-parallelism k`` (i*j*k trainers; unset: DistTGL's heuristic, printed at start
 with its reasons): i trainers split each batch, j train j epochs at once over one memory copy (an epoch then
@@ -18,9 +19,12 @@ validates N times an epoch: the ones before its end score a scratch copy of the 
 of the training events with the current weights, which scores lower than the memory trained along
 (docs/benchmarks-history.md).
 Rank 0 prints a line per epoch and ends with ``RESULT {json}`` (the ``temporal`` keys of
-:mod:`distgnn.train.result`: val_ap, test_ap, test_auc, test_mrr, events_per_s, i/j/k after the shared ones);
-bad input ends in one ``error:`` line and exit code 2. ``--checkpoint-dir D --checkpoint-every N`` saves
-weights, optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` writes metrics.jsonl.
+:mod:`distgnn.train.result` after the shared ones): the model of the best validation-AP epoch
+(best_epoch; its weights and node memory kept; ``--patience N`` stops after N epochs without a better one) with
+its val_ap, test_ap, test_auc, test_mrr, the last epoch's last_val_ap, last_test_ap, and epochs_trained,
+epoch_time_s, events_per_s, num_trainers, i/j/k; bad input ends in one ``error:`` line and exit code 2.
+``--checkpoint-dir D --checkpoint-every N`` saves weights,
+optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` writes metrics.jsonl.
 """
 
 from __future__ import annotations
