@@ -15,10 +15,9 @@ A checkpoint ``<dir>/step-<n>/`` holds
   (:mod:`distgnn.train.state_codec`), per rank for per-rank pieces, the graph's identity and the job's facts;
 * ``manifest.json`` (written last): size and sha256 of every file.
 
-No pickle anywhere. The directory is assembled as ``.staging-step-<n>`` and renamed when complete (see
-:mod:`distgnn.store.checkpoint_files`), the last ``keep`` checkpoints are kept. A resumed run continues the same
-sequence of batches, dropout masks and updates: with one trainer on CPU it ends bit-identical to a run that
-was never interrupted (tests/train/test_checkpoint_resume.py).
+No pickle anywhere. The directory is assembled as ``.staging-step-<n>`` and renamed when complete
+(:mod:`distgnn.store.checkpoint_files`); the last ``keep`` are kept. With one trainer on CPU a resumed run ends
+bit-identical to one never interrupted (tests/train/test_checkpoint_resume.py).
 
 Every rank calls :meth:`Checkpointer.maybe_save` (or :meth:`Checkpointer.save`) with the same piece names and
 :meth:`Checkpointer.resume` once before training; both are collective (torch.distributed when initialized).
