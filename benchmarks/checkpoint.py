@@ -39,6 +39,7 @@ from distgnn.partition import partition_graph
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.store import checkpoint_files as cio
 from distgnn.train.checkpoint import Checkpointer
+from distgnn.train.checkpoint_pieces import training_pieces
 from distgnn.train.cluster import LocalCluster
 
 PULL_ROWS = 200_000
@@ -124,11 +125,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
         size = 0
         for r in range(args.repeats):
             start = time.perf_counter()
-            path = ckpt.save(r + 1, 0, **state)
+            path = ckpt.save(r + 1, 0, training_pieces(**state))
             saves.append(time.perf_counter() - start)
             size = dir_bytes(path)
             start = time.perf_counter()
-            ckpt.resume(str(path), **state)
+            ckpt.resume(str(path), training_pieces(**state))
             loads.append(time.perf_counter() - start)
             peer_dir = work / f"peer{r}"
             start = time.perf_counter()

@@ -12,6 +12,7 @@ size and sha256 go into the manifest and are checked before anything is loaded.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -130,6 +131,17 @@ def read_verified_npy(path: Path, entry: dict) -> np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         raise CheckpointError(f"checkpoint file {path} is not a plain .npy array: {exc}") from None
+
+
+def read_arrays(path: str | Path) -> dict[str, np.ndarray]:
+    """Every ``.npy`` file of the checkpoint at ``path`` by file name, each checked against the manifest (size
+    and sha256) and memory-mapped read-only: for tools and tests that look inside a checkpoint."""
+    path = Path(path)
+    try:
+        files = json.loads((path / "manifest.json").read_text())["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from None
+    return {name: read_verified_npy(path / name, entry) for name, entry in files.items() if name.endswith(".npy")}
 
 
 def prepare_staging(root: str, staging: str) -> Path:

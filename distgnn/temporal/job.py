@@ -32,7 +32,6 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -51,6 +50,7 @@ from distgnn.temporal.step import STEP_MODES
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
 from distgnn.train import job
+from distgnn.train.checkpoint import Position
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
 from distgnn.train.result import epoch_time_s
 from distgnn.train.selection import BestEpoch, copy_weights
@@ -306,36 +306,24 @@ def _train(args: argparse.Namespace, plan: Plan, rank: int, world: int, device: 
         eval_seed=args.seed,
     )
     owned = {copy: runner.memory} if runner.memory is not None else {}
-    barrier = dist.barrier if world > 1 else (lambda: None)
     meta = {
         "num_events": len(events),
         "num_nodes": events.num_nodes,
         "parallelism": [par.minibatch, par.epoch, par.memory],
         "time_encoding": args.time_encoding,  # the model's parameters differ (learned frequencies or none)
     }
-    start = checkpoint.Position(0, 0, 0)
-    if args.resume:
-        if not args.checkpoint_dir and args.resume == "auto":
-            raise ConfigError("--resume auto needs --checkpoint-dir")
-        path = checkpoint.latest(os.path.abspath(args.checkpoint_dir)) if args.resume == "auto" else Path(args.resume)
-        if path is not None:
-            loaded = checkpoint.load(path)
-            if loaded.meta != meta:
-                raise ConfigError(f"checkpoint {path} was taken for {loaded.meta}, this job is {meta}")
-            checkpoint.restore(loaded, rank, model, optimizer, runner.generator, owned)
-            if par.epoch > 1:
-                group.load_state(checkpoint.held_by(loaded, rank), device)
-            start = loaded.position
-            if rank == 0:
-                print(f"resumed from {path} (step {start.step})", flush=True)
-    root = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
+    position = checkpoint.LoopPosition()
+    held = checkpoint.HeldBatch(group, device) if par.epoch > 1 else None
+    pieces = checkpoint.temporal_pieces(model, optimizer, runner.generator, owned, position, held)
+    books = checkpoint.checkpointer_from_args(args, meta)
+    start = books.resume(args.resume, pieces) if books else Position()
+    if start.path and rank == 0:
+        print(f"resumed from {start.path} (step {start.step})", flush=True)
+    root = args.checkpoint_dir
 
     def save(step: int, epoch: int, batch: int) -> None:
-        position = checkpoint.Position(step, epoch, batch)
-        held = group.state() if par.epoch > 1 else None
-        checkpoint.save(
-            root, position, rank, model, optimizer, runner.generator, owned, barrier, args.checkpoint_keep, meta, held
-        )
+        position.epoch, position.batch = epoch, batch
+        books.save(step, epoch, pieces)
 
     metrics = metrics_from_args(args, rank)
     # The best epoch by validation AP: its weights, the evaluating memory as its training left it, and its owner.

@@ -1,6 +1,6 @@
 """A training loop's checkpoints and metrics, wired from the command line.
 
-:func:`add_bookkeeping_args` gives a script the flags of :mod:`distgnn.train.checkpoint` and :mod:`distgnn.train.metrics`
+:func:`add_bookkeeping_args` gives a script the flags of checkpoints (:func:`add_checkpoint_args`) and :mod:`distgnn.train.metrics`
 (``--checkpoint-dir --checkpoint-every --checkpoint-keep --resume --run-dir --metrics-every --tensorboard``).
 A :class:`Bookkeeper` resumes from a checkpoint when it is made (rank 0 prints ``resumed from PATH (step N)``), says
 which epochs and how many batches are left, and after each step and epoch logs metrics and saves checkpoints. Without ``--checkpoint-dir`` and
@@ -16,16 +16,47 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from distgnn.client.context import DistContext
 from distgnn.client.embedding import DistEmbedding
 from distgnn.client.graph import DistGraph
-from distgnn.train.checkpoint import Position, add_checkpoint_args, checkpointer_from_args
+from distgnn.errors import ConfigError
+from distgnn.train.checkpoint import Checkpointer, Position
+from distgnn.train.checkpoint_pieces import training_pieces
 from distgnn.train.epoch import EpochMeter, EpochSummary
 from distgnn.train.metrics import RpcTraffic, add_metrics_args, metrics_from_args
 from distgnn.train.timeline import Timeline
 
 
+def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint-dir D --checkpoint-every N --checkpoint-keep K --resume [auto|PATH]``."""
+    group = parser.add_argument_group("checkpoints")
+    group.add_argument(
+        "--checkpoint-dir", default=None, help="where checkpoints go (shared, or the same path on every machine)"
+    )
+    group.add_argument("--checkpoint-every", type=int, default=0, help="save every N optimizer steps (0: never)")
+    group.add_argument("--checkpoint-keep", type=int, default=2, help="checkpoints kept (the oldest are removed)")
+    group.add_argument(
+        "--resume",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="auto|PATH",
+        help="continue from the latest checkpoint in --checkpoint-dir if there is one (alone or 'auto'), or from a\n"
+        "checkpoint's path",
+    )
+
+
+def checkpointer_from_args(args: argparse.Namespace, context: DistContext | None = None) -> Checkpointer | None:
+    """The Checkpointer the flags of :func:`add_checkpoint_args` ask for (None without ``--checkpoint-dir``)."""
+    if args.checkpoint_dir is None:
+        if args.resume is not None or args.checkpoint_every:
+            raise ConfigError("--resume and --checkpoint-every need --checkpoint-dir")
+        return None
+    return Checkpointer(args.checkpoint_dir, args.checkpoint_every, args.checkpoint_keep, context)
+
+
 def add_bookkeeping_args(parser: argparse.ArgumentParser) -> None:
-    """The checkpoint and metrics flags (see :func:`~distgnn.train.checkpoint.add_checkpoint_args`)."""
+    """The checkpoint and metrics flags (see :func:`add_checkpoint_args`)."""
     add_checkpoint_args(parser)
     add_metrics_args(parser)
 
@@ -71,18 +102,12 @@ class Bookkeeper:
         self.checkpointer = checkpointer_from_args(args)
         self.metrics = metrics_from_args(args)
         self._traffic = RpcTraffic(g.context.client) if self.metrics and isinstance(g, DistGraph) else None
-        self._state = dict(
-            model=model,
-            optimizer=optimizer,
-            loader=loader,
-            sparse_optimizers=list(sparse_optimizers),
-            embeddings=list(embeddings),
-        )
+        self.pieces = training_pieces(model, optimizer, loader, sparse_optimizers, embeddings)
         self.batches_per_epoch = batches_per_epoch
         self._sync_timing = bool(getattr(args, "sync_timing", False))
         self.position = Position()
         if self.checkpointer:
-            self.position = self.checkpointer.resume(args.resume, **self._state, batches_per_epoch=batches_per_epoch)
+            self.position = self.checkpointer.resume(args.resume, self.pieces, batches_per_epoch)
         self.step = self.position.step
         if self.position.path and (not dist.is_initialized() or dist.get_rank() == 0):
             print(f"resumed from {self.position.path} (step {self.step})", flush=True)
@@ -117,7 +142,7 @@ class Bookkeeper:
         if self.metrics and self.metrics.should_log_step(self.step):
             self.metrics.log_step(self.step, epoch, loss=float(loss.detach()))
         if self.checkpointer:
-            self.checkpointer.maybe_save(self.step, epoch, **self._state)
+            self.checkpointer.maybe_save(self.step, epoch, self.pieces)
 
     def epoch_done(self, summary: EpochSummary) -> None:
         """After :meth:`~distgnn.train.epoch.EpochMeter.finish`: one epoch record (with the epoch's RPC bytes)."""

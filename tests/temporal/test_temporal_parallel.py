@@ -15,10 +15,12 @@ import torch
 
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
-from distgnn.temporal import build_temporal_csr, checkpoint, job, parallel
+from distgnn.store.checkpoint_files import read_arrays
+from distgnn.temporal import build_temporal_csr, job, parallel
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
+from distgnn.train.checkpoint import Checkpointer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "tgn" / "train_dist.py"
@@ -115,6 +117,18 @@ def test_bad_configuration_is_one_line_before_any_process(capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def memory_file(files: dict[str, np.ndarray], copy: int, field: str) -> np.ndarray:
+    """Memory copy ``copy``'s array ``field`` in a checkpoint's files (saved by the trainer that owns it)."""
+    (name,) = [name for name in files if name.endswith(f".memory.{copy}.{field}.npy")]
+    return files[name]
+
+
+def position_of(path: Path) -> tuple:
+    """A checkpoint's step and every trainer's loop position (epoch, batches done)."""
+    state = json.loads((path / "state.json").read_text())
+    return state["step"], [dict(rank["position"]["__dict__"]) for rank in state["ranks"]]
+
+
 def warm_reference(model: TGN, memory: NodeMemory, events, ranges: list[tuple[int, int]]) -> None:
     """The documented warm-up: per chunk, the endpoints' memory read (mail through the GRU), written back,
     the chunk's events stored as mail."""
@@ -155,7 +169,7 @@ def test_memory_parallel_copies_equal_serial_replays_of_their_segments(tmp_path)
     flags = [*SMALL, "--checkpoint-keep", "10", "--lr", "0", "--checkpoint-dir", str(tmp_path)]
     flags[flags.index("--epochs") + 1] = "2"
     run_local(["--num-parts", "2", "--memory-parallelism", "2", *flags])
-    epochs = [checkpoint.load(path).files for path in sorted(tmp_path.glob("step-*"))]
+    epochs = [read_arrays(path) for path in sorted(tmp_path.glob("step-*"))]
     events = load_stream(SPEC)
     batches = batch_ranges(0, chronological_split(len(events))[0], 200)  # 14 batches: 7 per copy
     first, second = batches[:7], batches[7:]
@@ -166,10 +180,10 @@ def test_memory_parallel_copies_equal_serial_replays_of_their_segments(tmp_path)
         for copy in range(2):
             for field in NodeMemory.FIELDS:
                 np.testing.assert_allclose(
-                    files[f"memory{copy}.{field}.npy"], expected[copy][epoch][field], atol=1e-6, err_msg=field
+                    memory_file(files, copy, field), expected[copy][epoch][field], atol=1e-6, err_msg=field
                 )
     # The copies really differ: each saw its own segments only.
-    assert not np.allclose(epochs[0]["memory0.memory.npy"], epochs[0]["memory1.memory.npy"])
+    assert not np.allclose(memory_file(epochs[0], 0, "memory"), memory_file(epochs[0], 1, "memory"))
 
 
 @pytest.mark.slow
@@ -190,14 +204,14 @@ def test_minibatch_parallel_equals_one_trainer_on_the_same_batches(tmp_path):
             *flags,
         ]
     )
-    one = checkpoint.load(checkpoint.latest(str(serial))).files
-    two = checkpoint.load(checkpoint.latest(str(split))).files
+    one = read_arrays(Checkpointer(serial, 0).latest())
+    two = read_arrays(Checkpointer(split, 0).latest())
     # Sums over a batch's rows in another grouping round differently; Adam turns such noise into whole steps
     # where the exact gradient is 0: the keys' bias (softmax ignores a shift shared by all keys), left out here.
     for name, array in one.items():
         if name == "model.attention.key_value_node.bias.npy":
             array, other = array[8:], two[name][8:]  # the values' half
-        elif name.startswith(("model.", "memory0.")):
+        elif name.startswith(("model.", "rank0.memory.0.")):
             other = two[name]
         else:
             continue
@@ -211,11 +225,11 @@ def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path, capsys):
     assert main([*flags, "--checkpoint-dir", str(tmp_path / "a"), "--checkpoint-every", "5"]) == 0
     middle = tmp_path / "a" / "step-00000005"
     assert main([*flags, "--checkpoint-dir", str(tmp_path / "b"), "--resume", str(middle)]) == 0
-    full = checkpoint.load(checkpoint.latest(str(tmp_path / "a")))
-    resumed = checkpoint.load(checkpoint.latest(str(tmp_path / "b")))
-    assert full.position == resumed.position
-    for name, array in full.files.items():
-        np.testing.assert_array_equal(resumed.files[name], array, err_msg=name)
+    full, resumed = (Checkpointer(tmp_path / run, 0).latest() for run in ("a", "b"))
+    assert position_of(full) == position_of(resumed)
+    resumed_files = read_arrays(resumed)
+    for name, array in read_arrays(full).items():
+        np.testing.assert_array_equal(resumed_files[name], array, err_msg=name)
     # A model of other parameters (trained time frequencies) cannot take this checkpoint: one clear line.
     capsys.readouterr()
     assert main([*flags, "--time-encoding", "learned", "--resume", str(middle)]) == 2

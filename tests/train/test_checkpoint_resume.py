@@ -19,7 +19,9 @@ from distgnn.errors import CheckpointError, ConfigError
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import GraphSAGE
 from distgnn.sampling.neighbor import NeighborSampler
-from distgnn.train.checkpoint import Checkpointer, Position, add_checkpoint_args, checkpointer_from_args
+from distgnn.train.bookkeeping import add_checkpoint_args, checkpointer_from_args
+from distgnn.train.checkpoint import Checkpointer, Position
+from distgnn.train.checkpoint_pieces import training_pieces
 from distgnn.train.cluster import LocalCluster
 
 EMB_DIM = 4
@@ -83,7 +85,7 @@ def train(t: Trainer, until: int, checkpointer: Checkpointer | None = None, posi
             train_step(t, batch)
             step += 1
             if checkpointer is not None:
-                checkpointer.maybe_save(step, t.loader.epoch - 1, **t.state())
+                checkpointer.maybe_save(step, t.loader.epoch - 1, training_pieces(**t.state()))
             if step == until:
                 return
 
@@ -124,7 +126,7 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(job, tmp_path,
         job, f"emb_resumed_{every}_{sparse.__name__}", prefetch=1, sparse=sparse
     )  # a prefetch thread: the workers' start position too
     checkpointer = Checkpointer(ckpt_dir, every, keep=2)
-    position = checkpointer.resume("auto", **second.state())
+    position = checkpointer.resume("auto", training_pieces(**second.state()))
     last = every * (crash_at // every)
     assert (position.step, position.path.name) == (last, f"step-{last:08d}")
     assert (position.epoch, position.batch) == divmod(last, len(second.loader))
@@ -200,7 +202,9 @@ def test_a_tampered_or_truncated_checkpoint_is_refused_and_changes_nothing(
     else:
         data = data[: len(data) // 2]
     target.write_bytes(bytes(data))
-    error = _unchanged_after_refusal(job, t, lambda: Checkpointer(tmp_path, 4).resume(str(path), **t.state()))
+    error = _unchanged_after_refusal(
+        job, t, lambda: Checkpointer(tmp_path, 4).resume(str(path), training_pieces(**t.state()))
+    )
     assert message in error and target.name in error
 
 
@@ -208,16 +212,16 @@ def test_another_model_is_refused_in_one_line(job, saved):
     _, path = saved
     other = build(job, "emb_saved", hidden=32)
     error = _unchanged_after_refusal(
-        job, other, lambda: Checkpointer(path.parent, 4).resume(str(path), **other.state())
+        job, other, lambda: Checkpointer(path.parent, 4).resume(str(path), training_pieces(**other.state()))
     )
     assert "another model" in error and "\n" not in error
 
 
 def test_resume_auto_without_checkpoints_starts_fresh_and_a_missing_path_is_an_error(job, tmp_path):
     t = build(job, "emb_fresh")
-    assert Checkpointer(tmp_path, 4).resume("auto", **t.state()) == Position()
+    assert Checkpointer(tmp_path, 4).resume("auto", training_pieces(**t.state())) == Position()
     with pytest.raises(CheckpointError, match="not a complete checkpoint"):
-        Checkpointer(tmp_path, 4).resume(str(tmp_path / "step-00000004"), **t.state())
+        Checkpointer(tmp_path, 4).resume(str(tmp_path / "step-00000004"), training_pieces(**t.state()))
 
 
 def test_the_command_line_flags_make_a_checkpointer(tmp_path):
@@ -239,7 +243,7 @@ def test_a_checkpoint_of_another_partitioning_is_refused(saved, tmp_path):
     with LocalCluster(graph.json_path, rpc_timeout_s=30) as cluster, connect(cluster.config(0)) as ctx:
         other = build((graph, ctx), "emb_saved")
         with pytest.raises(CheckpointError, match="made with 2 partitions, this job has 3"):
-            Checkpointer(path.parent, 4).resume(str(path), **other.state())
+            Checkpointer(path.parent, 4).resume(str(path), training_pieces(**other.state()))
 
 
 @pytest.mark.parametrize(
@@ -300,7 +304,7 @@ def _rank_main(rank: int, graph, config, port: int, root: str, out) -> None:
             "draw": torch.rand(4),
         }
         train(t, 5, position=Position(step=3))  # on past the checkpoint, then "crash"
-        position = checkpointer.resume("auto", **t.state())
+        position = checkpointer.resume("auto", training_pieces(**t.state()))
         same_model = all(torch.equal(v, saved["model"][k]) for k, v in t.model.module.state_dict().items())
         out.put(
             (
@@ -345,9 +349,9 @@ def test_a_checkpoint_at_a_capped_epoch_end_continues_with_the_next_epoch(job, t
     checkpointer = Checkpointer(tmp_path, 2)
     for step, batch in zip((1, 2), t.loader, strict=False):  # the loop takes 2 of the loader's 4 batches
         train_step(t, batch)
-        checkpointer.maybe_save(step, 0, **t.state())
+        checkpointer.maybe_save(step, 0, training_pieces(**t.state()))
     resumed = build(job, "emb_cap")
-    position = checkpointer.resume("auto", **resumed.state(), batches_per_epoch=2)
+    position = checkpointer.resume("auto", training_pieces(**resumed.state()), batches_per_epoch=2)
     assert (position.step, position.epoch, position.batch) == (2, 1, 0)
     reference = build(job, "emb_cap")
     list(reference.loader)  # epoch 0
