@@ -47,7 +47,8 @@ from torch import nn
 from distgnn.data.events import EventStream, parse_columns
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
-from distgnn.temporal.job import adam, load_stream
+from distgnn.temporal.job import load_stream
+from distgnn.temporal.loop import adam
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
 from distgnn.temporal.warm import replay_memory
 from distgnn.train.selection import BestEpoch

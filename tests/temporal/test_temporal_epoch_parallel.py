@@ -18,7 +18,8 @@ from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.store.checkpoint_files import read_arrays
 from distgnn.temporal import build_temporal_csr, parallel
-from distgnn.temporal.job import adam, load_stream
+from distgnn.temporal.job import load_stream
+from distgnn.temporal.loop import adam
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split
 from distgnn.train.checkpoint import Checkpointer
