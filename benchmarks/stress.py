@@ -98,6 +98,12 @@ class Tally:
         return [o for o in self.outcomes if not o.ok]
 
 
+def default_sigint() -> None:
+    """In the child before it runs the job: Ctrl-C's default action, which Python turns into KeyboardInterrupt
+    (a shell starts a background command with SIGINT ignored, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def group_members(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (zombies left out)."""
     members = []
@@ -127,7 +133,13 @@ class Watched:
 
     def __init__(self, argv: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            argv,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=default_sigint,
         )
         self.lines: list[str] = []
         self.first_epoch = threading.Event()

@@ -70,7 +70,11 @@ def job_id_of(pids: list[int]) -> str | None:
 )
 def test_a_signal_stops_a_busy_local_job_within_10_s(tmp_path, name, sig):
     argv = [sys.executable, *COMMANDS[name], "--local", "--workdir", str(tmp_path)]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT at its default in the job whatever the test runner inherited (a background shell ignores it).
+    reset = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=reset
+    )
     lines: list[str] = []
     first_epoch = threading.Event()
 
