@@ -23,6 +23,7 @@ machine's other load spreads over all of them. ``--log-dir`` keeps each failed r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -178,9 +179,15 @@ class Watched:
         return (f"processes {procs} " if procs else "") + (f"/dev/shm {segments}" if segments else "")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """Kills what is left of the job (after a failure) and removes its segments, which its parent, killed
+        too, cannot."""
+        if self.proc.poll() is None or group_members(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+            for job_id in self.job_ids:
+                for segment in Path("/dev/shm").glob(f"distgnn-{job_id}-*"):
+                    segment.unlink(missing_ok=True)
 
 
 def finished(job: Watched, began: float, timeout: float) -> Outcome:
@@ -193,6 +200,7 @@ def finished(job: Watched, began: float, timeout: float) -> Outcome:
     seconds = time.monotonic() - began
     out = job.output()
     left = job.leftovers()
+    job.stop()  # what a failed run left, after it was counted
     if code != 0:
         last = [line for line in out.splitlines() if line.strip()][-1:] or [""]
         return Outcome(False, seconds, f"exit {code}: {last[0][:160]}", out)
