@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -160,18 +160,40 @@ def run_local(
     ``DISTGNN_MACHINE_ID``) for what they share in shared memory, which is removed when the job ends.
 
     ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
-    the first process that failed (1 for a signal), 130 after Ctrl-C and 143 after SIGTERM.
+    the first process that failed (1 for a signal). After Ctrl-C or SIGTERM it stops the job and ends this process
+    at once with 130 or 143.
     """
     previous = signal.getsignal(signal.SIGTERM)
     # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _run_local(Path(script), argv, args, None if part_config is None else Path(part_config))
     except KeyboardInterrupt:
         log.error("interrupted: stopped the job")
-        return 128 + signal.SIGINT
+        _exit_now(128 + signal.SIGINT)
+    except _Terminated:
+        log.error("terminated: stopped the job")
+        _exit_now(128 + signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM in :func:`run_local`: unwinds like KeyboardInterrupt, past ``except Exception``."""
+
+
+def _raise_terminated(*_: Any) -> None:
+    raise _Terminated
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Ends the process with ``code`` once the job is stopped, skipping the interpreter's teardown: unloading
+    torch takes seconds on a busy host, seconds that whoever sent the signal would wait for."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path | None) -> int:

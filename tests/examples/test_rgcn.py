@@ -47,7 +47,9 @@ def test_rgcn_reads_dgl_chunked_format(tmp_path) -> None:
 
     metadata = write_chunked(synthetic_mag(2000, seed=2, feat_dim=8, num_classes=4), tmp_path / "chunked", 3)
     result = train_single(load_example(), [*SMALL, f"--dataset=chunked:{metadata}", "--epochs=2"])
-    assert result["target_ntype"] == "paper" and result["test_acc"] > 0.3
+    # 4 classes: chance is 0.25; the bound sits well below what data and weight seeds reach (docs/BENCHMARKS.md,
+    # "Reliability").
+    assert result["target_ntype"] == "paper" and result["test_acc"] > 0.6
 
 
 def test_rgcn_refuses_a_target_type_without_labels() -> None:

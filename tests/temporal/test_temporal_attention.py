@@ -1,7 +1,10 @@
 """The fused CPU temporal attention (C++ kernel and its backward) against the torch reference, on random inputs:
-repeated neighbour rows, empty slots and roots without any filled slot; and its bad-input errors."""
+repeated neighbour rows, empty slots and roots without any filled slot; both against a per-root loop written from
+the definition; and the kernel's bad-input errors."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -105,3 +108,57 @@ def test_kernel_rejects_bad_rows_and_shapes():
         call(heads=3)
     with pytest.raises(ValueError, match="kv rows must be 2 x 8 wide"):
         call(kv=kv_rows[:, :8])
+
+
+def attend_per_root(query, kv_rows, slots, event_rows, event_slots, mask, heads) -> torch.Tensor:
+    """Root r, head h: softmax over r's filled slots j of q_rh . (K_j + E_j)_h / sqrt(d), weighting
+    (V_j + E_j)_h, where [K_j | V_j] is row ``slots[r, j]`` of ``kv_rows`` (row r * k + j without ``slots``) and
+    E_j row ``event_slots[r, j]`` of ``event_rows`` (row r * k + j without ``event_slots``); a root without a
+    filled slot gets zeros."""
+    num_roots, k = mask.shape
+    width = query.shape[1]
+    d = width // heads
+    out = []
+    for r in range(num_roots):
+        parts = []
+        for h in range(heads):
+            cols = slice(h * d, (h + 1) * d)
+            scores, values = [], []
+            for j in range(k):
+                if not mask[r, j]:
+                    continue
+                row = kv_rows[int(slots[r, j]) if slots is not None else r * k + j]
+                event = event_rows[int(event_slots[r, j]) if event_slots is not None else r * k + j]
+                key = row[:width][cols] + event[cols]
+                scores.append((query[r, cols] * key).sum() / math.sqrt(d))
+                values.append(row[width:][cols] + event[cols])
+            if not scores:
+                parts.append(torch.zeros(d, dtype=query.dtype))
+                continue
+            s = torch.stack(scores)
+            w = torch.exp(s - s.max())
+            w = w / w.sum()
+            parts.append((w[:, None] * torch.stack(values)).sum(0))
+        out.append(torch.cat(parts))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("heads,head_dim", [(2, 5), (3, 2)])
+@pytest.mark.parametrize("fn", [attend, attend_reference], ids=["fused", "torch"])
+def test_attention_equals_the_per_root_loop(fn, heads, head_dim, packed):
+    gen = torch.Generator().manual_seed(heads * 10 + head_dim)
+    inputs = random_case(gen, roots=24, k=6, heads=heads, head_dim=head_dim, num_kv=20, packed=packed)
+    grad = torch.randn(24, heads * head_dim, generator=gen)
+    leaves = (0, 1, 3)  # query, kv_rows, event_rows
+    out = fn(*inputs, heads)
+    got = torch.autograd.grad(out, [inputs[i] for i in leaves], grad)
+    wide = list(inputs)
+    for i in leaves:
+        wide[i] = inputs[i].detach().double().requires_grad_()
+    want_out = attend_per_root(*wide, heads)
+    want = torch.autograd.grad(want_out, [wide[i] for i in leaves], grad.double())
+    torch.testing.assert_close(out.double(), want_out, rtol=1e-5, atol=1e-5)
+    for name, g, w in zip(("query", "kv_rows", "event_rows"), got, want, strict=True):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5, msg=name)
+    assert inputs[5].sum(1).min() == 0 and inputs[5].sum(1).max() > 1  # empty roots and softmaxes over several

@@ -114,3 +114,40 @@ def test_bad_roots_and_config():
         TemporalSampler(csr, 3, strategy="latest")
     with pytest.raises(ConfigError, match="hops"):
         TemporalSampler(csr, 3, hops=3)
+
+
+@pytest.mark.parametrize("k", [1, 5])
+@pytest.mark.parametrize("cut", [0.5, 1.0])
+def test_uniform_picks_every_candidate_equally_often(k, cut):
+    """One root sampled many times: each candidate event before the root's time is picked k/m of the time (m
+    candidates). Chi-square against the multinomial bound, which picks without replacement only tighten; and a
+    sampler that favours recent events fails it."""
+    from scipy.stats import chi2
+
+    events = random_stream(6, num_nodes=10, num_events=600)
+    csr = build_temporal_csr(events)
+    busy = int(np.argmax(csr.indptr[1:] - csr.indptr[:-1]))
+    t = float(np.quantile(csr.times[csr.indptr[busy] : csr.indptr[busy + 1]], cut)) + (1e9 if cut == 1.0 else 0)
+    pool = candidates(csr, busy, t)
+    m = len(pool)
+    assert m > 3 * k
+    draws = 6000
+    sampler = TemporalSampler(csr, k, strategy="uniform", num_threads=2, seed=k)
+    hop = sampler.sample(torch.full((draws,), busy), torch.full((draws,), t, dtype=torch.float64))[0]
+    assert int(hop.mask.sum()) == draws * k
+    # A self-loop is listed twice (once per endpoint) as the same (event, neighbour) pair: one cell, twice as likely.
+    pairs = Counter(zip(csr.eids[pool].tolist(), csr.neighbors[pool].tolist(), strict=True))
+    cells = {pair: i for i, pair in enumerate(pairs)}
+    observed = np.zeros(len(cells))
+    for pair in zip(hop.eids[hop.mask].tolist(), hop.neighbors[hop.mask].tolist(), strict=True):
+        observed[cells[pair]] += 1
+    expected = draws * k / m * np.array([pairs[pair] for pair in cells], dtype=np.float64)
+    critical = chi2.ppf(0.9999, len(cells) - 1)
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    assert statistic < critical, (statistic, critical)
+    # The test has power: moving a fifth of the picks from the first half of the cells to the second is rejected.
+    half = len(cells) // 2
+    skewed = observed.copy()
+    skewed[:half] *= 0.8
+    skewed[half:] += observed[:half].sum() * 0.2 / (len(cells) - half)
+    assert float(((skewed - expected) ** 2 / expected).sum()) > critical
