@@ -1,0 +1,517 @@
+"""The distributed partition job: W ranks partition a chunked graph none of them reads whole.
+
+Every rank runs :func:`partition_distributed` (under ``--local``, distgnn-launch, torchrun or srun). The
+output is the on-disk format of ``partition.format``, identical to what ``partition_graph`` writes for the
+same assignment. Work is split three ways:
+
+* **reading**: rank ``r`` reads edge chunk ``j`` of every edge type and node/edge data chunk ``j`` of
+  every array with ``j % W == r`` (their data files must follow ``num_*_per_chunk``);
+* **assignment**: rank ``r`` owns the homogeneous node ids ``[r N / W, (r + 1) N / W)``: their partition
+  (``random``/``range`` computed per id, ``metis`` from ``partition.multilevel``) and their new id;
+* **writing**: rank ``p % W`` writes partition ``p`` (its CSC, HALO, features, its slices of
+  ``orig_nid``/``orig_eid``); rank 0 writes the JSON and renames the staged directory into place.
+
+Phases: read edges; assign; number nodes (new ids ordered by (partition, original id), counts gathered);
+look up the new ids of every edge's ends at their owners; send each edge to its destination's writer,
+which sorts them into (edge type, new destination, original id) order, the new edge ids; new edge ids
+back to the chunk readers; features chunk by chunk to the writers. Every exchange is
+``RankGroup.alltoallv``; what a rank writes goes to memory-mapped ``.npy`` files.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from distgnn.data.chunked import ChunkedLayout, read_chunked_layout
+from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, ChunkedArray, etype_str
+from distgnn.errors import InputError
+from distgnn.partition.assign import random_assignment, range_assignment, unique_sorted
+from distgnn.partition.collective import RankGroup
+from distgnn.partition.format import (
+    PART_ARRAYS,
+    FeatureSpec,
+    PartInfo,
+    PartitionMeta,
+    PartitionWriter,
+    check_output_dir,
+    feature_key,
+)
+
+logger = logging.getLogger(__name__)
+
+DIST_METHODS = ("random", "range", "metis")
+
+
+@dataclass(frozen=True)
+class DistOptions:
+    """What a distributed partition job does (the same on every rank)."""
+
+    input: Path
+    num_parts: int
+    out: Path
+    method: str = "random"
+    graph_name: str | None = None
+    seed: int = 0
+    overwrite: bool = False
+    message_mb: float = 256.0
+
+    @property
+    def message_bytes(self) -> int:
+        return max(1, int(self.message_mb * (1 << 20)))
+
+
+@dataclass
+class RankReport:
+    """What one rank did: its peak RSS, the all-to-all rounds it took part in and the bytes it sent."""
+
+    peak_rss_bytes: int
+    rounds: int
+    bytes_sent: int
+    seconds: float
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def _offsets(counts: list[int]) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=out[1:])
+    return out
+
+
+def _ranges(sizes: np.ndarray) -> np.ndarray:
+    ends = np.cumsum(sizes.reshape(-1), dtype=np.int64)
+    return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
+
+
+def _check_chunking(layout: ChunkedLayout) -> None:
+    """Data files must follow the chunking, so the reader of a chunk reads its data rows too."""
+    for owner, arrays, chunks in [
+        *((f"node type {t!r}", layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
+        *((f"edge type {etype_str(e)!r}", layout.edata.get(e, {}), layout.edge_chunks[e]) for e in layout.etypes),
+    ]:
+        for name, array in arrays.items():
+            if [rows for rows, _ in array.chunks] != list(chunks):
+                raise InputError(
+                    f"{array.where}: {len(array.chunks)} files that do not follow the {len(chunks)} chunks of "
+                    f"{owner}; the distributed job needs one data file per chunk (or use the single-process tool)"
+                )
+            if name == "reverse_eid":
+                raise InputError(
+                    f"{array.where}: an edge array 'reverse_eid' needs the single-process tool (drop --workers)"
+                )
+
+
+def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
+    rows, load = array.chunks[index]
+    chunk = np.asarray(load())
+    if chunk.shape != (rows, *array.row_shape) or chunk.dtype != array.dtype:
+        raise InputError(
+            f"{array.where}: chunk {index} is {chunk.dtype}{list(chunk.shape)}, expected "
+            f"{array.dtype}{[rows, *array.row_shape]}"
+        )
+    return chunk
+
+
+class _Job:
+    """One rank's state through the phases."""
+
+    def __init__(self, opts: DistOptions, group: RankGroup, layout: ChunkedLayout):
+        self.opts, self.group, self.layout = opts, group, layout
+        self.rank, self.world, self.P = group.rank, group.world, opts.num_parts
+        self.ntypes = layout.ntypes
+        self.etypes = layout.etypes
+        self.node_offsets = _offsets([layout.num_nodes[t] for t in self.ntypes])
+        self.edge_offsets = _offsets([layout.num_edges(e) for e in self.etypes])
+        self.N, self.E = int(self.node_offsets[-1]), int(self.edge_offsets[-1])
+        self.owner_bounds = np.array([r * self.N // self.world for r in range(self.world + 1)], dtype=np.int64)
+        self.own_lo, self.own_hi = (int(x) for x in self.owner_bounds[self.rank : self.rank + 2])
+        self.my_parts = list(range(self.rank, self.P, self.world))
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def node_owner(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.owner_bounds[1:], ids, side="right")
+
+    def part_of_new(self, new_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.node_map[:, 1], new_ids, side="right")
+
+    def my_chunks(self, num_chunks: int) -> list[int]:
+        return list(range(self.rank, num_chunks, self.world))
+
+    def slots(self, num_chunks: int) -> range:
+        """Rounds of chunk reading every rank takes part in (ranks without a chunk send nothing)."""
+        return range(-(-num_chunks // self.world))
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    def read_edges(self) -> None:
+        """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
+        srcs, dsts, eids, types = [], [], [], []
+        self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
+        at = 0
+        for t, etype in enumerate(self.etypes):
+            starts = _offsets(self.layout.edge_chunks[etype])
+            for j in self.my_chunks(len(self.layout.edge_chunks[etype])):
+                s, d = self.layout.read_edge_chunk(etype, j)
+                s += self.node_offsets[self.ntypes.index(etype[0])]
+                d += self.node_offsets[self.ntypes.index(etype[2])]
+                srcs.append(s)
+                dsts.append(d)
+                first = int(self.edge_offsets[t] + starts[j])
+                eids.append(np.arange(first, first + len(s), dtype=np.int64))
+                types.append(np.full(len(s), t, dtype=np.int64))
+                self.edge_chunk_pos[(t, j)] = at
+                at += len(s)
+
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+        self.src, self.dst, self.eid, self.etype = cat(srcs), cat(dsts), cat(eids), cat(types)
+
+    def assign(self) -> None:
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        if self.opts.method == "random":
+            self.part_owned = random_assignment(self.N, self.P, self.opts.seed, ids=ids)
+        elif self.opts.method == "range":
+            self.part_owned = range_assignment([self.layout.num_nodes[t] for t in self.ntypes], self.P, ids=ids)
+        else:
+            from distgnn.partition.multilevel import multilevel_assignment
+
+            self.part_owned, self.edge_cut = multilevel_assignment(self)
+
+    def number_nodes(self) -> None:
+        """New ids of the owned nodes: ordered by (partition, original id) over all ranks."""
+        part = self.part_owned
+        counts = self.group.allgather(np.bincount(part, minlength=self.P).astype(np.int64))  # (W, P)
+        sizes = counts.sum(axis=0)
+        starts = _offsets(sizes.tolist())
+        self.node_map = np.stack([starts[:-1], starts[1:]], axis=1)
+        base = starts[:-1] + counts[: self.rank].sum(axis=0)
+        order = np.argsort(part, kind="stable")
+        sorted_part = part[order]
+        group_start = np.searchsorted(sorted_part, sorted_part, side="left")
+        new = np.empty(len(part), dtype=np.int64)
+        new[order] = base[sorted_part] + np.arange(len(part), dtype=np.int64) - group_start
+        self.new_owned = new
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        ntype = np.searchsorted(self.node_offsets[1:], ids, side="right")
+        T = len(self.ntypes)
+        type_counts = np.bincount(part * T + ntype, minlength=self.P * T).astype(np.int64)
+        self.node_type_ranges = _ranges(self.group.allreduce(type_counts).reshape(self.P, T))
+
+    def new_node_ids(self, ids: np.ndarray) -> np.ndarray:
+        """New ids of any homogeneous node ids (a collective)."""
+        return self.group.lookup(
+            ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
+        )
+
+    def dispatch_edges(self) -> None:
+        """Each edge to the writer of its destination's partition, which gives it its new id."""
+        self.src = self.new_node_ids(self.src)
+        self.dst = self.new_node_ids(self.dst)
+        part = self.part_of_new(self.dst)
+        rows = np.stack([self.src, self.dst, self.eid, self.etype, part], axis=1)
+        del self.src, self.dst, self.etype
+        recv = self.group.send_to(part % self.world, rows, self.opts.message_bytes)
+        del rows, part
+        R = len(self.etypes)
+        recv_part = recv[:, 4]
+        self.incoming: dict[int, np.ndarray] = {}
+        counts = np.zeros((self.P, R), dtype=np.int64)
+        for p in self.my_parts:
+            edges = recv[recv_part == p, :4]
+            # (edge type, new destination, original edge id): the order of new edge ids
+            edges = edges[np.lexsort((edges[:, 2], edges[:, 1], edges[:, 3]))]
+            counts[p] = np.bincount(edges[:, 3], minlength=R)
+            self.incoming[p] = edges
+        del recv
+        counts = self.group.allreduce(counts)
+        ends = _offsets(counts.sum(axis=1).tolist())
+        self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
+        self.edge_type_ranges = _ranges(counts)
+
+    def write_structure(self, staging: Path) -> None:
+        """Every owned partition's CSC and HALO, its slices of ``orig_eid``/``orig_nid``; new edge ids
+        back to the readers of the edges' chunks."""
+        R = len(self.etypes)
+        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
+        self.part_counts: dict[int, tuple[int, int, int]] = {}
+        back_eid, back_new = [], []
+        for p in self.my_parts:
+            edges = self.incoming.pop(p)
+            n0, n1 = (int(x) for x in self.node_map[p])
+            e0, e1 = (int(x) for x in self.edge_map[p])
+            num_owned = n1 - n0
+            orig_eid[e0:e1] = edges[:, 2]
+            new_eids = np.arange(e0, e1, dtype=np.int64)
+            back_eid.append(edges[:, 2])
+            back_new.append(new_eids)
+            srcs, dsts, types = edges[:, 0].copy(), edges[:, 1], edges[:, 3]
+            if R == 1:
+                indptr = np.zeros(num_owned + 1, dtype=np.int64)
+                np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
+                eids = new_eids
+            else:
+                csc_rows = (dsts - n0) * R + types
+                order = np.argsort(csc_rows, kind="stable")
+                indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
+                np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
+                srcs, eids = srcs[order], new_eids[order]
+            del edges, dsts, types
+            remote = (srcs < n0) | (srcs >= n1)
+            halo = unique_sorted(srcs[remote])
+            local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
+            num_local = local2global.shape[0]
+            index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
+            indices = (srcs - n0).astype(index_dtype)
+            indices[remote] = np.searchsorted(halo, srcs[remote]) + num_owned
+            arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
+            (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
+            for name in PART_ARRAYS:
+                np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            self.part_counts[p] = (num_owned, len(halo), e1 - e0)
+            logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
+            del arrays, indices, srcs, eids, local2global, halo, remote
+        orig_eid.flush()
+        del orig_eid
+        # orig_nid: the owners send (new id, original id) to the writers.
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        pairs = self.group.send_to(
+            self.part_of_new(self.new_owned) % self.world,
+            np.stack([self.new_owned, ids], axis=1),
+            self.opts.message_bytes,
+        )
+        orig_nid = np.load(staging / "orig_nid.npy", mmap_mode="r+")
+        orig_nid[pairs[:, 0]] = pairs[:, 1]
+        orig_nid.flush()
+        del orig_nid, pairs
+        # New edge ids back to the reader of each edge's chunk, for the edge data.
+        old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
+        new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
+        reader, local = self._edge_reader(old)
+        got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
+        self.new_eid_of_mine = np.empty(len(self.eid), dtype=np.int64)
+        self.new_eid_of_mine[got[:, 0]] = got[:, 1]
+        del self.eid
+
+    def _edge_reader(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(reader rank, row in that reader's arrays)`` of original edge ids."""
+        starts, readers, firsts = [], [], []
+        # A reader's arrays hold its chunks in (type, chunk) order: the row of each chunk's first edge there.
+        filled = np.zeros(self.world, dtype=np.int64)
+        for t, etype in enumerate(self.etypes):
+            offsets = _offsets(self.layout.edge_chunks[etype])
+            for j, rows in enumerate(self.layout.edge_chunks[etype]):
+                r = j % self.world
+                starts.append(int(self.edge_offsets[t] + offsets[j]))
+                readers.append(r)
+                firsts.append(int(filled[r]))
+                filled[r] += rows
+        starts_a, readers_a, firsts_a = (np.asarray(x, dtype=np.int64) for x in (starts, readers, firsts))
+        chunk = np.searchsorted(starts_a, eids, side="right") - 1
+        return readers_a[chunk], firsts_a[chunk] + eids - starts_a[chunk]
+
+    def scatter_node_features(self, staging: Path, node_specs: dict[str, FeatureSpec]) -> None:
+        for t, ntype in enumerate(self.ntypes):
+            arrays = self.layout.ndata.get(ntype, {})
+            if not arrays:
+                continue
+            chunks = self.layout.node_chunks[ntype]
+            offsets = _offsets(chunks) + self.node_offsets[t]
+            mine = self.my_chunks(len(chunks))
+            ids = [np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine]
+            flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
+            new_flat = self.new_node_ids(flat)
+            new_of_chunk = dict(zip(mine, np.split(new_flat, np.cumsum([len(i) for i in ids])[:-1]), strict=True))
+            first = self.node_type_ranges[:, t, 0]
+            for name, array in arrays.items():
+                key = feature_key(ntype, name, DEFAULT_NTYPE)
+                node_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
+                self._scatter(
+                    staging, f"node_feat/{key}", array, len(chunks), new_of_chunk, first, self.node_type_ranges[:, t]
+                )
+
+    def scatter_edge_features(self, staging: Path, edge_specs: dict[str, FeatureSpec]) -> None:
+        for t, etype in enumerate(self.etypes):
+            arrays = self.layout.edata.get(etype, {})
+            if not arrays:
+                continue
+            chunks = self.layout.edge_chunks[etype]
+            new_of_chunk = {
+                j: self.new_eid_of_mine[self.edge_chunk_pos[(t, j)] : self.edge_chunk_pos[(t, j)] + chunks[j]]
+                for j in self.my_chunks(len(chunks))
+            }
+            ranges = self.edge_type_ranges[:, t]
+            for name, array in arrays.items():
+                key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
+                edge_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
+                self._scatter(staging, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges)
+
+    def _scatter(
+        self,
+        staging: Path,
+        rel: str,
+        array: ChunkedArray,
+        num_chunks: int,
+        new_of_chunk: dict[int, np.ndarray],
+        first: np.ndarray,
+        ranges: np.ndarray,
+    ) -> None:
+        """Rows of ``array`` (read chunk by chunk) to the writers; ``new_of_chunk``: new homogeneous id of
+        every row of this rank's chunks; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
+        row = np.dtype([("id", "<i8"), ("row", array.dtype, array.row_shape)])
+        outs = {}
+        for p in self.my_parts:
+            path = staging / f"part{p}" / f"{rel}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            count = int(ranges[p, 1] - ranges[p, 0])
+            outs[p] = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape))
+        for k in self.slots(num_chunks):
+            j = k * self.world + self.rank
+            if j < num_chunks:
+                block = _load_chunk(array, j)
+                packed = np.empty(len(block), dtype=row)
+                packed["id"] = new_of_chunk[j]
+                packed["row"] = block
+                del block
+            else:
+                packed = np.empty(0, dtype=row)
+            dest = self.part_of_new(packed["id"]) % self.world
+            got = self.group.send_to(dest, packed, self.opts.message_bytes)
+            del packed
+            part = self.part_of_new(got["id"])
+            for p in np.unique(part).tolist():
+                sel = got[part == p]
+                outs[p][sel["id"] - first[p]] = sel["row"]
+            del got
+        for out in outs.values():
+            out.flush()
+
+
+def partition_distributed(opts: DistOptions, group: RankGroup) -> Path:
+    """Run this rank's share of the job; returns the JSON path (written by rank 0, on a shared filesystem).
+
+    Raises:
+        InputError: bad input (every rank reads the metadata and raises the same error).
+    """
+    start = time.perf_counter()
+    layout = read_chunked_layout(opts.input)
+    _check_chunking(layout)
+    graph_name = opts.graph_name or layout.graph_name
+    out_dir = opts.out.resolve()
+    total_nodes = sum(layout.num_nodes.values())
+    if opts.method not in DIST_METHODS:
+        raise InputError(f"unknown partition method {opts.method!r}; expected one of {', '.join(DIST_METHODS)}")
+    if not 1 <= opts.num_parts <= max(total_nodes, 1):
+        raise InputError(f"num_parts must be between 1 and the node count {total_nodes}, got {opts.num_parts}")
+    check_output_dir(out_dir, graph_name, opts.overwrite)
+    job = _Job(opts, group, layout)
+    writer = PartitionWriter(out_dir, graph_name, opts.overwrite) if group.rank == 0 else None
+    try:
+        staging = Path(group.broadcast_json(str(writer.staging) if writer else None))
+        group.set_cleanup(lambda: shutil.rmtree(staging, ignore_errors=True))
+        if writer is not None:
+            np.lib.format.open_memmap(staging / "orig_nid.npy", mode="w+", dtype=np.int64, shape=(job.N,)).flush()
+            np.lib.format.open_memmap(staging / "orig_eid.npy", mode="w+", dtype=np.int64, shape=(job.E,)).flush()
+        job.edge_cut = None
+        _phase(group, "read edges", job.read_edges)
+        _phase(group, f"{opts.method} assignment into {opts.num_parts}", job.assign)
+        _phase(group, "number nodes", job.number_nodes)
+        _phase(group, "dispatch edges", job.dispatch_edges)
+        group.barrier()  # orig_*.npy exist
+        _phase(group, "write partitions", lambda: job.write_structure(staging))
+        node_specs: dict[str, FeatureSpec] = {}
+        edge_specs: dict[str, FeatureSpec] = {}
+        _phase(group, "node features", lambda: job.scatter_node_features(staging, node_specs))
+        _phase(group, "edge features", lambda: job.scatter_edge_features(staging, edge_specs))
+        counts = np.zeros((opts.num_parts, 3), dtype=np.int64)
+        for p, c in job.part_counts.items():
+            counts[p] = c
+        counts = group.allreduce(counts)
+        group.barrier()  # every file is written
+        json_path = out_dir / f"{graph_name}.json"
+        if writer is not None:
+            meta = _meta(job, graph_name, out_dir, counts, node_specs, edge_specs)
+            json_path = writer.commit(meta)
+        group.barrier()  # committed
+    except BaseException:
+        if writer is not None:
+            writer.__exit__(None, None, None)
+        raise
+    report = RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
+    job.report = report
+    group.last_report = report
+    return json_path
+
+
+def _phase(group: RankGroup, name: str, step) -> None:
+    start = time.perf_counter()
+    step()
+    logger.info(
+        "rank %d: %s done in %.1f s (peak RSS so far %.2f GiB)",
+        group.rank,
+        name,
+        time.perf_counter() - start,
+        peak_rss_bytes() / (1 << 30),
+    )
+
+
+def _meta(
+    job: _Job,
+    graph_name: str,
+    out_dir: Path,
+    counts: np.ndarray,
+    node_specs: dict[str, FeatureSpec],
+    edge_specs: dict[str, FeatureSpec],
+) -> PartitionMeta:
+    layout = job.layout
+    parts = []
+    for p in range(job.P):
+        owned, halo, edges = (int(x) for x in counts[p])
+        parts.append(
+            PartInfo(
+                dir=f"part{p}",
+                num_owned_nodes=owned,
+                num_halo_nodes=halo,
+                num_edges=edges,
+                files={name: f"part{p}/{name}.npy" for name in PART_ARRAYS},
+                node_feats={key: f"part{p}/node_feat/{key}.npy" for key in node_specs},
+                edge_feats={key: f"part{p}/edge_feat/{key}.npy" for key in edge_specs},
+            )
+        )
+    extra = {"num_classes": layout.num_classes}
+    if job.edge_cut is not None:
+        extra["metis_edge_cut"] = int(job.edge_cut)
+    return PartitionMeta(
+        root=out_dir,
+        graph_name=graph_name,
+        num_nodes=job.N,
+        num_edges=job.E,
+        num_parts=job.P,
+        part_method=job.opts.method,
+        halo_hops=1,
+        node_map=job.node_map.tolist(),
+        edge_map=job.edge_map.tolist(),
+        ntypes=job.ntypes,
+        etypes=[etype_str(e) for e in job.etypes],
+        node_type_ranges=job.node_type_ranges.tolist(),
+        edge_type_ranges=job.edge_type_ranges.tolist(),
+        node_feats=node_specs,
+        edge_feats=edge_specs,
+        orig_nid="orig_nid.npy",
+        orig_eid="orig_eid.npy",
+        parts=parts,
+        extra=extra,
+    )
