@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     dist.add_argument(
         "--message-mb", type=float, default=256.0, help="bound of what one rank sends per all-to-all round (MiB)"
     )
+    dist.add_argument(
+        "--coarse-edges",
+        type=int,
+        default=50_000_000,
+        help="--method metis: coarsen until the graph has at most this many adjacency entries, then METIS on "
+        "rank 0 (default 50M)",
+    )
     dist.add_argument("--dry-run", action="store_true", help="print each rank's peak memory estimate and exit")
     return p
 

@@ -37,6 +37,8 @@ def _options(args: argparse.Namespace) -> DistOptions:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.num_parts < 1:
         raise ConfigError(f"--num-parts must be >= 1, got {args.num_parts}")
+    if args.coarse_edges < 1:
+        raise ConfigError(f"--coarse-edges must be >= 1, got {args.coarse_edges}")
     if not args.message_mb > 0:
         raise ConfigError(f"--message-mb must be > 0, got {args.message_mb}")
     if args.method not in DIST_METHODS:
@@ -62,6 +64,7 @@ def _options(args: argparse.Namespace) -> DistOptions:
         seed=args.seed,
         overwrite=args.overwrite,
         message_mb=args.message_mb,
+        coarse_edges=args.coarse_edges,
     )
 
 

@@ -62,6 +62,7 @@ class DistOptions:
     seed: int = 0
     overwrite: bool = False
     message_mb: float = 256.0
+    coarse_edges: int = 50_000_000
 
     @property
     def message_bytes(self) -> int:
@@ -189,7 +190,7 @@ class _Job:
         else:
             from distgnn.partition.multilevel import multilevel_assignment
 
-            self.part_owned, self.edge_cut = multilevel_assignment(self)
+            self.part_owned, self.edge_cut = multilevel_assignment(self, self.opts.coarse_edges)
 
     def number_nodes(self) -> None:
         """New ids of the owned nodes: ordered by (partition, original id) over all ranks."""
@@ -332,9 +333,9 @@ class _Job:
             offsets = _offsets(chunks) + self.node_offsets[t]
             mine = self.my_chunks(len(chunks))
             ids = [np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine]
-            flat = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
-            new_flat = self.new_node_ids(flat)
-            new_of_chunk = dict(zip(mine, np.split(new_flat, np.cumsum([len(i) for i in ids])[:-1]), strict=True))
+            new_flat = self.new_node_ids(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64))
+            ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
+            new_of_chunk = {j: new_flat[end - len(i) : end] for j, i, end in zip(mine, ids, ends, strict=True)}
             first = self.node_type_ranges[:, t, 0]
             for name, array in arrays.items():
                 key = feature_key(ntype, name, DEFAULT_NTYPE)
