@@ -104,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         help="--method metis: coarsen until the graph has at most this many adjacency entries, then METIS on "
         "rank 0 (default 50M)",
     )
+    dist.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=20.0,
+        help="seconds without a heartbeat after which a rank counts as dead and every rank stops (default 20)",
+    )
     dist.add_argument("--dry-run", action="store_true", help="print each rank's peak memory estimate and exit")
     return p
 

@@ -63,7 +63,12 @@ class RankGroup:
             remove what this rank started (a staging directory).
     """
 
-    def __init__(self, timeout_s: float = 1800.0, on_peer_lost: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        timeout_s: float = 1800.0,
+        on_peer_lost: Callable[[], None] | None = None,
+        dead_after_s: float = DEAD_AFTER_S,
+    ):
         missing = [name for name in ENV_NAMES if name not in os.environ]
         if missing:
             raise ConfigError(
@@ -75,6 +80,7 @@ class RankGroup:
         self.rounds = 0  # all_to_all rounds so far
         self.bytes_sent = 0
         self._on_peer_lost = on_peer_lost
+        self.dead_after_s = dead_after_s
         addr, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT")
         timeout = timedelta(seconds=timeout_s)
         # Under torchrun the agent hosts the store; otherwise rank 0 does.
@@ -97,7 +103,7 @@ class RankGroup:
 
     def _watchdog(self, addr: str, port: int) -> None:
         try:
-            store = dist.TCPStore(addr, port, self.world, is_master=False, timeout=timedelta(seconds=DEAD_AFTER_S))
+            store = dist.TCPStore(addr, port, self.world, is_master=False, timeout=timedelta(seconds=self.dead_after_s))
         except RuntimeError:
             self._peer_lost(f"the rendezvous store ({self._store_host}) at {addr}:{port} does not answer")
             return
@@ -116,8 +122,8 @@ class RankGroup:
                     count = store.add(f"partition/heartbeat/{r}", 0)
                     if count != last[r]:
                         last[r], moved[r] = count, now
-                    elif now - moved[r] > DEAD_AFTER_S:
-                        self._peer_lost(f"rank {r} died or hangs (no heartbeat for {DEAD_AFTER_S:.0f} s)")
+                    elif now - moved[r] > self.dead_after_s:
+                        self._peer_lost(f"rank {r} died or hangs (no heartbeat for {self.dead_after_s:g} s)")
                         return
             except RuntimeError:
                 if self._stop.is_set():
@@ -154,7 +160,7 @@ class RankGroup:
             return op()
         except RuntimeError as exc:
             # The watchdog names the dead rank and exits within DEAD_AFTER_S; wait for it.
-            time.sleep(DEAD_AFTER_S + 3 * HEARTBEAT_S)
+            time.sleep(self.dead_after_s + 3 * HEARTBEAT_S)
             raise RankFailure(f"rank {self.rank}: {what} failed: {exc}") from None
 
     def barrier(self) -> None:

@@ -2,7 +2,7 @@
 
 ``--local`` checks the input and the memory, then starts W copies of the same command as ranks 0..W-1
 with torchrun's environment on this host and watches them: when one fails, the others (whose watchdog
-names the dead rank) get ``STOP_GRACE_S`` to exit before they are killed; Ctrl-C stops them all.
+names the dead rank) get ``--peer-timeout`` and ``STOP_EXTRA_S`` to exit before they are killed; Ctrl-C stops them all.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import time
 import numpy as np
 
 from distgnn.errors import ConfigError, InputError
-from distgnn.partition.collective import DEAD_AFTER_S, RankGroup
-from distgnn.partition.distributed import DIST_METHODS, DistOptions, RankReport, _check_chunking, partition_distributed
+from distgnn.partition.distributed import DIST_METHODS, DistOptions, RankReport, check_chunking, partition_distributed
 from distgnn.partition.format import check_output_dir
 from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
 
-STOP_GRACE_S = DEAD_AFTER_S + 10.0
+# After a rank fails, the others' watchdogs need up to --peer-timeout to name it and exit.
+STOP_EXTRA_S = 10.0
 GIB = float(1 << 30)
 
 
@@ -39,6 +39,8 @@ def _options(args: argparse.Namespace) -> DistOptions:
         raise ConfigError(f"--num-parts must be >= 1, got {args.num_parts}")
     if args.coarse_edges < 1:
         raise ConfigError(f"--coarse-edges must be >= 1, got {args.coarse_edges}")
+    if not args.peer_timeout > 0:
+        raise ConfigError(f"--peer-timeout must be > 0, got {args.peer_timeout}")
     if not args.message_mb > 0:
         raise ConfigError(f"--message-mb must be > 0, got {args.message_mb}")
     if args.method not in DIST_METHODS:
@@ -72,7 +74,7 @@ def _estimates(opts: DistOptions, workers: int):
     from distgnn.data.chunked import read_chunked_layout
 
     layout = read_chunked_layout(opts.input)
-    _check_chunking(layout)
+    check_chunking(layout)
     return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method)
 
 
@@ -102,8 +104,8 @@ def run_workers(args: argparse.Namespace, argv: list[str]) -> int:
         _print_estimates(estimates)
         return 0
     if args.local:
-        return _run_local(opts, workers, argv)
-    return _run_rank(opts, workers)
+        return _run_local(opts, workers, argv, args)
+    return _run_rank(opts, workers, args)
 
 
 def _free_port() -> int:
@@ -112,7 +114,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_local(opts: DistOptions, workers: int, argv: list[str]) -> int:
+def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> int:
     layout, estimates = _estimates(opts, workers)
     check_output_dir(opts.out.resolve(), opts.graph_name or layout.graph_name, opts.overwrite)
     _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
@@ -132,7 +134,7 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str]) -> int:
         env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         procs.append(subprocess.Popen([sys.executable, "-m", "distgnn.partition.cli", *child_argv], env=env))
     try:
-        return _watch(procs)
+        return _watch(procs, args.peer_timeout + STOP_EXTRA_S)
     except KeyboardInterrupt:
         for proc in procs:
             if proc.poll() is None:
@@ -152,13 +154,13 @@ def _reap(procs: list[subprocess.Popen], grace: float) -> None:
             proc.wait()
 
 
-def _watch(procs: list[subprocess.Popen]) -> int:
+def _watch(procs: list[subprocess.Popen], grace: float) -> int:
     while True:
         codes = [proc.poll() for proc in procs]
         failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             rank, code = failed[0]
-            _reap(procs, STOP_GRACE_S)
+            _reap(procs, grace)
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
             print(f"error: rank {rank} failed ({how}); every rank stopped, no partition was written", file=sys.stderr)
             return 2 if code == 2 else 1
@@ -167,8 +169,10 @@ def _watch(procs: list[subprocess.Popen]) -> int:
         time.sleep(0.2)
 
 
-def _run_rank(opts: DistOptions, workers: int) -> int:
-    group = RankGroup()
+def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
+    from distgnn.partition.collective import RankGroup
+
+    group = RankGroup(dead_after_s=args.peer_timeout)
     try:
         if group.world != workers:
             raise ConfigError(f"--workers {workers} but the job has WORLD_SIZE={group.world} ranks")

@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,7 +35,6 @@ from distgnn.data.chunked import ChunkedLayout, read_chunked_layout
 from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, ChunkedArray, etype_str
 from distgnn.errors import InputError
 from distgnn.partition.assign import random_assignment, range_assignment, unique_sorted
-from distgnn.partition.collective import RankGroup
 from distgnn.partition.format import (
     PART_ARRAYS,
     FeatureSpec,
@@ -44,6 +44,9 @@ from distgnn.partition.format import (
     check_output_dir,
     feature_key,
 )
+
+if TYPE_CHECKING:  # torch is imported by the ranks only
+    from distgnn.partition.collective import RankGroup
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +99,7 @@ def _ranges(sizes: np.ndarray) -> np.ndarray:
     return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
 
 
-def _check_chunking(layout: ChunkedLayout) -> None:
+def check_chunking(layout: ChunkedLayout) -> None:
     """Data files must follow the chunking, so the reader of a chunk reads its data rows too."""
     for owner, arrays, chunks in [
         *((f"node type {t!r}", layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
@@ -409,7 +412,7 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> Path:
     """
     start = time.perf_counter()
     layout = read_chunked_layout(opts.input)
-    _check_chunking(layout)
+    check_chunking(layout)
     graph_name = opts.graph_name or layout.graph_name
     out_dir = opts.out.resolve()
     total_nodes = sum(layout.num_nodes.values())
