@@ -215,6 +215,10 @@ class RankGroup:
         recv_starts = np.concatenate([[0], np.cumsum(recv_counts)])
         flat = rows.view(np.uint8).reshape(-1) if rows.size else np.empty(0, dtype=np.uint8)
         out_flat = out.view(np.uint8).reshape(-1) if out.size else np.empty(0, dtype=np.uint8)
+        if num_rounds == 1:
+            # One round: the rows are already laid out by destination; no staging copies.
+            self._all_to_all(out_flat, flat, recv_counts * row_bytes, dest_counts * row_bytes)
+            num_rounds = 0
         for k in range(num_rounds):
             lo = k * per_round
             send_n = np.clip(dest_counts - lo, 0, per_round)
@@ -223,24 +227,28 @@ class RankGroup:
                 flat[(send_starts[d] + lo) * row_bytes : (send_starts[d] + lo + send_n[d]) * row_bytes]
                 for d in range(self.world)
             ]
-            send = torch.from_numpy(np.concatenate(pieces)) if pieces else torch.empty(0, dtype=torch.uint8)
-            recv = torch.empty(int(recv_n.sum()) * row_bytes, dtype=torch.uint8)
-            in_splits = (send_n * row_bytes).tolist()
-            out_splits = (recv_n * row_bytes).tolist()
-            self._run(
-                "all_to_all",
-                lambda recv=recv, send=send, o=out_splits, i=in_splits: dist.all_to_all_single(recv, send, o, i),
-            )
-            got, at = recv.numpy(), 0
+            send = np.concatenate(pieces)
+            recv = np.empty(int(recv_n.sum()) * row_bytes, dtype=np.uint8)
+            self._all_to_all(recv, send, recv_n * row_bytes, send_n * row_bytes)
+            at = 0
             for s in range(self.world):
                 n = int(recv_n[s]) * row_bytes
                 if n:
                     begin = (recv_starts[s] + lo) * row_bytes
-                    out_flat[begin : begin + n] = got[at : at + n]
+                    out_flat[begin : begin + n] = recv[at : at + n]
                     at += n
-            self.rounds += 1
-            self.bytes_sent += int(send.numel())
+            del send, recv
         return out, recv_counts
+
+    def _all_to_all(self, recv: np.ndarray, send: np.ndarray, recv_bytes: np.ndarray, send_bytes: np.ndarray) -> None:
+        """One ``all_to_all_single`` round of uint8 buffers split by byte counts per rank."""
+        out, inp = torch.from_numpy(recv), torch.from_numpy(send)
+        self._run(
+            "all_to_all",
+            lambda: dist.all_to_all_single(out, inp, recv_bytes.tolist(), send_bytes.tolist()),
+        )
+        self.rounds += 1
+        self.bytes_sent += int(send_bytes.sum())
 
     def send_to(self, dest: np.ndarray, columns: np.ndarray, message_bytes: int) -> np.ndarray:
         """Rows of ``columns`` (``(n, ...)``) each to rank ``dest[i]``; the received rows, by source rank."""

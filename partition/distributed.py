@@ -175,14 +175,16 @@ class _Job:
                 dsts.append(d)
                 first = int(self.edge_offsets[t] + starts[j])
                 eids.append(np.arange(first, first + len(s), dtype=np.int64))
-                types.append(np.full(len(s), t, dtype=np.int64))
+                if len(self.etypes) > 1:
+                    types.append(np.full(len(s), t, dtype=np.int64))
                 self.edge_chunk_pos[(t, j)] = at
                 at += len(s)
 
         def cat(parts: list[np.ndarray]) -> np.ndarray:
             return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-        self.src, self.dst, self.eid, self.etype = cat(srcs), cat(dsts), cat(eids), cat(types)
+        self.src, self.dst, self.eid = cat(srcs), cat(dsts), cat(eids)
+        self.etype = cat(types) if len(self.etypes) > 1 else None
 
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -221,73 +223,54 @@ class _Job:
             ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
         )
 
-    def dispatch_edges(self) -> None:
-        """Each edge to the writer of its destination's partition, which gives it its new id."""
+    def dispatch_edges(self, staging: Path) -> None:
+        """Each edge to the writer of its destination's partition, which numbers its edges and writes its
+        CSC, HALO and slices of ``orig_eid``/``orig_nid``; new edge ids go back to the readers of the
+        edges' chunks when there is edge data."""
+        R = len(self.etypes)
         self.src = self.new_node_ids(self.src)
         self.dst = self.new_node_ids(self.dst)
-        part = self.part_of_new(self.dst)
-        rows = np.stack([self.src, self.dst, self.eid, self.etype, part], axis=1)
-        del self.src, self.dst, self.etype
-        recv = self.group.send_to(part % self.world, rows, self.opts.message_bytes)
-        del rows, part
-        R = len(self.etypes)
-        recv_part = recv[:, 4]
-        self.incoming: dict[int, np.ndarray] = {}
-        counts = np.zeros((self.P, R), dtype=np.int64)
-        for p in self.my_parts:
-            edges = recv[recv_part == p, :4]
-            # (edge type, new destination, original edge id): the order of new edge ids
-            edges = edges[np.lexsort((edges[:, 2], edges[:, 1], edges[:, 3]))]
-            counts[p] = np.bincount(edges[:, 3], minlength=R)
-            self.incoming[p] = edges
-        del recv
+        dest = self.part_of_new(self.dst) % self.world
+        order = np.argsort(dest, kind="stable")
+        counts = np.bincount(dest, minlength=self.world).astype(np.int64)
+        del dest
+        columns = [self.src, self.dst, self.eid] + ([self.etype] if R > 1 else [])
+        rows = np.empty((len(order), len(columns)), dtype=np.int64)
+        for c, column in enumerate(columns):
+            np.take(column, order, out=rows[:, c])
+        del columns, order, self.src, self.dst, self.etype
+        self.num_read = len(self.eid)
+        del self.eid
+        recv, _ = self.group.alltoallv(rows, counts, self.opts.message_bytes)
+        del rows
+        part = self.part_of_new(recv[:, 1])
+        etype = recv[:, 3] if R > 1 else np.zeros(len(recv), dtype=np.int64)
+        counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
         counts = self.group.allreduce(counts)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
         self.edge_type_ranges = _ranges(counts)
-
-    def write_structure(self, staging: Path) -> None:
-        """Every owned partition's CSC and HALO, its slices of ``orig_eid``/``orig_nid``; new edge ids
-        back to the readers of the edges' chunks."""
-        R = len(self.etypes)
-        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
+        keep_new_eids = any(self.layout.edata.get(e) for e in self.etypes)
+        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
         for p in self.my_parts:
-            edges = self.incoming.pop(p)
-            n0, n1 = (int(x) for x in self.node_map[p])
+            mine = np.flatnonzero(part == p)
+            edges = recv[mine]
+            del mine
+            types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
+            # (edge type, new destination, original edge id): the order of new edge ids
+            by = np.lexsort((edges[:, 2], edges[:, 1], types))
+            edges, types = edges[by], types[by]
+            del by
             e0, e1 = (int(x) for x in self.edge_map[p])
-            num_owned = n1 - n0
             orig_eid[e0:e1] = edges[:, 2]
-            new_eids = np.arange(e0, e1, dtype=np.int64)
-            back_eid.append(edges[:, 2])
-            back_new.append(new_eids)
-            srcs, dsts, types = edges[:, 0].copy(), edges[:, 1], edges[:, 3]
-            if R == 1:
-                indptr = np.zeros(num_owned + 1, dtype=np.int64)
-                np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
-                eids = new_eids
-            else:
-                csc_rows = (dsts - n0) * R + types
-                order = np.argsort(csc_rows, kind="stable")
-                indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
-                np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
-                srcs, eids = srcs[order], new_eids[order]
-            del edges, dsts, types
-            remote = (srcs < n0) | (srcs >= n1)
-            halo = unique_sorted(srcs[remote])
-            local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
-            num_local = local2global.shape[0]
-            index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
-            indices = (srcs - n0).astype(index_dtype)
-            indices[remote] = np.searchsorted(halo, srcs[remote]) + num_owned
-            arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
-            (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
-            for name in PART_ARRAYS:
-                np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
-            self.part_counts[p] = (num_owned, len(halo), e1 - e0)
-            logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
-            del arrays, indices, srcs, eids, local2global, halo, remote
+            if keep_new_eids:
+                back_eid.append(edges[:, 2].copy())
+                back_new.append(np.arange(e0, e1, dtype=np.int64))
+            self._write_part(staging, p, edges[:, 0].copy(), edges[:, 1].copy(), types)
+            del edges, types
+        del recv, part
         orig_eid.flush()
         del orig_eid
         # orig_nid: the owners send (new id, original id) to the writers.
@@ -301,14 +284,47 @@ class _Job:
         orig_nid[pairs[:, 0]] = pairs[:, 1]
         orig_nid.flush()
         del orig_nid, pairs
-        # New edge ids back to the reader of each edge's chunk, for the edge data.
-        old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
-        new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
-        reader, local = self._edge_reader(old)
-        got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
-        self.new_eid_of_mine = np.empty(len(self.eid), dtype=np.int64)
-        self.new_eid_of_mine[got[:, 0]] = got[:, 1]
-        del self.eid
+        if keep_new_eids:
+            old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
+            new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
+            reader, local = self._edge_reader(old)
+            got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
+            self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
+            self.new_eid_of_mine[got[:, 0]] = got[:, 1]
+
+    def _write_part(self, staging: Path, p: int, srcs: np.ndarray, dsts: np.ndarray, types: np.ndarray) -> None:
+        """Partition ``p``'s CSC arrays from its edges in new-edge-id order (new ids of both ends)."""
+        R = len(self.etypes)
+        n0, n1 = (int(x) for x in self.node_map[p])
+        e0, e1 = (int(x) for x in self.edge_map[p])
+        num_owned = n1 - n0
+        new_eids = np.arange(e0, e1, dtype=np.int64)
+        if R == 1:
+            indptr = np.zeros(num_owned + 1, dtype=np.int64)
+            np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
+            eids = new_eids
+        else:
+            csc_rows = (dsts - n0) * R + types
+            order = np.argsort(csc_rows, kind="stable")
+            indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
+            np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
+            srcs, eids = srcs[order], new_eids[order]
+            del csc_rows, order
+        del dsts
+        remote = (srcs < n0) | (srcs >= n1)
+        halo = unique_sorted(srcs[remote])
+        local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
+        num_local = local2global.shape[0]
+        index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
+        indices = (srcs - n0).astype(index_dtype)
+        indices[remote] = np.searchsorted(halo, srcs[remote]) + num_owned
+        del srcs, remote
+        arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
+        (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
+        for name in PART_ARRAYS:
+            np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
+        self.part_counts[p] = (num_owned, len(halo), e1 - e0)
+        logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 
     def _edge_reader(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(reader rank, row in that reader's arrays)`` of original edge ids."""
@@ -344,7 +360,14 @@ class _Job:
                 key = feature_key(ntype, name, DEFAULT_NTYPE)
                 node_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
                 self._scatter(
-                    staging, f"node_feat/{key}", array, len(chunks), new_of_chunk, first, self.node_type_ranges[:, t]
+                    staging,
+                    self.node_map,
+                    f"node_feat/{key}",
+                    array,
+                    len(chunks),
+                    new_of_chunk,
+                    first,
+                    self.node_type_ranges[:, t],
                 )
 
     def scatter_edge_features(self, staging: Path, edge_specs: dict[str, FeatureSpec]) -> None:
@@ -361,11 +384,14 @@ class _Job:
             for name, array in arrays.items():
                 key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
                 edge_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
-                self._scatter(staging, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges)
+                self._scatter(
+                    staging, self.edge_map, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges
+                )
 
     def _scatter(
         self,
         staging: Path,
+        id_map: np.ndarray,
         rel: str,
         array: ChunkedArray,
         num_chunks: int,
@@ -374,7 +400,7 @@ class _Job:
         ranges: np.ndarray,
     ) -> None:
         """Rows of ``array`` (read chunk by chunk) to the writers; ``new_of_chunk``: new homogeneous id of
-        every row of this rank's chunks; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
+        every row of this rank's chunks; ``id_map``: ``(P, 2)`` partition ranges of those ids; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
         row = np.dtype([("id", "<i8"), ("row", array.dtype, array.row_shape)])
         outs = {}
         for p in self.my_parts:
@@ -392,10 +418,10 @@ class _Job:
                 del block
             else:
                 packed = np.empty(0, dtype=row)
-            dest = self.part_of_new(packed["id"]) % self.world
+            dest = np.searchsorted(id_map[:, 1], packed["id"], side="right") % self.world
             got = self.group.send_to(dest, packed, self.opts.message_bytes)
             del packed
-            part = self.part_of_new(got["id"])
+            part = np.searchsorted(id_map[:, 1], got["id"], side="right")
             for p in np.unique(part).tolist():
                 sel = got[part == p]
                 outs[p][sel["id"] - first[p]] = sel["row"]
@@ -433,9 +459,8 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> Path:
         _phase(group, "read edges", job.read_edges)
         _phase(group, f"{opts.method} assignment into {opts.num_parts}", job.assign)
         _phase(group, "number nodes", job.number_nodes)
-        _phase(group, "dispatch edges", job.dispatch_edges)
         group.barrier()  # orig_*.npy exist
-        _phase(group, "write partitions", lambda: job.write_structure(staging))
+        _phase(group, "dispatch edges and write partitions", lambda: job.dispatch_edges(staging))
         node_specs: dict[str, FeatureSpec] = {}
         edge_specs: dict[str, FeatureSpec] = {}
         _phase(group, "node features", lambda: job.scatter_node_features(staging, node_specs))

@@ -29,6 +29,8 @@ CLI = [sys.executable, "-m", "distgnn.partition.cli"]
 @pytest.fixture(scope="module")
 def homo(tmp_path_factory) -> Path:
     graph = HeteroGraph.from_homogeneous(synthetic(300, 6.0, 4, 3, seed=1))
+    ((etype, (src, _)),) = graph.edges.items()
+    graph.edata[etype] = {"weight": np.random.default_rng(0).random((len(src), 2)).astype(np.float32)}
     return write_chunked(graph, tmp_path_factory.mktemp("homo") / "g", num_chunks=3)
 
 
