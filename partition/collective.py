@@ -250,9 +250,14 @@ class RankGroup:
         self.rounds += 1
         self.bytes_sent += int(send_bytes.sum())
 
+    def order_by_rank(self, ranks: np.ndarray) -> np.ndarray:
+        """Stable order of positions by rank (numpy radix-sorts 16-bit keys)."""
+        small = np.int16 if self.world < (1 << 15) else np.int64
+        return np.argsort(ranks.astype(small, copy=False), kind="stable")
+
     def send_to(self, dest: np.ndarray, columns: np.ndarray, message_bytes: int) -> np.ndarray:
         """Rows of ``columns`` (``(n, ...)``) each to rank ``dest[i]``; the received rows, by source rank."""
-        order = np.argsort(dest, kind="stable")
+        order = self.order_by_rank(dest)
         counts = np.bincount(dest, minlength=self.world).astype(np.int64)
         received, _ = self.alltoallv(columns[order], counts, message_bytes)
         return received
@@ -264,7 +269,7 @@ class RankGroup:
 
         Every rank calls it together; ``answer(ids)`` maps int64 ids this rank owns to int64 values.
         """
-        order = np.argsort(owner, kind="stable")
+        order = self.order_by_rank(owner)
         counts = np.bincount(owner, minlength=self.world).astype(np.int64)
         asked, asked_counts = self.alltoallv(np.asarray(ids, dtype=np.int64)[order], counts, message_bytes)
         replies, _ = self.alltoallv(answer(asked).astype(np.int64, copy=False), asked_counts, message_bytes)

@@ -34,7 +34,7 @@ import numpy as np
 from distgnn.data.chunked import ChunkedLayout, read_chunked_layout
 from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, ChunkedArray, etype_str
 from distgnn.errors import InputError
-from distgnn.partition.assign import random_assignment, range_assignment, unique_sorted
+from distgnn.partition.assign import random_assignment, range_assignment
 from distgnn.partition.format import (
     PART_ARRAYS,
     FeatureSpec,
@@ -44,6 +44,7 @@ from distgnn.partition.format import (
     check_output_dir,
     feature_key,
 )
+from distgnn.partition.reshuffle import stable_order
 
 if TYPE_CHECKING:  # torch is imported by the ranks only
     from distgnn.partition.collective import RankGroup
@@ -126,6 +127,27 @@ def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
             f"{array.dtype}{[rows, *array.row_shape]}"
         )
     return chunk
+
+
+def _order_by(major: np.ndarray, middle: np.ndarray, minor: np.ndarray, middle_bound: int, minor_bound: int):
+    """Positions sorted by (major, middle, minor), non-negative int64 keys, the last distinct."""
+    major_bound = int(major.max(initial=0)) + 1
+    if major_bound * middle_bound * minor_bound < (1 << 62):
+        key = (major * middle_bound + middle) * minor_bound + minor
+        return stable_order(key, major_bound * middle_bound * minor_bound)
+    return np.lexsort((minor, middle, major))
+
+
+def _distinct_with_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sorted distinct values, index of each value among them)``, by one sort."""
+    order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
+    ordered = values[order]
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    index = np.empty(len(values), dtype=np.int64)
+    index[order] = np.cumsum(first) - 1
+    return ordered[first], index
 
 
 class _Job:
@@ -231,7 +253,7 @@ class _Job:
         self.src = self.new_node_ids(self.src)
         self.dst = self.new_node_ids(self.dst)
         dest = self.part_of_new(self.dst) % self.world
-        order = np.argsort(dest, kind="stable")
+        order = self.group.order_by_rank(dest)
         counts = np.bincount(dest, minlength=self.world).astype(np.int64)
         del dest
         columns = [self.src, self.dst, self.eid] + ([self.etype] if R > 1 else [])
@@ -260,7 +282,7 @@ class _Job:
             del mine
             types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
             # (edge type, new destination, original edge id): the order of new edge ids
-            by = np.lexsort((edges[:, 2], edges[:, 1], types))
+            by = _order_by(types, edges[:, 1] - int(self.node_map[p, 0]), edges[:, 2], self.N, self.E)
             edges, types = edges[by], types[by]
             del by
             e0, e1 = (int(x) for x in self.edge_map[p])
@@ -311,13 +333,13 @@ class _Job:
             srcs, eids = srcs[order], new_eids[order]
             del csc_rows, order
         del dsts
-        remote = (srcs < n0) | (srcs >= n1)
-        halo = unique_sorted(srcs[remote])
+        remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
+        halo, halo_index = _distinct_with_index(srcs[remote])
         local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
         num_local = local2global.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
         indices = (srcs - n0).astype(index_dtype)
-        indices[remote] = np.searchsorted(halo, srcs[remote]) + num_owned
+        indices[remote] = halo_index + num_owned
         del srcs, remote
         arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
         (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
