@@ -79,10 +79,10 @@ def _estimates(opts: DistOptions, workers: int):
 
 
 def _print_estimates(estimates) -> None:
-    print("rank | edges read | edges written | nodes owned | feature chunk MiB | peak estimate GiB")
+    print("rank | edges read | edges per part | nodes owned | feature chunk MiB | peak estimate GiB")
     for e in estimates:
         print(
-            f"{e.rank:4d} | {e.edges_read:10,d} | {e.edges_written:13,d} | {e.nodes_owned:11,d} | "
+            f"{e.rank:4d} | {e.edges_read:10,d} | {e.edges_per_part:14,d} | {e.nodes_owned:11,d} | "
             f"{e.largest_feature_chunk / (1 << 20):17.1f} | {e.peak_bytes / GIB:17.2f}"
         )
 

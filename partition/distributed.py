@@ -52,6 +52,8 @@ if TYPE_CHECKING:  # torch is imported by the ranks only
 logger = logging.getLogger(__name__)
 
 DIST_METHODS = ("random", "range", "metis")
+# Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
+LOOKUP_SLICE = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -184,29 +186,27 @@ class _Job:
 
     def read_edges(self) -> None:
         """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
-        srcs, dsts, eids, types = [], [], [], []
+        total = sum(
+            self.layout.edge_chunks[e][j] for e in self.etypes for j in self.my_chunks(len(self.layout.edge_chunks[e]))
+        )
+        self.src, self.dst, self.eid = (np.empty(total, dtype=np.int64) for _ in range(3))
+        self.etype = np.empty(total, dtype=np.int64) if len(self.etypes) > 1 else None
         self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
         at = 0
         for t, etype in enumerate(self.etypes):
             starts = _offsets(self.layout.edge_chunks[etype])
             for j in self.my_chunks(len(self.layout.edge_chunks[etype])):
                 s, d = self.layout.read_edge_chunk(etype, j)
-                s += self.node_offsets[self.ntypes.index(etype[0])]
-                d += self.node_offsets[self.ntypes.index(etype[2])]
-                srcs.append(s)
-                dsts.append(d)
+                n = len(s)
+                np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
+                np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
+                del s, d
                 first = int(self.edge_offsets[t] + starts[j])
-                eids.append(np.arange(first, first + len(s), dtype=np.int64))
-                if len(self.etypes) > 1:
-                    types.append(np.full(len(s), t, dtype=np.int64))
+                self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
+                if self.etype is not None:
+                    self.etype[at : at + n] = t
                 self.edge_chunk_pos[(t, j)] = at
-                at += len(s)
-
-        def cat(parts: list[np.ndarray]) -> np.ndarray:
-            return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-
-        self.src, self.dst, self.eid = cat(srcs), cat(dsts), cat(eids)
-        self.etype = cat(types) if len(self.etypes) > 1 else None
+                at += n
 
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -245,41 +245,53 @@ class _Job:
             ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
         )
 
+    def _renumber_in_place(self, ids: np.ndarray) -> None:
+        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective)."""
+        slices = int(self.group.allreduce(np.array([-(-len(ids) // LOOKUP_SLICE)], dtype=np.int64), "max")[0])
+        for k in range(slices):
+            piece = ids[k * LOOKUP_SLICE : (k + 1) * LOOKUP_SLICE]
+            piece[:] = self.new_node_ids(piece)
+
     def dispatch_edges(self, staging: Path) -> None:
         """Each edge to the writer of its destination's partition, which numbers its edges and writes its
         CSC, HALO and slices of ``orig_eid``/``orig_nid``; new edge ids go back to the readers of the
-        edges' chunks when there is edge data."""
+        edges' chunks when there is edge data. Partitions ``k W .. (k + 1) W - 1`` travel in step ``k``,
+        so a writer holds one partition's edges at a time."""
         R = len(self.etypes)
-        self.src = self.new_node_ids(self.src)
-        self.dst = self.new_node_ids(self.dst)
-        dest = self.part_of_new(self.dst) % self.world
-        order = self.group.order_by_rank(dest)
-        counts = np.bincount(dest, minlength=self.world).astype(np.int64)
-        del dest
-        columns = [self.src, self.dst, self.eid] + ([self.etype] if R > 1 else [])
-        rows = np.empty((len(order), len(columns)), dtype=np.int64)
-        for c, column in enumerate(columns):
-            np.take(column, order, out=rows[:, c])
-        del columns, order, self.src, self.dst, self.etype
-        self.num_read = len(self.eid)
-        del self.eid
-        recv, _ = self.group.alltoallv(rows, counts, self.opts.message_bytes)
-        del rows
-        part = self.part_of_new(recv[:, 1])
-        etype = recv[:, 3] if R > 1 else np.zeros(len(recv), dtype=np.int64)
+        self._renumber_in_place(self.src)
+        self._renumber_in_place(self.dst)
+        part = self.part_of_new(self.dst)
+        etype = self.etype if R > 1 else np.zeros(len(part), dtype=np.int64)
         counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
+        del etype
         counts = self.group.allreduce(counts)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
         self.edge_type_ranges = _ranges(counts)
+        order = self.group.order_by_rank(part)  # by partition
+        per_part = np.bincount(part, minlength=self.P).astype(np.int64)
+        del part
+        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=np.int64)
+        for c, name in enumerate(("src", "dst", "eid", "etype")[: rows.shape[1]]):
+            np.take(getattr(self, name), order, out=rows[:, c])
+            if name != "eid":
+                setattr(self, name, None)
+        del order
+        self.num_read = len(self.eid)
+        self.eid = None
+        starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
         keep_new_eids = any(self.layout.edata.get(e) for e in self.etypes)
         orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
-        for p in self.my_parts:
-            mine = np.flatnonzero(part == p)
-            edges = recv[mine]
-            del mine
+        for k in range(-(-self.P // self.world)):
+            first, last = k * self.world, min((k + 1) * self.world, self.P)
+            dest_counts = np.zeros(self.world, dtype=np.int64)
+            dest_counts[: last - first] = per_part[first:last]
+            edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            p = first + self.rank
+            if p >= last:
+                continue
             types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
             # (edge type, new destination, original edge id): the order of new edge ids
             by = _order_by(types, edges[:, 1] - int(self.node_map[p, 0]), edges[:, 2], self.N, self.E)
@@ -292,7 +304,7 @@ class _Job:
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
             self._write_part(staging, p, edges[:, 0].copy(), edges[:, 1].copy(), types)
             del edges, types
-        del recv, part
+        del rows
         orig_eid.flush()
         del orig_eid
         # orig_nid: the owners send (new id, original id) to the writers.

@@ -16,13 +16,17 @@ import numpy as np
 from distgnn.data.chunked import ChunkedLayout
 
 # The interpreter with numpy, torch and gloo loaded.
-BASE_BYTES = 330 << 20
-# Peak bytes per edge this rank read (int64 ends, ids, types, the lookups' and the dispatch's copies).
-PER_EDGE_READ = 120
-# Peak bytes per edge this rank writes (the received rows, their sort, the CSC arrays).
-PER_EDGE_WRITTEN = 96
-# Peak bytes per owned node (assignment, new ids, their sorts and lookups).
-PER_NODE_OWNED = 64
+BASE_BYTES = 235 << 20
+# Bytes per edge this rank read while its edges are renumbered and laid out by partition (ends, ids, the
+# send buffer, the order).
+PER_EDGE_READ = 48
+# Bytes per edge of the partition being written (received rows, their sort, the CSC arrays).
+PER_EDGE_OF_PART = 56
+# --method metis: per edge read, the symmetrised adjacency of the owned vertices and a label propagation
+# round's arrays over it.
+PER_EDGE_READ_METIS = 250
+# Per owned node (assignment, new ids, the features' new ids).
+PER_NODE_OWNED = 32
 # One feature chunk as loaded, packed with its ids, sent and received.
 FEATURE_CHUNK_COPIES = 4
 
@@ -31,7 +35,7 @@ FEATURE_CHUNK_COPIES = 4
 class RankEstimate:
     rank: int
     edges_read: int
-    edges_written: int
+    edges_per_part: int
     nodes_owned: int
     largest_feature_chunk: int
     peak_bytes: int
@@ -40,9 +44,9 @@ class RankEstimate:
 def estimate_ranks(layout: ChunkedLayout, workers: int, num_parts: int, method: str) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
-    Edges read and written follow the job's split (edge chunk ``j`` to rank ``j % W``; partition ``p`` to
-    writer ``p % W``, its edges the average ``E / P``, which holds for random and range and for a
-    balanced METIS assignment).
+    Edges read follow the job's split (edge chunk ``j`` to rank ``j % W``); a writer holds one partition's
+    edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
+    close to it). The peak is the larger of the edge phase and the feature phase.
     """
     total_nodes = sum(layout.num_nodes.values())
     total_edges = sum(layout.num_edges(e) for e in layout.etypes)
@@ -59,20 +63,15 @@ def estimate_ranks(layout: ChunkedLayout, workers: int, num_parts: int, method: 
             row_bytes = int(np.prod(array.row_shape, dtype=np.int64)) * array.dtype.itemsize + 8
             for j, rows in enumerate(chunks):
                 chunk_bytes[j % workers] = max(chunk_bytes[j % workers], rows * row_bytes)
+    largest_part = 0 if not num_parts else -(-total_edges // num_parts)
     out = []
     for r in range(workers):
-        parts = len(range(r, num_parts, workers))
-        written = -(-total_edges * parts // max(num_parts, 1))
         owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
-        per_node = PER_NODE_OWNED * (3 if method == "metis" else 1)
-        peak = (
-            BASE_BYTES
-            + PER_EDGE_READ * int(edges_read[r]) * (2 if method == "metis" else 1)
-            + PER_EDGE_WRITTEN * written
-            + per_node * owned
-            + FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
-        )
-        out.append(RankEstimate(r, int(edges_read[r]), int(written), int(owned), int(chunk_bytes[r]), int(peak)))
+        per_read = PER_EDGE_READ_METIS if method == "metis" else PER_EDGE_READ
+        edge_phase = per_read * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
+        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
+        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase)
+        out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
     return out
 
 
