@@ -44,7 +44,7 @@ from distgnn.partition.format import (
     check_output_dir,
     feature_key,
 )
-from distgnn.partition.reshuffle import stable_order
+from distgnn.partition.reshuffle import distinct_with_index, stable_order
 
 if TYPE_CHECKING:  # torch is imported by the ranks only
     from distgnn.partition.collective import RankGroup
@@ -138,18 +138,6 @@ def _order_by(major: np.ndarray, middle: np.ndarray, minor: np.ndarray, middle_b
         key = (major * middle_bound + middle) * minor_bound + minor
         return stable_order(key, major_bound * middle_bound * minor_bound)
     return np.lexsort((minor, middle, major))
-
-
-def _distinct_with_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sorted distinct values, index of each value among them)``, by one sort."""
-    order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
-    ordered = values[order]
-    first = np.empty(len(ordered), dtype=bool)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    index = np.empty(len(values), dtype=np.int64)
-    index[order] = np.cumsum(first) - 1
-    return ordered[first], index
 
 
 class _Job:
@@ -346,7 +334,7 @@ class _Job:
             del csc_rows, order
         del dsts
         remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
-        halo, halo_index = _distinct_with_index(srcs[remote])
+        halo, halo_index = distinct_with_index(srcs[remote])
         local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
         num_local = local2global.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64

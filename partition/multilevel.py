@@ -30,6 +30,7 @@ import numpy as np
 
 from distgnn.partition.assign import hash_ids, unique_sorted
 from distgnn.partition.metis import metis_kway
+from distgnn.partition.reshuffle import distinct_with_index
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Level:
     au: np.ndarray
     av: np.ndarray
     aw: np.ndarray
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # distinct av and each entry's index in it
 
     def lo(self, rank: int) -> int:
         return int(self.bounds[rank])
@@ -108,6 +110,13 @@ class Multilevel:
         """``values`` (aligned with the owned vertices) of any level ids, from their owners."""
         lo = level.lo(self.rank)
         return self.group.lookup(ids, level.owner(ids), lambda asked: values[asked - lo], self.msg)
+
+    def neighbour_values(self, level: Level, values: np.ndarray) -> np.ndarray:
+        """``values`` of every adjacency entry's neighbour, each distinct neighbour asked once."""
+        if level.neighbours is None:
+            level.neighbours = distinct_with_index(level.av)
+        distinct, index = level.neighbours
+        return self.lookup(level, distinct, values)[index]
 
     def level0(self) -> Level:
         """The symmetrised simple graph of the job's edges (read by this rank) over its owned nodes."""
@@ -197,7 +206,7 @@ class Multilevel:
         cweight = level.vw.copy()  # weight of the cluster labelled by each owned id
         for rnd in range(COARSEN_ROUNDS):
             salt = 1000 * depth + rnd
-            nbr_label = self.lookup(level, level.av, label)
+            nbr_label = self.neighbour_values(level, label)
             active = _unit(ids, self.seed, salt) < 0.5
 
             def allowed(gu, gt, level=level, cweight=cweight, active=active):
@@ -227,7 +236,7 @@ class Multilevel:
         coarse_of_label = np.full(owned, -1, dtype=np.int64)
         coarse_of_label[used] = first + np.arange(int(used.sum()), dtype=np.int64)
         coarse = self.lookup(level, label, coarse_of_label)
-        nbr_coarse = self.lookup(level, self.lookup(level, level.av, label), coarse_of_label)
+        nbr_coarse = self.neighbour_values(level, coarse)
         cbounds = _bounds(n_coarse, self.world)
         cu = coarse[level.au]
         keep = cu != nbr_coarse
@@ -289,7 +298,7 @@ class Multilevel:
             salt = 50_000 + 1000 * depth + rnd
             weights = self.group.allreduce(np.bincount(part, weights=level.vw, minlength=self.P).astype(np.int64))
             over = np.maximum(weights - max_part, 0) / np.maximum(weights, 1)
-            nbr_part = self.lookup(level, level.av, part)
+            nbr_part = self.neighbour_values(level, part)
             active = _unit(ids, self.seed, salt) < 0.5
             room = weights + level.vw.max(initial=0) <= max_part
 
@@ -306,7 +315,7 @@ class Multilevel:
         return part
 
     def edge_cut(self, level: Level, part: np.ndarray) -> int:
-        nbr_part = self.lookup(level, level.av, part)
+        nbr_part = self.neighbour_values(level, part)
         cut = int(np.sum(level.aw[part[level.au] != nbr_part]))
         return int(self.group.allreduce(np.array([cut], dtype=np.int64))[0]) // 2
 

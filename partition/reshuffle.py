@@ -91,6 +91,18 @@ def stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
     return keys
 
 
+def distinct_with_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sorted distinct values, index of each value among them)`` of non-negative int64 ``values``, by one sort."""
+    order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
+    ordered = values[order]
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    index = np.empty(len(values), dtype=np.int64)
+    index[order] = np.cumsum(first) - 1
+    return ordered[first], index
+
+
 def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray, num_parts: int) -> Reshuffled:
     """New ids for the assignment ``part`` (``(N,)`` int64 in ``[0, num_parts)``)."""
     orig_nid = stable_order(part.astype(np.int64, copy=True), num_parts)
