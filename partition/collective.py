@@ -159,7 +159,11 @@ class RankGroup:
         try:
             return op()
         except RuntimeError as exc:
-            # The watchdog names the dead rank and exits within DEAD_AFTER_S; wait for it.
+            # A peer is gone: remove what this job wrote now, then give the watchdog the time to name the
+            # dead rank and exit.
+            if self._on_peer_lost is not None:
+                with contextlib.suppress(OSError):
+                    self._on_peer_lost()
             time.sleep(self.dead_after_s + 3 * HEARTBEAT_S)
             raise RankFailure(f"rank {self.rank}: {what} failed: {exc}") from None
 

@@ -120,6 +120,7 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.
     _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
     child_argv = [a for a in argv if a != "--local"]
     port = _free_port()
+    signal.signal(signal.SIGTERM, _terminate)
     procs = []
     for rank in range(workers):
         env = dict(
@@ -138,7 +139,7 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.
     except KeyboardInterrupt:
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signal.SIGTERM)
         _reap(procs, 10.0)
         print("error: interrupted; no partition was written", file=sys.stderr)
         return 130
@@ -169,7 +170,14 @@ def _watch(procs: list[subprocess.Popen], grace: float) -> int:
         time.sleep(0.2)
 
 
+def _terminate(signum, frame) -> None:
+    # SIGTERM (a launcher or the scheduler stopping the job) unwinds like Ctrl-C, so the staging
+    # directory is removed.
+    raise KeyboardInterrupt
+
+
 def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     from distgnn.partition.collective import RankGroup
 
     group = RankGroup(dead_after_s=args.peer_timeout)
