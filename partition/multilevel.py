@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 COARSE_EDGES = 50_000_000
 COARSEN_ROUNDS = 4
-REFINE_ROUNDS = 4
+REFINE_ROUNDS = 10
 IMBALANCE = 0.03
 # A cluster holds at most this fraction of a part's weight.
 CLUSTER_FRACTION = 1 / 16
