@@ -24,7 +24,7 @@ PER_EDGE_READ = 48
 PER_EDGE_OF_PART = 56
 # --method metis: per edge read, the symmetrised adjacency of the owned vertices and a label propagation
 # round's arrays over it.
-PER_EDGE_READ_METIS = 250
+PER_EDGE_READ_METIS = 200
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
 # One feature chunk as loaded, packed with its ids, sent and received.
