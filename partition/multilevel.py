@@ -292,6 +292,7 @@ class Multilevel:
         lo = level.lo(self.rank)
         total = int(self.group.allreduce(np.array([level.vw.sum()], dtype=np.int64))[0])
         max_part = int((1 + IMBALANCE) * total / self.P) + 1
+        heaviest = int(self.group.allreduce(np.array([level.vw.max(initial=0)], dtype=np.int64), "max")[0])
         ids = np.arange(lo, lo + part.shape[0], dtype=np.int64)
         part_rank = np.arange(self.P) % self.world
         for rnd in range(REFINE_ROUNDS):
@@ -300,7 +301,7 @@ class Multilevel:
             over = np.maximum(weights - max_part, 0) / np.maximum(weights, 1)
             nbr_part = self.neighbour_values(level, part)
             active = _unit(ids, self.seed, salt) < 0.5
-            room = weights + level.vw.max(initial=0) <= max_part
+            room = weights + heaviest <= max_part
 
             def allowed(gu, gt, active=active, room=room):
                 return active[gu] & room[gt]
