@@ -195,3 +195,24 @@ def test_the_job_runs_under_distgnn_launch(homo, tmp_path):
     assert got.returncode == 0, got.stderr
     _assert_identical(expected, tmp_path / "dist")
     assert read_meta(tmp_path / "dist" / "synthetic.json").part_method == "random"
+
+
+def test_a_job_larger_than_the_machine_refuses_to_start(tmp_path):
+    (tmp_path / "e0.txt").write_text("")
+    meta = {
+        "graph_name": "huge",
+        "node_type": ["_N"],
+        "num_nodes_per_chunk": [[10**10]],
+        "edge_type": ["_N:_E:_N"],
+        "num_edges_per_chunk": [[10**11]],
+        "edges": {"_N:_E:_N": {"format": {"name": "csv", "delimiter": " "}, "data": ["e0.txt"]}},
+    }
+    (tmp_path / "metadata.json").write_text(json.dumps(meta))
+    got = _run(
+        "--input", tmp_path / "metadata.json", "--out", tmp_path / "o", "--num-parts", 2, "--workers", 2, "--local"
+    )
+    assert got.returncode == 2 and got.stderr.strip().count("\n") == 0
+    assert re.search(
+        r"--local with 2 ranks needs about [\d.]+ GiB but this machine has [\d.]+ GiB available", got.stderr
+    )
+    assert not (tmp_path / "o").exists()
