@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from distgnn.errors import ConfigError, InputError
-from distgnn.partition.distributed import DIST_METHODS, DistOptions, RankReport, check_chunking, partition_distributed
+from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import check_output_dir
 from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
 
@@ -194,8 +194,7 @@ def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
                 f"rank {worst}'s machine needs about {short[worst, 0] / GIB:.1f} GiB for its ranks but has "
                 f"{short[worst, 1] / GIB:.1f} GiB available; use more machines or fewer ranks per machine"
             )
-        json_path = partition_distributed(opts, group)
-        report: RankReport = group.last_report
+        json_path, report = partition_distributed(opts, group)
         table = group.allgather(
             np.array(
                 [

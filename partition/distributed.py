@@ -452,8 +452,9 @@ class _Job:
             out.flush()
 
 
-def partition_distributed(opts: DistOptions, group: RankGroup) -> Path:
-    """Run this rank's share of the job; returns the JSON path (written by rank 0, on a shared filesystem).
+def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, RankReport]:
+    """Run this rank's share of the job; returns the JSON path (written by rank 0, on a filesystem every rank
+    sees) and what this rank did.
 
     Raises:
         InputError: bad input (every rank reads the metadata and raises the same error).
@@ -501,10 +502,7 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> Path:
         if writer is not None:
             writer.__exit__(None, None, None)
         raise
-    report = RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
-    job.report = report
-    group.last_report = report
-    return json_path
+    return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
