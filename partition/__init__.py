@@ -1,7 +1,8 @@
 """The partition tool (CLI ``distgnn-partition``), the on-disk partition format and the partition book.
 
 The runtime reads only ``format`` and ``book``; the partitioner (``partition_graph``) loads on first use, and
-nothing here touches the servers or rpc. May import: errors, data.
+nothing here touches the servers or rpc. ``distributed`` runs the tool as W ranks of torch.distributed (gloo)
+over a chunked graph no process reads whole. May import: errors, data.
 """
 
 from __future__ import annotations

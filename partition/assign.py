@@ -27,7 +27,7 @@ from distgnn.partition.metis import metis_kway
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("metis", "random")
+METHODS = ("metis", "random", "range")
 
 
 def unique_sorted(values: np.ndarray) -> np.ndarray:
@@ -137,8 +137,77 @@ def metis_assignment(
     return np.frombuffer(result.vertex_part, dtype=np.int64).copy(), int(result.edge_cuts)
 
 
-def random_assignment(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
-    """Uniformly random and balanced (sizes differ by at most one)."""
-    part = np.empty(num_nodes, dtype=np.int64)
-    part[np.random.default_rng(seed).permutation(num_nodes)] = np.arange(num_nodes, dtype=np.int64) % num_parts
-    return part
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_FEISTEL_ROUNDS = 4
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on ``uint64`` values (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def hash_ids(ids: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
+    """A ``uint64`` hash of each id that depends only on ``(seed, salt, id)``."""
+    key = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF, salt & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        return _mix64(_mix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ key[0]) + key[1])
+
+
+def permute_ids(ids: np.ndarray, num_nodes: int, seed: int) -> np.ndarray:
+    """The image of ``ids`` under a pseudo-random permutation of ``[0, num_nodes)`` chosen by ``seed``.
+
+    A balanced Feistel network over the smallest power of four covering ``num_nodes``, cycle-walked
+    back into range, so each id's image is computed from the id alone (no table, any subset of ids).
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    half_bits = max(1, (max(int(num_nodes) - 1, 1).bit_length() + 1) // 2)
+    low = np.uint64((1 << half_bits) - 1)
+    out = ids.astype(np.uint64)
+    pending = np.arange(out.shape[0])
+    values = out.copy()
+    while pending.size:
+        x = values[pending]
+        left, right = x >> np.uint64(half_bits), x & low
+        for r in range(_FEISTEL_ROUNDS):
+            left, right = right, left ^ (hash_ids(right.astype(np.int64), seed, salt=r + 1) & low)
+        x = (left << np.uint64(half_bits)) | right
+        values[pending] = x
+        inside = x < np.uint64(num_nodes)
+        out[pending[inside]] = x[inside]
+        pending = pending[~inside]
+    return out.astype(np.int64)
+
+
+def random_assignment(num_nodes: int, num_parts: int, seed: int = 0, ids: np.ndarray | None = None) -> np.ndarray:
+    """Uniformly random and balanced (sizes differ by at most one): part = permuted id mod ``num_parts``.
+
+    ``ids``: the node ids to assign (default all); the assignment of an id depends only on
+    ``(seed, num_nodes, num_parts, id)``, so any process can compute its share of it.
+    """
+    if ids is None:
+        ids = np.arange(num_nodes, dtype=np.int64)
+    return permute_ids(ids, num_nodes, seed) % num_parts
+
+
+def range_assignment(type_counts: list[int], num_parts: int, ids: np.ndarray | None = None) -> np.ndarray:
+    """Each node type's ids split into ``num_parts`` consecutive ranges of sizes differing by at most one.
+
+    ``type_counts``: node count per type (homogeneous ids number the types one after the other);
+    ``ids``: homogeneous ids to assign (default all).
+    """
+    offsets = np.zeros(len(type_counts) + 1, dtype=np.int64)
+    np.cumsum(type_counts, out=offsets[1:])
+    if ids is None:
+        ids = np.arange(int(offsets[-1]), dtype=np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    ntype = np.searchsorted(offsets[1:], ids, side="right")
+    count = (offsets[1:] - offsets[:-1])[ntype]
+    local = ids - offsets[ntype]
+    # The first count % P ranges hold one more node, as chunk_sizes splits rows.
+    big, rem = count // num_parts + 1, count % num_parts
+    in_big = local < big * rem
+    return np.where(in_big, local // np.maximum(big, 1), rem + (local - big * rem) // np.maximum(big - 1, 1))

@@ -5,7 +5,13 @@
                       [--num-classes C] [--undirected] [--graph-name NAME] --num-parts K --method metis|random
                       --out DIR [--balance-train] [--balance-edges] [--target-ntype T] [--halo-hops 1]
                       [--seed S] [--overwrite] [--metis-coarsen auto|on|off]
+    distgnn-partition --input DIR/metadata.json --num-parts K --out DIR --workers W [--local] [--dry-run]
+                      [--method random|range|metis] [--message-mb MB] [--seed S] [--overwrite]
     distgnn-partition --check DIR/NAME.json
+
+With ``--workers W`` the job runs as W ranks of torch.distributed (``partition.distributed``): ``--local``
+starts them on this host; without it this process is one rank and reads the torchrun environment (under
+distgnn-launch, torchrun or srun). ``--dry-run`` prints each rank's peak memory estimate and exits.
 
 Bad input ends with one line ``error: ...`` on stderr and exit status 2.
 """
@@ -60,7 +66,13 @@ def _parser() -> argparse.ArgumentParser:
         help="partition name (default: graph_name of a chunked input, the .npz file stem, or the dataset name)",
     )
     p.add_argument("--num-parts", type=int, help="number of partitions K")
-    p.add_argument("--method", choices=("metis", "random"), default="metis")
+    p.add_argument(
+        "--method",
+        choices=("metis", "random", "range"),
+        default="metis",
+        help="metis (with --workers: multilevel label propagation + METIS on the coarse graph), random (a "
+        "seeded permutation dealt round robin) or range (each node type's ids in consecutive ranges)",
+    )
     p.add_argument("--out", type=Path, help="output directory")
     p.add_argument("--balance-train", action="store_true", help="METIS balances train nodes across partitions")
     p.add_argument("--balance-edges", action="store_true", help="METIS balances in-edges across partitions")
@@ -77,6 +89,28 @@ def _parser() -> argparse.ArgumentParser:
         help="cluster and contract the graph in numpy before METIS (auto: from 2M adjacency entries; "
         "a fraction of METIS's memory); off hands METIS the whole graph",
     )
+    dist = p.add_argument_group("distributed job (a chunked --input)")
+    dist.add_argument(
+        "--workers", type=int, help="number of ranks W; partitions without reading the graph into one process"
+    )
+    dist.add_argument("--local", action="store_true", help="start the W ranks on this host")
+    dist.add_argument(
+        "--message-mb", type=float, default=256.0, help="bound of what one rank sends per all-to-all round (MiB)"
+    )
+    dist.add_argument(
+        "--coarse-edges",
+        type=int,
+        default=50_000_000,
+        help="--method metis: coarsen until the graph has at most this many adjacency entries, then METIS on "
+        "rank 0 (default 50M)",
+    )
+    dist.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=20.0,
+        help="seconds without a heartbeat after which a rank counts as dead and every rank stops (default 20)",
+    )
+    dist.add_argument("--dry-run", action="store_true", help="print each rank's peak memory estimate and exit")
     return p
 
 
@@ -188,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.check is not None:
             _print_check(args.check)
+        elif args.workers is not None or args.dry_run:
+            from distgnn.partition.dist_cli import run_workers
+
+            return run_workers(args, argv if argv is not None else sys.argv[1:])
         else:
             _partition(args)
         return 0

@@ -274,6 +274,7 @@ class PartitionWriter:
         self.overwrite = overwrite
         check_output_dir(self.out_dir, graph_name, overwrite)
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        # Other processes of a distributed job write their files under the same staging directory.
         self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.staging-", dir=self.out_dir.parent))
         self._committed = False
 

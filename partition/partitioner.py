@@ -34,7 +34,7 @@ from distgnn.data.hetero import (
     iter_row_blocks,
 )
 from distgnn.errors import InputError
-from distgnn.partition.assign import METHODS, metis_assignment, random_assignment
+from distgnn.partition.assign import METHODS, metis_assignment, random_assignment, range_assignment
 from distgnn.partition.format import (
     PART_ARRAYS,
     FeatureSpec,
@@ -121,7 +121,8 @@ def partition_graph(
         out_dir: output directory; must be absent, empty, or (with ``overwrite``)
             hold a partition of the same graph name.
         graph_name: defaults to ``graph.name``; names the JSON file.
-        method: ``"metis"`` or ``"random"``.
+        method: ``"metis"``, ``"random"`` (a seeded permutation of the ids dealt round robin, computable
+            per id: ``assign.random_assignment``) or ``"range"`` (each node type's ids in consecutive ranges).
         balance_train: METIS balances train nodes (``train_mask`` of ``target_ntype``) per part.
         balance_edges: METIS balances in-edges per part.
         target_ntype: the labelled node type of a heterogeneous graph (for ``balance_train``);
@@ -155,6 +156,8 @@ def partition_graph(
                 n, src, dst, num_parts, groups, balance_edges, seed, coarsen=metis_coarsen
             )
             del groups
+        elif method == "range":
+            part = range_assignment([graph.num_nodes[t] for t in graph.ntypes], num_parts)
         else:
             part = random_assignment(n, num_parts, seed)
     with _Phase("reshuffle"):

@@ -73,7 +73,7 @@ def _ranges(sizes: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 22
 
 
-def _stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
+def stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
     """``argsort(keys, kind="stable")`` for int64 keys in ``[0, key_bound)``; consumes ``keys``.
 
     Packs (key, position) into one int64 in place and sorts values, which numpy
@@ -91,9 +91,21 @@ def _stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
     return keys
 
 
+def distinct_with_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sorted distinct values, index of each value among them)`` of non-negative int64 ``values``, by one sort."""
+    order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
+    ordered = values[order]
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    index = np.empty(len(values), dtype=np.int64)
+    index[order] = np.cumsum(first) - 1
+    return ordered[first], index
+
+
 def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray, num_parts: int) -> Reshuffled:
     """New ids for the assignment ``part`` (``(N,)`` int64 in ``[0, num_parts)``)."""
-    orig_nid = _stable_order(part.astype(np.int64, copy=True), num_parts)
+    orig_nid = stable_order(part.astype(np.int64, copy=True), num_parts)
     node_map = _ranges(np.bincount(part, minlength=num_parts))
     old2new = np.empty(num_nodes, dtype=np.int64)
     old2new[orig_nid] = np.arange(num_nodes, dtype=np.int64)
@@ -101,7 +113,7 @@ def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray
     new_dst = old2new[dst]
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(new_dst, minlength=num_nodes), out=indptr[1:])
-    orig_eid = _stable_order(new_dst, num_nodes)  # reuses new_dst's memory
+    orig_eid = stable_order(new_dst, num_nodes)  # reuses new_dst's memory
     new_src = src[orig_eid]
     for start in range(0, new_src.shape[0], _CHUNK):  # in chunks: take(out=) on its own input copies it whole
         new_src[start : start + _CHUNK] = old2new[new_src[start : start + _CHUNK]]
@@ -119,7 +131,7 @@ def reshuffle_typed(
     num_parts: int,
 ) -> Reshuffled:
     """New ids for several edge types: ``etype`` ``(E,)`` int edge type id per original edge."""
-    orig_nid = _stable_order(part.astype(np.int64, copy=True), num_parts)
+    orig_nid = stable_order(part.astype(np.int64, copy=True), num_parts)
     node_map = _ranges(np.bincount(part, minlength=num_parts))
     old2new = np.empty(num_nodes, dtype=np.int64)
     old2new[orig_nid] = np.arange(num_nodes, dtype=np.int64)
@@ -128,7 +140,7 @@ def reshuffle_typed(
     key = group * num_nodes
     key += old2new[dst]
     del group
-    orig_eid = _stable_order(key, num_parts * num_etypes * num_nodes)
+    orig_eid = stable_order(key, num_parts * num_etypes * num_nodes)
     new_src = old2new[src[orig_eid]]
     new_dst = old2new[dst[orig_eid]]
     new_etype = etype[orig_eid]

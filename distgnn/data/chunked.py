@@ -76,18 +76,75 @@ class _FileSpec:
     where: str
 
 
-def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
-    """Read the chunked graph described by ``metadata_path`` (DGL's ``metadata.json``).
+@dataclass
+class ChunkedLayout:
+    """What the metadata and the data headers say about a chunked graph, before any edge is read.
 
-    Returns:
-        A HeteroGraph named ``graph_name`` whose node and edge types follow the metadata's order; edges are
-        ``(E_t,)`` int64 per-type node ids; node/edge data are ChunkedArrays of the files' dtypes (masks
-        bool); ``num_classes`` comes from an optional ``num_classes`` key.
+    Attributes:
+        path: the metadata file.
+        graph_name: its ``graph_name``.
+        num_nodes: node count per node type, in the metadata's order (the order fixes the type ids).
+        node_chunks: rows per node chunk, per node type.
+        etypes: canonical edge types, in the metadata's order.
+        edge_chunks: rows per edge chunk, per canonical edge type.
+        edge_specs: the edge-list files of each canonical edge type (one per chunk).
+        ndata, edata: node / edge arrays as ChunkedArrays (headers checked, nothing loaded).
+        num_classes: the optional ``num_classes`` key.
+    """
+
+    path: Path
+    graph_name: str
+    num_nodes: dict[str, int]
+    node_chunks: dict[str, list[int]]
+    etypes: list[CanonicalEtype]
+    edge_chunks: dict[CanonicalEtype, list[int]]
+    edge_specs: dict[CanonicalEtype, _FileSpec]
+    ndata: dict[str, dict[str, ChunkedArray]]
+    edata: dict[CanonicalEtype, dict[str, ChunkedArray]]
+    num_classes: int | None
+
+    @property
+    def ntypes(self) -> list[str]:
+        return list(self.num_nodes)
+
+    def num_edges(self, etype: CanonicalEtype) -> int:
+        return sum(self.edge_chunks[etype])
+
+    def read_edge_chunk(self, etype: CanonicalEtype, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, dst)`` ``(rows,)`` int64 per-type node ids of chunk ``index`` of ``etype``, checked."""
+        spec = self.edge_specs[etype]
+        rows = self.edge_chunks[etype][index]
+        file = spec.paths[index]
+        if spec.fmt == "csv":
+            pair = _read_csv_pairs(file, spec.delimiter)
+        elif spec.fmt == "numpy":
+            pair = _read_npy_pairs(file)
+        else:
+            pair = _read_parquet_pairs(file)
+        if len(pair) != rows:
+            raise InputError(
+                f"{file}: {len(pair)} edges, but num_edges_per_chunk says chunk {index} of "
+                f"{etype_str(etype)!r} has {rows}"
+            )
+        ends = []
+        for column, (end, ntype) in enumerate((("source", etype[0]), ("destination", etype[2]))):
+            ids = np.ascontiguousarray(pair[:, column], dtype=np.int64)
+            bound = self.num_nodes[ntype]
+            if rows and (ids.min() < 0 or ids.max() >= bound):
+                row = int(np.flatnonzero((ids < 0) | (ids >= bound))[0])
+                raise InputError(
+                    f"{file}: row {row} has {end} id {int(ids[row])}, out of range for node type {ntype!r} "
+                    f"([0, {bound}) by num_nodes_per_chunk)"
+                )
+            ends.append(ids)
+        return ends[0], ends[1]
+
+
+def read_chunked_layout(metadata_path: str | os.PathLike) -> ChunkedLayout:
+    """Check the metadata, that every listed file exists, and every data file's header; read no edge.
 
     Raises:
-        InputError: one line naming the file and the problem (missing file, malformed metadata, a chunk
-            whose row count disagrees with ``num_*_per_chunk``, an id out of range, chunks of one array with
-            different dtypes or row shapes, a csv that does not parse as two integer columns...).
+        InputError: as :func:`read_chunked`, for everything but the edge files' contents.
     """
     path = Path(metadata_path)
     meta = _load_metadata(path)
@@ -112,7 +169,6 @@ def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
         for file in spec.paths:
             _require_file(file, spec.where)
 
-    # The data headers are cheap, the edges are not: check everything else before parsing edges.
     ndata = {
         ntype: {
             key: _data_array(spec, node_chunks[ntype], key, f"node type {ntype!r}")
@@ -133,19 +189,49 @@ def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
     num_classes = meta.get("num_classes")
     if num_classes is not None and (not isinstance(num_classes, int) or isinstance(num_classes, bool)):
         raise InputError(f"{path}: 'num_classes' must be an integer, got {num_classes!r}")
-    edges = {
-        etype: _read_edges(edge_specs[name], edge_chunks[name], etype, num_nodes)
-        for name, etype in zip(etype_names, etypes, strict=True)
-    }
+    return ChunkedLayout(
+        path=path,
+        graph_name=meta["graph_name"],
+        num_nodes=num_nodes,
+        node_chunks=node_chunks,
+        etypes=etypes,
+        edge_chunks={by_name[name]: edge_chunks[name] for name in etype_names},
+        edge_specs={by_name[name]: spec for name, spec in edge_specs.items()},
+        ndata=ndata,
+        edata=edata,
+        num_classes=num_classes,
+    )
+
+
+def read_chunked(metadata_path: str | os.PathLike) -> HeteroGraph:
+    """Read the chunked graph described by ``metadata_path`` (DGL's ``metadata.json``).
+
+    Returns:
+        A HeteroGraph named ``graph_name`` whose node and edge types follow the metadata's order; edges are
+        ``(E_t,)`` int64 per-type node ids; node/edge data are ChunkedArrays of the files' dtypes (masks
+        bool); ``num_classes`` comes from an optional ``num_classes`` key.
+
+    Raises:
+        InputError: one line naming the file and the problem (missing file, malformed metadata, a chunk
+            whose row count disagrees with ``num_*_per_chunk``, an id out of range, chunks of one array with
+            different dtypes or row shapes, a csv that does not parse as two integer columns...).
+    """
+    layout = read_chunked_layout(metadata_path)
+    edges = {etype: _read_edges(layout, etype) for etype in layout.etypes}
     graph = HeteroGraph(
-        name=meta["graph_name"], num_nodes=num_nodes, edges=edges, ndata=ndata, edata=edata, num_classes=num_classes
+        name=layout.graph_name,
+        num_nodes=layout.num_nodes,
+        edges=edges,
+        ndata=layout.ndata,
+        edata=layout.edata,
+        num_classes=layout.num_classes,
     )
     logger.info(
         "read %s: %d node types (%d nodes), %d edge types (%d edges)",
-        path,
-        len(ntypes),
+        layout.path,
+        len(layout.num_nodes),
         graph.total_nodes,
-        len(etypes),
+        len(layout.etypes),
         graph.num_edges(),
     )
     return graph
@@ -277,38 +363,17 @@ def _require_file(file: Path, where: str) -> None:
         raise InputError(f"{file}: no such file (listed under {where})")
 
 
-def _read_edges(
-    spec: _FileSpec, chunk_rows: list[int], etype: CanonicalEtype, num_nodes: dict[str, int]
-) -> tuple[np.ndarray, np.ndarray]:
+def _read_edges(layout: ChunkedLayout, etype: CanonicalEtype) -> tuple[np.ndarray, np.ndarray]:
     """Both ends of one edge type, read chunk by chunk into two preallocated ``(E_t,)`` int64 arrays."""
-    total = sum(chunk_rows)
+    total = layout.num_edges(etype)
     src = np.empty(total, dtype=np.int64)
     dst = np.empty(total, dtype=np.int64)
     start = 0
-    for index, (file, rows) in enumerate(zip(spec.paths, chunk_rows, strict=True)):
-        if spec.fmt == "csv":
-            pair = _read_csv_pairs(file, spec.delimiter)
-        elif spec.fmt == "numpy":
-            pair = _read_npy_pairs(file)
-        else:
-            pair = _read_parquet_pairs(file)
-        if len(pair) != rows:
-            raise InputError(
-                f"{file}: {len(pair)} edges, but num_edges_per_chunk says chunk {index} of "
-                f"{etype_str(etype)!r} has {rows}"
-            )
-        for column, (end, ntype, out) in enumerate((("source", etype[0], src), ("destination", etype[2], dst))):
-            ids = pair[:, column]
-            bound = num_nodes[ntype]
-            if rows and (ids.min() < 0 or ids.max() >= bound):
-                row = int(np.flatnonzero((ids < 0) | (ids >= bound))[0])
-                raise InputError(
-                    f"{file}: row {row} has {end} id {int(ids[row])}, out of range for node type {ntype!r} "
-                    f"([0, {bound}) by num_nodes_per_chunk)"
-                )
-            out[start : start + rows] = ids
+    for index, rows in enumerate(layout.edge_chunks[etype]):
+        s, d = layout.read_edge_chunk(etype, index)
+        src[start : start + rows] = s
+        dst[start : start + rows] = d
         start += rows
-        del pair
     return src, dst
 
 

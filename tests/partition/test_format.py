@@ -249,9 +249,9 @@ def test_check_catches_bad_orig_ids_and_feature_rows(tmp_path):
 
 
 @pytest.mark.parametrize("key_bound", [1, 7, 1000, 1 << 61])
-def test_stable_order_matches_stable_argsort(key_bound):
-    from distgnn.partition.reshuffle import _stable_order
+def teststable_order_matches_stable_argsort(key_bound):
+    from distgnn.partition.reshuffle import stable_order
 
     keys = np.random.default_rng(key_bound % 97).integers(0, min(key_bound, 1 << 40), 5000)
     expected = np.argsort(keys, kind="stable")
-    assert np.array_equal(_stable_order(keys.copy(), key_bound), expected)
+    assert np.array_equal(stable_order(keys.copy(), key_bound), expected)

@@ -1,0 +1,179 @@
+"""The distributed partition job (``--workers W --local``) against the single-process tool on one chunked graph.
+
+For each method, the single-process ``distgnn-partition`` runs first, then the job at each W, each in its own
+process(es), on the same chunked input; per run the table gives
+
+* ``s``: the partition's own time (single: its ``total`` line; job: the slowest rank's seconds), and
+  ``time/single``;
+* ``peak GiB``: single: the peak RSS when the partition is written (before ``--check``); job: the largest
+  rank's measured peak (ru_maxrss), ``peak/single``, and ``est/peak``: the ``--dry-run`` estimate of that
+  rank over its measured peak;
+* ``cut``: directed edges whose source is not owned by the destination's partition (``--check``'s figure),
+  ``cut/single``; ``balance``: the largest partition's node count over the mean;
+* ``same``: for random and range, whether every array and the JSON equal the single-process output.
+
+    python benchmarks/partition_dist.py --graph synthetic --num-nodes 1000000 --avg-degree 20 \\
+        --parts 4 --workers 1,2,4 --methods random,range,metis --work /tmp/pdist
+    python benchmarks/partition_dist.py --graph synthetic-mag --num-papers 100000 --parts 4 --workers 2,4
+    python benchmarks/partition_dist.py --graph papers --num-nodes 10000000 --avg-degree 15 --workers 2,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CLI = [sys.executable, "-m", "distgnn.partition.cli"]
+
+
+def _make_graph(args: argparse.Namespace) -> Path:
+    meta = args.work / "input" / "metadata.json"
+    if meta.exists():
+        return meta
+    if args.graph == "papers":
+        from distgnn.data.papers_like import write_papers_like
+
+        return write_papers_like(
+            args.work / "input", args.num_nodes, args.avg_degree, nodes_per_chunk=-(-args.num_nodes // args.chunks)
+        )
+    from distgnn.data import synthetic, synthetic_mag
+    from distgnn.data.chunked import write_chunked
+    from distgnn.data.hetero import HeteroGraph
+
+    if args.graph == "synthetic":
+        graph = HeteroGraph.from_homogeneous(synthetic(args.num_nodes, args.avg_degree, 100, 16, seed=0))
+    else:
+        graph = synthetic_mag(args.num_papers, seed=0)
+    return write_chunked(graph, args.work / "input", num_chunks=args.chunks)
+
+
+def _cut_and_balance(json_path: Path) -> tuple[int, float]:
+    from distgnn.partition.format import load_part_array, read_meta
+
+    meta = read_meta(json_path)
+    cut = 0
+    for p, part in enumerate(meta.parts):
+        indices = load_part_array(meta, p, "indices")
+        cut += int(np.count_nonzero(indices >= part.num_owned_nodes))
+    owned = np.array([part.num_owned_nodes for part in meta.parts], dtype=np.float64)
+    return cut, float(owned.max() / owned.mean())
+
+
+def _same(a: Path, b: Path) -> bool:
+    files = sorted(p.relative_to(a) for p in a.rglob("*.npy"))
+    if files != sorted(p.relative_to(b) for p in b.rglob("*.npy")):
+        return False
+    for rel in files:
+        if not np.array_equal(np.load(a / rel, mmap_mode="r"), np.load(b / rel, mmap_mode="r")):
+            return False
+    (ja,), (jb,) = a.glob("*.json"), b.glob("*.json")
+    return json.loads(ja.read_text()) == json.loads(jb.read_text())
+
+
+def _run(cmd: list[str]) -> tuple[str, float]:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
+    return done.stdout, time.perf_counter() - start
+
+
+def _single(meta: Path, out: Path, method: str, args: argparse.Namespace) -> dict:
+    stdout, wall = _run(
+        [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
+         "--seed", str(args.seed), "--overwrite"]
+    )  # fmt: skip
+    seconds = float(re.search(r"^total ([\d.]+) s", stdout, re.MULTILINE).group(1))
+    peak = float(re.findall(r"write done in [\d.]+ s \(peak RSS so far ([\d.]+) GiB\)", stdout)[-1])
+    return dict(seconds=seconds, wall=wall, peak=peak, estimate=None)
+
+
+def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Namespace) -> dict:
+    stdout, wall = _run(
+        [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
+         "--seed", str(args.seed), "--overwrite", "--workers", str(workers), "--local",
+         "--coarse-edges", str(args.coarse_edges), "--message-mb", str(args.message_mb)]
+    )  # fmt: skip
+    rows = re.findall(r"^\s*(\d+) \|\s*([\d.]+) \|\s*([\d.]+) \|\s*(\d+) \|\s*([\d.]+) \|\s*([\d.]+)$", stdout, re.M)
+    peaks = [float(r[1]) for r in rows]
+    worst = int(np.argmax(peaks))
+    return dict(
+        seconds=max(float(r[5]) for r in rows),
+        wall=wall,
+        peak=peaks[worst],
+        estimate=float(rows[worst][2]),
+        rounds=int(rows[0][3]),
+        sent_mib=sum(float(r[4]) for r in rows),
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graph", choices=("synthetic", "synthetic-mag", "papers"), default="synthetic")
+    p.add_argument("--num-nodes", type=int, default=1_000_000)
+    p.add_argument("--avg-degree", type=float, default=20.0)
+    p.add_argument("--num-papers", type=int, default=100_000)
+    p.add_argument("--chunks", type=int, default=8)
+    p.add_argument("--parts", type=int, default=4)
+    p.add_argument("--workers", default="1,2,4")
+    p.add_argument("--methods", default="random,range,metis")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--coarse-edges", type=int, default=4_000_000)
+    p.add_argument("--message-mb", type=float, default=256.0)
+    p.add_argument("--no-single", action="store_true", help="skip the single-process runs (too big for this box)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/partition_dist"))
+    p.add_argument("--keep", action="store_true", help="keep the input and the partitions")
+    args = p.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    meta = _make_graph(args)
+    layout = json.loads(meta.read_text())
+    nodes = sum(map(sum, layout["num_nodes_per_chunk"]))
+    edges = sum(map(sum, layout["num_edges_per_chunk"]))
+    print(f"{args.graph}: {nodes:,} nodes, {edges:,} edges, {args.parts} parts, {args.chunks} chunks per type")
+    header = "method | run | s | time/single | peak GiB | peak/single | est/peak | cut | cut/single | balance | same"
+    print(header)
+    print("|".join("---" for _ in header.split("|")))
+    for method in args.methods.split(","):
+        single_out = args.work / f"single-{method}"
+        base = None
+        if not args.no_single:
+            base = _single(meta, single_out, method, args)
+            base["cut"], base["balance"] = _cut_and_balance(next(single_out.glob("*.json")))
+            print(
+                f"{method} | single | {base['seconds']:.1f} | 1.00 | {base['peak']:.2f} | 1.00 | - | "
+                f"{base['cut']:,} | 1.00 | {base['balance']:.3f} | -",
+                flush=True,
+            )
+        for workers in (int(w) for w in args.workers.split(",")):
+            out = args.work / f"w{workers}-{method}"
+            r = _dist(meta, out, method, workers, args)
+            r["cut"], r["balance"] = _cut_and_balance(next(out.glob("*.json")))
+            same = "-" if base is None or method == "metis" else ("yes" if _same(single_out, out) else "NO")
+
+            def ratio(key: str, r=r, base=base) -> str:
+                return f"{r[key] / base[key]:.2f}" if base else "-"
+
+            print(
+                f"{method} | W={workers} | {r['seconds']:.1f} | {ratio('seconds')} | {r['peak']:.2f} | "
+                f"{ratio('peak')} | {r['estimate'] / r['peak']:.2f} | {r['cut']:,} | {ratio('cut')} | "
+                f"{r['balance']:.3f} | {same}",
+                flush=True,
+            )
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(single_out, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(args.work / "input", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

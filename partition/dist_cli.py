@@ -1,0 +1,222 @@
+"""``distgnn-partition --workers W``: the distributed job's command line (one rank, or ``--local``'s W ranks).
+
+``--local`` checks the input and the memory, then starts W copies of the same command as ranks 0..W-1
+with torchrun's environment on this host and watches them: when one fails, the others (whose watchdog
+names the dead rank) get ``--peer-timeout`` and ``STOP_EXTRA_S`` to exit before they are killed; Ctrl-C stops them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from distgnn.errors import ConfigError, InputError
+from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
+from distgnn.partition.format import check_output_dir
+from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
+
+# After a rank fails, the others' watchdogs need up to --peer-timeout to name it and exit.
+STOP_EXTRA_S = 10.0
+GIB = float(1 << 30)
+
+
+def _options(args: argparse.Namespace) -> DistOptions:
+    if args.input is None or args.input.suffix != ".json":
+        raise ConfigError("--workers and --dry-run need a chunked --input DIR/metadata.json")
+    missing = [flag for flag, value in (("--num-parts", args.num_parts), ("--out", args.out)) if value is None]
+    if missing:
+        raise ConfigError(f"partitioning needs {' and '.join(missing)}")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.num_parts < 1:
+        raise ConfigError(f"--num-parts must be >= 1, got {args.num_parts}")
+    if args.coarse_edges < 1:
+        raise ConfigError(f"--coarse-edges must be >= 1, got {args.coarse_edges}")
+    if not args.peer_timeout > 0:
+        raise ConfigError(f"--peer-timeout must be > 0, got {args.peer_timeout}")
+    if not args.message_mb > 0:
+        raise ConfigError(f"--message-mb must be > 0, got {args.message_mb}")
+    if args.method not in DIST_METHODS:
+        raise ConfigError(f"--method {args.method} is not available with --workers; use {', '.join(DIST_METHODS)}")
+    unsupported = [
+        flag
+        for flag, on in (
+            ("--balance-train", args.balance_train),
+            ("--balance-edges", args.balance_edges),
+            ("--halo-hops > 1", args.halo_hops != 1),
+            ("--undirected", args.undirected),
+        )
+        if on
+    ]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} need the single-process tool (drop --workers)")
+    return DistOptions(
+        input=args.input,
+        num_parts=args.num_parts,
+        out=args.out,
+        method=args.method,
+        graph_name=args.graph_name,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        message_mb=args.message_mb,
+        coarse_edges=args.coarse_edges,
+    )
+
+
+def _estimates(opts: DistOptions, workers: int):
+    from distgnn.data.chunked import read_chunked_layout
+
+    layout = read_chunked_layout(opts.input)
+    check_chunking(layout)
+    return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method)
+
+
+def _print_estimates(estimates) -> None:
+    print("rank | edges read | edges per part | nodes owned | feature chunk MiB | peak estimate GiB")
+    for e in estimates:
+        print(
+            f"{e.rank:4d} | {e.edges_read:10,d} | {e.edges_per_part:14,d} | {e.nodes_owned:11,d} | "
+            f"{e.largest_feature_chunk / (1 << 20):17.1f} | {e.peak_bytes / GIB:17.2f}"
+        )
+
+
+def _check_memory(need: int, what: str) -> None:
+    have = available_bytes()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"{what} needs about {need / GIB:.1f} GiB but this machine has {have / GIB:.1f} GiB available; "
+            "use more machines (--workers) or fewer ranks per machine"
+        )
+
+
+def run_workers(args: argparse.Namespace, argv: list[str]) -> int:
+    opts = _options(args)
+    workers = args.workers if args.workers is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    if args.dry_run:
+        _, estimates = _estimates(opts, workers)
+        _print_estimates(estimates)
+        return 0
+    if args.local:
+        return _run_local(opts, workers, argv, args)
+    return _run_rank(opts, workers, args)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> int:
+    layout, estimates = _estimates(opts, workers)
+    check_output_dir(opts.out.resolve(), opts.graph_name or layout.graph_name, opts.overwrite)
+    _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
+    child_argv = [a for a in argv if a != "--local"]
+    port = _free_port()
+    signal.signal(signal.SIGTERM, _terminate)
+    procs = []
+    for rank in range(workers):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(workers),
+            LOCAL_WORLD_SIZE=str(workers),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(subprocess.Popen([sys.executable, "-m", "distgnn.partition.cli", *child_argv], env=env))
+    try:
+        return _watch(procs, args.peer_timeout + STOP_EXTRA_S)
+    except KeyboardInterrupt:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        _reap(procs, 10.0)
+        print("error: interrupted; no partition was written", file=sys.stderr)
+        return 130
+
+
+def _reap(procs: list[subprocess.Popen], grace: float) -> None:
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _watch(procs: list[subprocess.Popen], grace: float) -> int:
+    while True:
+        codes = [proc.poll() for proc in procs]
+        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            rank, code = failed[0]
+            _reap(procs, grace)
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            print(f"error: rank {rank} failed ({how}); every rank stopped, no partition was written", file=sys.stderr)
+            return 2 if code == 2 else 1
+        if all(code == 0 for code in codes):
+            return 0
+        time.sleep(0.2)
+
+
+def _terminate(signum, frame) -> None:
+    # SIGTERM (a launcher or the scheduler stopping the job) unwinds like Ctrl-C, so the staging
+    # directory is removed.
+    raise KeyboardInterrupt
+
+
+def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    from distgnn.partition.collective import RankGroup
+
+    group = RankGroup(dead_after_s=args.peer_timeout)
+    try:
+        if group.world != workers:
+            raise ConfigError(f"--workers {workers} but the job has WORLD_SIZE={group.world} ranks")
+        layout, estimates = _estimates(opts, group.world)
+        need = estimates[group.rank].peak_bytes * local_world_size()
+        have = available_bytes() or need
+        short = group.allgather(np.array([need, have], dtype=np.int64))
+        worst = int(np.argmax(short[:, 0] - short[:, 1]))
+        if short[worst, 0] > short[worst, 1]:
+            raise ConfigError(
+                f"rank {worst}'s machine needs about {short[worst, 0] / GIB:.1f} GiB for its ranks but has "
+                f"{short[worst, 1] / GIB:.1f} GiB available; use more machines or fewer ranks per machine"
+            )
+        json_path, report = partition_distributed(opts, group)
+        table = group.allgather(
+            np.array(
+                [
+                    report.peak_rss_bytes,
+                    estimates[group.rank].peak_bytes,
+                    report.rounds,
+                    report.bytes_sent,
+                    int(report.seconds * 1000),
+                ],
+                dtype=np.int64,
+            )
+        )
+        if group.rank == 0:
+            print("rank | peak RSS GiB | estimate GiB | all-to-all rounds | sent MiB | seconds")
+            for r, (peak, est, rounds, sent, ms) in enumerate(table.tolist()):
+                print(
+                    f"{r:4d} | {peak / GIB:12.2f} | {est / GIB:12.2f} | {rounds:17d} | {sent / (1 << 20):8.1f} | {ms / 1000:7.1f}"
+                )
+            print(f"wrote {json_path}")
+        group.close()
+        return 0
+    except (InputError, ConfigError) as exc:
+        print(f"error: rank {group.rank}: {exc}", file=sys.stderr, flush=True)
+        group.close(done=False)
+        return 2

@@ -1,0 +1,566 @@
+"""The distributed partition job: W ranks partition a chunked graph none of them reads whole.
+
+Every rank runs :func:`partition_distributed` (under ``--local``, distgnn-launch, torchrun or srun). The
+output is the on-disk format of ``partition.format``, identical to what ``partition_graph`` writes for the
+same assignment. Work is split three ways:
+
+* **reading**: rank ``r`` reads edge chunk ``j`` of every edge type and node/edge data chunk ``j`` of
+  every array with ``j % W == r`` (their data files must follow ``num_*_per_chunk``);
+* **assignment**: rank ``r`` owns the homogeneous node ids ``[r N / W, (r + 1) N / W)``: their partition
+  (``random``/``range`` computed per id, ``metis`` from ``partition.multilevel``) and their new id;
+* **writing**: rank ``p % W`` writes partition ``p`` (its CSC, HALO, features, its slices of
+  ``orig_nid``/``orig_eid``); rank 0 writes the JSON and renames the staged directory into place.
+
+Phases: read edges; assign; number nodes (new ids ordered by (partition, original id), counts gathered);
+look up the new ids of every edge's ends at their owners; send each edge to its destination's writer,
+which sorts them into (edge type, new destination, original id) order, the new edge ids; new edge ids
+back to the chunk readers; features chunk by chunk to the writers. Every exchange is
+``RankGroup.alltoallv``; what a rank writes goes to memory-mapped ``.npy`` files.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from distgnn.data.chunked import ChunkedLayout, read_chunked_layout
+from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, ChunkedArray, etype_str
+from distgnn.errors import InputError
+from distgnn.partition.assign import random_assignment, range_assignment
+from distgnn.partition.format import (
+    PART_ARRAYS,
+    FeatureSpec,
+    PartInfo,
+    PartitionMeta,
+    PartitionWriter,
+    check_output_dir,
+    feature_key,
+)
+from distgnn.partition.reshuffle import distinct_with_index, stable_order
+
+if TYPE_CHECKING:  # torch is imported by the ranks only
+    from distgnn.partition.collective import RankGroup
+
+logger = logging.getLogger(__name__)
+
+DIST_METHODS = ("random", "range", "metis")
+# Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
+LOOKUP_SLICE = 1 << 21
+
+
+@dataclass(frozen=True)
+class DistOptions:
+    """What a distributed partition job does (the same on every rank)."""
+
+    input: Path
+    num_parts: int
+    out: Path
+    method: str = "random"
+    graph_name: str | None = None
+    seed: int = 0
+    overwrite: bool = False
+    message_mb: float = 256.0
+    coarse_edges: int = 50_000_000
+
+    @property
+    def message_bytes(self) -> int:
+        return max(1, int(self.message_mb * (1 << 20)))
+
+
+@dataclass
+class RankReport:
+    """What one rank did: its peak RSS, the all-to-all rounds it took part in and the bytes it sent."""
+
+    peak_rss_bytes: int
+    rounds: int
+    bytes_sent: int
+    seconds: float
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def _offsets(counts: list[int]) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=out[1:])
+    return out
+
+
+def _ranges(sizes: np.ndarray) -> np.ndarray:
+    ends = np.cumsum(sizes.reshape(-1), dtype=np.int64)
+    return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
+
+
+def check_chunking(layout: ChunkedLayout) -> None:
+    """Data files must follow the chunking, so the reader of a chunk reads its data rows too."""
+    for owner, arrays, chunks in [
+        *((f"node type {t!r}", layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
+        *((f"edge type {etype_str(e)!r}", layout.edata.get(e, {}), layout.edge_chunks[e]) for e in layout.etypes),
+    ]:
+        for name, array in arrays.items():
+            if [rows for rows, _ in array.chunks] != list(chunks):
+                raise InputError(
+                    f"{array.where}: {len(array.chunks)} files that do not follow the {len(chunks)} chunks of "
+                    f"{owner}; the distributed job needs one data file per chunk (or use the single-process tool)"
+                )
+            if name == "reverse_eid":
+                raise InputError(
+                    f"{array.where}: an edge array 'reverse_eid' needs the single-process tool (drop --workers)"
+                )
+
+
+def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
+    rows, load = array.chunks[index]
+    chunk = np.asarray(load())
+    if chunk.shape != (rows, *array.row_shape) or chunk.dtype != array.dtype:
+        raise InputError(
+            f"{array.where}: chunk {index} is {chunk.dtype}{list(chunk.shape)}, expected "
+            f"{array.dtype}{[rows, *array.row_shape]}"
+        )
+    return chunk
+
+
+def _order_by(major: np.ndarray, middle: np.ndarray, minor: np.ndarray, middle_bound: int, minor_bound: int):
+    """Positions sorted by (major, middle, minor), non-negative int64 keys, the last distinct."""
+    major_bound = int(major.max(initial=0)) + 1
+    if major_bound * middle_bound * minor_bound < (1 << 62):
+        key = (major * middle_bound + middle) * minor_bound + minor
+        return stable_order(key, major_bound * middle_bound * minor_bound)
+    return np.lexsort((minor, middle, major))
+
+
+class _Job:
+    """One rank's state through the phases."""
+
+    def __init__(self, opts: DistOptions, group: RankGroup, layout: ChunkedLayout):
+        self.opts, self.group, self.layout = opts, group, layout
+        self.rank, self.world, self.P = group.rank, group.world, opts.num_parts
+        self.ntypes = layout.ntypes
+        self.etypes = layout.etypes
+        self.node_offsets = _offsets([layout.num_nodes[t] for t in self.ntypes])
+        self.edge_offsets = _offsets([layout.num_edges(e) for e in self.etypes])
+        self.N, self.E = int(self.node_offsets[-1]), int(self.edge_offsets[-1])
+        self.owner_bounds = np.array([r * self.N // self.world for r in range(self.world + 1)], dtype=np.int64)
+        self.own_lo, self.own_hi = (int(x) for x in self.owner_bounds[self.rank : self.rank + 2])
+        self.my_parts = list(range(self.rank, self.P, self.world))
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def node_owner(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.owner_bounds[1:], ids, side="right")
+
+    def part_of_new(self, new_ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.node_map[:, 1], new_ids, side="right")
+
+    def my_chunks(self, num_chunks: int) -> list[int]:
+        return list(range(self.rank, num_chunks, self.world))
+
+    def slots(self, num_chunks: int) -> range:
+        """Rounds of chunk reading every rank takes part in (ranks without a chunk send nothing)."""
+        return range(-(-num_chunks // self.world))
+
+    # -- phases ----------------------------------------------------------------------------------
+
+    def read_edges(self) -> None:
+        """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
+        total = sum(
+            self.layout.edge_chunks[e][j] for e in self.etypes for j in self.my_chunks(len(self.layout.edge_chunks[e]))
+        )
+        self.src, self.dst, self.eid = (np.empty(total, dtype=np.int64) for _ in range(3))
+        self.etype = np.empty(total, dtype=np.int64) if len(self.etypes) > 1 else None
+        self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
+        at = 0
+        for t, etype in enumerate(self.etypes):
+            starts = _offsets(self.layout.edge_chunks[etype])
+            for j in self.my_chunks(len(self.layout.edge_chunks[etype])):
+                s, d = self.layout.read_edge_chunk(etype, j)
+                n = len(s)
+                np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
+                np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
+                del s, d
+                first = int(self.edge_offsets[t] + starts[j])
+                self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
+                if self.etype is not None:
+                    self.etype[at : at + n] = t
+                self.edge_chunk_pos[(t, j)] = at
+                at += n
+
+    def assign(self) -> None:
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        if self.opts.method == "random":
+            self.part_owned = random_assignment(self.N, self.P, self.opts.seed, ids=ids)
+        elif self.opts.method == "range":
+            self.part_owned = range_assignment([self.layout.num_nodes[t] for t in self.ntypes], self.P, ids=ids)
+        else:
+            from distgnn.partition.multilevel import multilevel_assignment
+
+            self.part_owned, self.edge_cut = multilevel_assignment(self, self.opts.coarse_edges)
+
+    def number_nodes(self) -> None:
+        """New ids of the owned nodes: ordered by (partition, original id) over all ranks."""
+        part = self.part_owned
+        counts = self.group.allgather(np.bincount(part, minlength=self.P).astype(np.int64))  # (W, P)
+        sizes = counts.sum(axis=0)
+        starts = _offsets(sizes.tolist())
+        self.node_map = np.stack([starts[:-1], starts[1:]], axis=1)
+        base = starts[:-1] + counts[: self.rank].sum(axis=0)
+        order = np.argsort(part, kind="stable")
+        sorted_part = part[order]
+        group_start = np.searchsorted(sorted_part, sorted_part, side="left")
+        new = np.empty(len(part), dtype=np.int64)
+        new[order] = base[sorted_part] + np.arange(len(part), dtype=np.int64) - group_start
+        self.new_owned = new
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        ntype = np.searchsorted(self.node_offsets[1:], ids, side="right")
+        T = len(self.ntypes)
+        type_counts = np.bincount(part * T + ntype, minlength=self.P * T).astype(np.int64)
+        self.node_type_ranges = _ranges(self.group.allreduce(type_counts).reshape(self.P, T))
+
+    def new_node_ids(self, ids: np.ndarray) -> np.ndarray:
+        """New ids of any homogeneous node ids (a collective)."""
+        return self.group.lookup(
+            ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
+        )
+
+    def _renumber_in_place(self, ids: np.ndarray) -> None:
+        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective)."""
+        slices = int(self.group.allreduce(np.array([-(-len(ids) // LOOKUP_SLICE)], dtype=np.int64), "max")[0])
+        for k in range(slices):
+            piece = ids[k * LOOKUP_SLICE : (k + 1) * LOOKUP_SLICE]
+            piece[:] = self.new_node_ids(piece)
+
+    def dispatch_edges(self, staging: Path) -> None:
+        """Each edge to the writer of its destination's partition, which numbers its edges and writes its
+        CSC, HALO and slices of ``orig_eid``/``orig_nid``; new edge ids go back to the readers of the
+        edges' chunks when there is edge data. Partitions ``k W .. (k + 1) W - 1`` travel in step ``k``,
+        so a writer holds one partition's edges at a time."""
+        R = len(self.etypes)
+        self._renumber_in_place(self.src)
+        self._renumber_in_place(self.dst)
+        part = self.part_of_new(self.dst)
+        etype = self.etype if R > 1 else np.zeros(len(part), dtype=np.int64)
+        counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
+        del etype
+        counts = self.group.allreduce(counts)
+        ends = _offsets(counts.sum(axis=1).tolist())
+        self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
+        self.edge_type_ranges = _ranges(counts)
+        order = self.group.order_by_rank(part)  # by partition
+        per_part = np.bincount(part, minlength=self.P).astype(np.int64)
+        del part
+        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=np.int64)
+        for c, name in enumerate(("src", "dst", "eid", "etype")[: rows.shape[1]]):
+            np.take(getattr(self, name), order, out=rows[:, c])
+            if name != "eid":
+                setattr(self, name, None)
+        del order
+        self.num_read = len(self.eid)
+        self.eid = None
+        starts = _offsets(per_part.tolist())
+        self.part_counts: dict[int, tuple[int, int, int]] = {}
+        back_eid, back_new = [], []
+        keep_new_eids = any(self.layout.edata.get(e) for e in self.etypes)
+        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
+        for k in range(-(-self.P // self.world)):
+            first, last = k * self.world, min((k + 1) * self.world, self.P)
+            dest_counts = np.zeros(self.world, dtype=np.int64)
+            dest_counts[: last - first] = per_part[first:last]
+            edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            p = first + self.rank
+            if p >= last:
+                continue
+            types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
+            # (edge type, new destination, original edge id): the order of new edge ids
+            by = _order_by(types, edges[:, 1] - int(self.node_map[p, 0]), edges[:, 2], self.N, self.E)
+            edges, types = edges[by], types[by]
+            del by
+            e0, e1 = (int(x) for x in self.edge_map[p])
+            orig_eid[e0:e1] = edges[:, 2]
+            if keep_new_eids:
+                back_eid.append(edges[:, 2].copy())
+                back_new.append(np.arange(e0, e1, dtype=np.int64))
+            self._write_part(staging, p, edges[:, 0].copy(), edges[:, 1].copy(), types)
+            del edges, types
+        del rows
+        orig_eid.flush()
+        del orig_eid
+        # orig_nid: the owners send (new id, original id) to the writers.
+        ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
+        pairs = self.group.send_to(
+            self.part_of_new(self.new_owned) % self.world,
+            np.stack([self.new_owned, ids], axis=1),
+            self.opts.message_bytes,
+        )
+        orig_nid = np.load(staging / "orig_nid.npy", mmap_mode="r+")
+        orig_nid[pairs[:, 0]] = pairs[:, 1]
+        orig_nid.flush()
+        del orig_nid, pairs
+        if keep_new_eids:
+            old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
+            new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
+            reader, local = self._edge_reader(old)
+            got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
+            self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
+            self.new_eid_of_mine[got[:, 0]] = got[:, 1]
+
+    def _write_part(self, staging: Path, p: int, srcs: np.ndarray, dsts: np.ndarray, types: np.ndarray) -> None:
+        """Partition ``p``'s CSC arrays from its edges in new-edge-id order (new ids of both ends)."""
+        R = len(self.etypes)
+        n0, n1 = (int(x) for x in self.node_map[p])
+        e0, e1 = (int(x) for x in self.edge_map[p])
+        num_owned = n1 - n0
+        new_eids = np.arange(e0, e1, dtype=np.int64)
+        if R == 1:
+            indptr = np.zeros(num_owned + 1, dtype=np.int64)
+            np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
+            eids = new_eids
+        else:
+            csc_rows = (dsts - n0) * R + types
+            order = np.argsort(csc_rows, kind="stable")
+            indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
+            np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
+            srcs, eids = srcs[order], new_eids[order]
+            del csc_rows, order
+        del dsts
+        remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
+        halo, halo_index = distinct_with_index(srcs[remote])
+        local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
+        num_local = local2global.shape[0]
+        index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
+        indices = (srcs - n0).astype(index_dtype)
+        indices[remote] = halo_index + num_owned
+        del srcs, remote
+        arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
+        (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
+        for name in PART_ARRAYS:
+            np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
+        self.part_counts[p] = (num_owned, len(halo), e1 - e0)
+        logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
+
+    def _edge_reader(self, eids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(reader rank, row in that reader's arrays)`` of original edge ids."""
+        starts, readers, firsts = [], [], []
+        # A reader's arrays hold its chunks in (type, chunk) order: the row of each chunk's first edge there.
+        filled = np.zeros(self.world, dtype=np.int64)
+        for t, etype in enumerate(self.etypes):
+            offsets = _offsets(self.layout.edge_chunks[etype])
+            for j, rows in enumerate(self.layout.edge_chunks[etype]):
+                r = j % self.world
+                starts.append(int(self.edge_offsets[t] + offsets[j]))
+                readers.append(r)
+                firsts.append(int(filled[r]))
+                filled[r] += rows
+        starts_a, readers_a, firsts_a = (np.asarray(x, dtype=np.int64) for x in (starts, readers, firsts))
+        chunk = np.searchsorted(starts_a, eids, side="right") - 1
+        return readers_a[chunk], firsts_a[chunk] + eids - starts_a[chunk]
+
+    def scatter_node_features(self, staging: Path, node_specs: dict[str, FeatureSpec]) -> None:
+        for t, ntype in enumerate(self.ntypes):
+            arrays = self.layout.ndata.get(ntype, {})
+            if not arrays:
+                continue
+            chunks = self.layout.node_chunks[ntype]
+            offsets = _offsets(chunks) + self.node_offsets[t]
+            mine = self.my_chunks(len(chunks))
+            ids = [np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine]
+            new_flat = self.new_node_ids(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64))
+            ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
+            new_of_chunk = {j: new_flat[end - len(i) : end] for j, i, end in zip(mine, ids, ends, strict=True)}
+            first = self.node_type_ranges[:, t, 0]
+            for name, array in arrays.items():
+                key = feature_key(ntype, name, DEFAULT_NTYPE)
+                node_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
+                self._scatter(
+                    staging,
+                    self.node_map,
+                    f"node_feat/{key}",
+                    array,
+                    len(chunks),
+                    new_of_chunk,
+                    first,
+                    self.node_type_ranges[:, t],
+                )
+
+    def scatter_edge_features(self, staging: Path, edge_specs: dict[str, FeatureSpec]) -> None:
+        for t, etype in enumerate(self.etypes):
+            arrays = self.layout.edata.get(etype, {})
+            if not arrays:
+                continue
+            chunks = self.layout.edge_chunks[etype]
+            new_of_chunk = {
+                j: self.new_eid_of_mine[self.edge_chunk_pos[(t, j)] : self.edge_chunk_pos[(t, j)] + chunks[j]]
+                for j in self.my_chunks(len(chunks))
+            }
+            ranges = self.edge_type_ranges[:, t]
+            for name, array in arrays.items():
+                key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
+                edge_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
+                self._scatter(
+                    staging, self.edge_map, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges
+                )
+
+    def _scatter(
+        self,
+        staging: Path,
+        id_map: np.ndarray,
+        rel: str,
+        array: ChunkedArray,
+        num_chunks: int,
+        new_of_chunk: dict[int, np.ndarray],
+        first: np.ndarray,
+        ranges: np.ndarray,
+    ) -> None:
+        """Rows of ``array`` (read chunk by chunk) to the writers; ``new_of_chunk``: new homogeneous id of
+        every row of this rank's chunks; ``id_map``: ``(P, 2)`` partition ranges of those ids; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
+        row = np.dtype([("id", "<i8"), ("row", array.dtype, array.row_shape)])
+        outs = {}
+        for p in self.my_parts:
+            path = staging / f"part{p}" / f"{rel}.npy"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            count = int(ranges[p, 1] - ranges[p, 0])
+            outs[p] = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape))
+        for k in self.slots(num_chunks):
+            j = k * self.world + self.rank
+            if j < num_chunks:
+                block = _load_chunk(array, j)
+                packed = np.empty(len(block), dtype=row)
+                packed["id"] = new_of_chunk[j]
+                packed["row"] = block
+                del block
+            else:
+                packed = np.empty(0, dtype=row)
+            dest = np.searchsorted(id_map[:, 1], packed["id"], side="right") % self.world
+            got = self.group.send_to(dest, packed, self.opts.message_bytes)
+            del packed
+            part = np.searchsorted(id_map[:, 1], got["id"], side="right")
+            for p in np.unique(part).tolist():
+                sel = got[part == p]
+                outs[p][sel["id"] - first[p]] = sel["row"]
+            del got
+        for out in outs.values():
+            out.flush()
+
+
+def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, RankReport]:
+    """Run this rank's share of the job; returns the JSON path (written by rank 0, on a filesystem every rank
+    sees) and what this rank did.
+
+    Raises:
+        InputError: bad input (every rank reads the metadata and raises the same error).
+    """
+    start = time.perf_counter()
+    layout = read_chunked_layout(opts.input)
+    check_chunking(layout)
+    graph_name = opts.graph_name or layout.graph_name
+    out_dir = opts.out.resolve()
+    total_nodes = sum(layout.num_nodes.values())
+    if opts.method not in DIST_METHODS:
+        raise InputError(f"unknown partition method {opts.method!r}; expected one of {', '.join(DIST_METHODS)}")
+    if not 1 <= opts.num_parts <= max(total_nodes, 1):
+        raise InputError(f"num_parts must be between 1 and the node count {total_nodes}, got {opts.num_parts}")
+    check_output_dir(out_dir, graph_name, opts.overwrite)
+    job = _Job(opts, group, layout)
+    writer = PartitionWriter(out_dir, graph_name, opts.overwrite) if group.rank == 0 else None
+    try:
+        staging = Path(group.broadcast_json(str(writer.staging) if writer else None))
+        group.set_cleanup(lambda: shutil.rmtree(staging, ignore_errors=True))
+        if writer is not None:
+            np.lib.format.open_memmap(staging / "orig_nid.npy", mode="w+", dtype=np.int64, shape=(job.N,)).flush()
+            np.lib.format.open_memmap(staging / "orig_eid.npy", mode="w+", dtype=np.int64, shape=(job.E,)).flush()
+        job.edge_cut = None
+        _phase(group, "read edges", job.read_edges)
+        _phase(group, f"{opts.method} assignment into {opts.num_parts}", job.assign)
+        _phase(group, "number nodes", job.number_nodes)
+        group.barrier()  # orig_*.npy exist
+        _phase(group, "dispatch edges and write partitions", lambda: job.dispatch_edges(staging))
+        node_specs: dict[str, FeatureSpec] = {}
+        edge_specs: dict[str, FeatureSpec] = {}
+        _phase(group, "node features", lambda: job.scatter_node_features(staging, node_specs))
+        _phase(group, "edge features", lambda: job.scatter_edge_features(staging, edge_specs))
+        counts = np.zeros((opts.num_parts, 3), dtype=np.int64)
+        for p, c in job.part_counts.items():
+            counts[p] = c
+        counts = group.allreduce(counts)
+        group.barrier()  # every file is written
+        json_path = out_dir / f"{graph_name}.json"
+        if writer is not None:
+            meta = _meta(job, graph_name, out_dir, counts, node_specs, edge_specs)
+            json_path = writer.commit(meta)
+        group.barrier()  # committed
+    except BaseException:
+        if writer is not None:
+            writer.__exit__(None, None, None)
+        raise
+    return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
+
+
+def _phase(group: RankGroup, name: str, step) -> None:
+    start = time.perf_counter()
+    step()
+    logger.info(
+        "rank %d: %s done in %.1f s (peak RSS so far %.2f GiB)",
+        group.rank,
+        name,
+        time.perf_counter() - start,
+        peak_rss_bytes() / (1 << 30),
+    )
+
+
+def _meta(
+    job: _Job,
+    graph_name: str,
+    out_dir: Path,
+    counts: np.ndarray,
+    node_specs: dict[str, FeatureSpec],
+    edge_specs: dict[str, FeatureSpec],
+) -> PartitionMeta:
+    layout = job.layout
+    parts = []
+    for p in range(job.P):
+        owned, halo, edges = (int(x) for x in counts[p])
+        parts.append(
+            PartInfo(
+                dir=f"part{p}",
+                num_owned_nodes=owned,
+                num_halo_nodes=halo,
+                num_edges=edges,
+                files={name: f"part{p}/{name}.npy" for name in PART_ARRAYS},
+                node_feats={key: f"part{p}/node_feat/{key}.npy" for key in node_specs},
+                edge_feats={key: f"part{p}/edge_feat/{key}.npy" for key in edge_specs},
+            )
+        )
+    extra = {"num_classes": layout.num_classes}
+    if job.edge_cut is not None:
+        extra["metis_edge_cut"] = int(job.edge_cut)
+    return PartitionMeta(
+        root=out_dir,
+        graph_name=graph_name,
+        num_nodes=job.N,
+        num_edges=job.E,
+        num_parts=job.P,
+        part_method=job.opts.method,
+        halo_hops=1,
+        node_map=job.node_map.tolist(),
+        edge_map=job.edge_map.tolist(),
+        ntypes=job.ntypes,
+        etypes=[etype_str(e) for e in job.etypes],
+        node_type_ranges=job.node_type_ranges.tolist(),
+        edge_type_ranges=job.edge_type_ranges.tolist(),
+        node_feats=node_specs,
+        edge_feats=edge_specs,
+        orig_nid="orig_nid.npy",
+        orig_eid="orig_eid.npy",
+        parts=parts,
+        extra=extra,
+    )

@@ -1,0 +1,95 @@
+"""Each rank's peak memory in a distributed partition job, estimated from the chunked metadata alone.
+
+The estimate counts the arrays a rank holds at its worst moment, per edge read, per edge written, per
+owned node and per feature chunk (see ``partition.distributed`` for the phases), over a fixed base (the
+interpreter with numpy and torch). The coefficients are bytes per item of those arrays; the benchmark
+``benchmarks/partition_dist.py`` compares the estimate with the measured peak.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from distgnn.data.chunked import ChunkedLayout
+
+# The interpreter with numpy, torch and gloo loaded.
+BASE_BYTES = 235 << 20
+# Bytes per edge this rank read while its edges are renumbered and laid out by partition (ends, ids, the
+# send buffer, the order).
+PER_EDGE_READ = 48
+# Bytes per edge of the partition being written (received rows, their sort, the CSC arrays).
+PER_EDGE_OF_PART = 56
+# --method metis: per edge read, the symmetrised adjacency of the owned vertices and a label propagation
+# round's arrays over it.
+PER_EDGE_READ_METIS = 200
+# Per owned node (assignment, new ids, the features' new ids).
+PER_NODE_OWNED = 32
+# One feature chunk as loaded, packed with its ids, sent and received.
+FEATURE_CHUNK_COPIES = 4
+
+
+@dataclass(frozen=True)
+class RankEstimate:
+    rank: int
+    edges_read: int
+    edges_per_part: int
+    nodes_owned: int
+    largest_feature_chunk: int
+    peak_bytes: int
+
+
+def estimate_ranks(layout: ChunkedLayout, workers: int, num_parts: int, method: str) -> list[RankEstimate]:
+    """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
+
+    Edges read follow the job's split (edge chunk ``j`` to rank ``j % W``); a writer holds one partition's
+    edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
+    close to it). The peak is the larger of the edge phase and the feature phase.
+    """
+    total_nodes = sum(layout.num_nodes.values())
+    total_edges = sum(layout.num_edges(e) for e in layout.etypes)
+    edges_read = np.zeros(workers, dtype=np.int64)
+    for etype in layout.etypes:
+        for j, rows in enumerate(layout.edge_chunks[etype]):
+            edges_read[j % workers] += rows
+    chunk_bytes = np.zeros(workers, dtype=np.int64)
+    for arrays, chunks in [
+        *((layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
+        *((layout.edata.get(e, {}), layout.edge_chunks[e]) for e in layout.etypes),
+    ]:
+        for array in arrays.values():
+            row_bytes = int(np.prod(array.row_shape, dtype=np.int64)) * array.dtype.itemsize + 8
+            for j, rows in enumerate(chunks):
+                chunk_bytes[j % workers] = max(chunk_bytes[j % workers], rows * row_bytes)
+    largest_part = 0 if not num_parts else -(-total_edges // num_parts)
+    out = []
+    for r in range(workers):
+        owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
+        per_read = PER_EDGE_READ_METIS if method == "metis" else PER_EDGE_READ
+        edge_phase = per_read * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
+        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
+        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase)
+        out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
+    return out
+
+
+def available_bytes() -> int | None:
+    """``MemAvailable`` of this machine (Linux), or None where it is unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def local_world_size() -> int:
+    """Ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 when unset)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1

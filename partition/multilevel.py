@@ -1,0 +1,353 @@
+"""METIS-based multilevel partitioning across the ranks of a distributed partition job.
+
+The graph METIS sees is the symmetrised simple graph (no self loops, no duplicates), as in the
+single-process tool. Each level's vertices are split evenly over the ranks (rank ``r`` owns ids
+``[r n / W, (r + 1) n / W)``) with their adjacency (neighbour, edge weight) and vertex weight.
+
+* **Coarsening**: size-constrained label propagation. Labels start as the vertex ids; in a round half of
+  the vertices (chosen by a hash of (seed, level, round, id)) look up their neighbours' labels and those
+  clusters' weights at the labels' owners and propose to join the cluster they are most connected to;
+  the owner of a cluster accepts proposals in hash order while the cluster stays within
+  ``max_cluster``. Clusters are numbered in id order and contracted (vertex and edge weights summed)
+  until the coarse graph has at most ``coarse_edges`` adjacency entries or stops shrinking.
+* **Initial partition**: the coarsest graph is gathered on rank 0 and partitioned by METIS
+  (``partition.metis.metis_kway``, with vertex and edge weights); parts go back to the owners.
+* **Uncoarsening**: parts are projected level by level; on each level label propagation over parts
+  refines them: a vertex proposes the part it is most connected to when that gains, or, in an
+  overweight part, any part with room; the part's rank accepts in (gain, hash) order within
+  ``(1 + imbalance) * total / P``.
+
+Every decision depends on (seed, vertex ids, the graph) only, and every tie is broken by the ids, so the
+partition is the same whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from distgnn.partition.assign import hash_ids, unique_sorted
+from distgnn.partition.metis import metis_kway
+from distgnn.partition.reshuffle import distinct_with_index
+
+logger = logging.getLogger(__name__)
+
+COARSE_EDGES = 50_000_000
+COARSEN_ROUNDS = 4
+REFINE_ROUNDS = 10
+IMBALANCE = 0.03
+# A cluster holds at most this fraction of a part's weight.
+CLUSTER_FRACTION = 1 / 16
+# Contraction stops when a level keeps more than this fraction of its vertices.
+MIN_SHRINK = 0.85
+_HASH_BITS = 53
+
+
+@dataclass
+class Level:
+    """One level's graph, as this rank holds it.
+
+    Attributes:
+        n: vertex count of the level; bounds: ``(W+1,)`` owner ranges of its ids.
+        vw: ``(owned,)`` int64 vertex weights.
+        au: ``(entries,)`` int64 owned vertex (local index) of each adjacency entry, sorted.
+        av: ``(entries,)`` int64 neighbour (level id); aw: ``(entries,)`` int64 edge weight.
+    """
+
+    n: int
+    bounds: np.ndarray
+    vw: np.ndarray
+    au: np.ndarray
+    av: np.ndarray
+    aw: np.ndarray
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # distinct av and each entry's index in it
+
+    def lo(self, rank: int) -> int:
+        return int(self.bounds[rank])
+
+    def owner(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.bounds[1:], ids, side="right")
+
+
+def _bounds(n: int, world: int) -> np.ndarray:
+    return np.array([r * n // world for r in range(world + 1)], dtype=np.int64)
+
+
+def _unit(values: np.ndarray, seed: int, salt: int) -> np.ndarray:
+    """A hash of each value in [0, 1), from (seed, salt, value) alone."""
+    return (hash_ids(values, seed, salt) >> np.uint64(64 - _HASH_BITS)).astype(np.float64) / float(1 << _HASH_BITS)
+
+
+def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct sorted ``keys`` and the sum of ``values`` per key."""
+    order = np.argsort(keys, kind="stable")
+    keys, values = keys[order], values[order]
+    if not keys.size:
+        return keys, values
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[starts], np.add.reduceat(values, starts)
+
+
+def _pair_key(a: np.ndarray, b: np.ndarray, b_bound: int) -> np.ndarray:
+    return a * np.int64(b_bound) + b
+
+
+class Multilevel:
+    """The multilevel partition of a job's graph (see the module docstring)."""
+
+    def __init__(self, job, coarse_edges: int = COARSE_EDGES):
+        self.job, self.group = job, job.group
+        self.rank, self.world = job.rank, job.world
+        self.P, self.seed = job.P, job.opts.seed
+        self.msg = job.opts.message_bytes
+        self.coarse_edges = coarse_edges
+
+    # -- collectives over a level --------------------------------------------------------------
+
+    def lookup(self, level: Level, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``values`` (aligned with the owned vertices) of any level ids, from their owners."""
+        lo = level.lo(self.rank)
+        return self.group.lookup(ids, level.owner(ids), lambda asked: values[asked - lo], self.msg)
+
+    def neighbour_values(self, level: Level, values: np.ndarray) -> np.ndarray:
+        """``values`` of every adjacency entry's neighbour, each distinct neighbour asked once."""
+        if level.neighbours is None:
+            level.neighbours = distinct_with_index(level.av)
+        distinct, index = level.neighbours
+        return self.lookup(level, distinct, values)[index]
+
+    def level0(self) -> Level:
+        """The symmetrised simple graph of the job's edges (read by this rank) over its owned nodes."""
+        job = self.job
+        keep = job.src != job.dst
+        u = np.concatenate([job.src[keep], job.dst[keep]])
+        v = np.concatenate([job.dst[keep], job.src[keep]])
+        del keep
+        bounds = job.owner_bounds
+        got = self.group.send_to(np.searchsorted(bounds[1:], u, side="right"), np.stack([u, v], axis=1), self.msg)
+        del u, v
+        lo = int(bounds[self.rank])
+        keys = unique_sorted(_pair_key(got[:, 0] - lo, got[:, 1], job.N))
+        del got
+        owned = int(bounds[self.rank + 1]) - lo
+        return Level(
+            job.N,
+            bounds,
+            np.ones(owned, dtype=np.int64),
+            keys // job.N,
+            keys % job.N,
+            np.ones(keys.shape[0], dtype=np.int64),
+        )
+
+    # -- coarsening -------------------------------------------------------------------------------
+
+    def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None):
+        """Per owned vertex with a neighbour: ``(vertex, best target, its connection, connection to current)``.
+
+        ``targets``: per adjacency entry the neighbour's label (or part); ``allowed(entries mask)``: which
+        (vertex, target) pairs may be chosen (besides the current one).
+        """
+        bound = max(level.n, self.P)
+        keys, conn = _sum_by_key(_pair_key(level.au, targets, bound), level.aw)
+        gu, gt = keys // bound, keys % bound
+        is_current = gt == current[gu]
+        cur_conn = np.zeros(current.shape[0], dtype=np.int64)
+        cur_conn[gu[is_current]] = conn[is_current]
+        ok = ~is_current
+        if allowed is not None:
+            ok &= allowed(gu, gt)
+        gu, gt, conn = gu[ok], gt[ok], conn[ok]
+        tie = _unit(gt, self.seed, salt)
+        order = np.lexsort((tie, -conn, gu))
+        gu, gt, conn = gu[order], gt[order], conn[order]
+        first = np.concatenate([[True], gu[1:] != gu[:-1]]) if gu.size else np.zeros(0, dtype=bool)
+        return gu[first], gt[first], conn[first], cur_conn
+
+    def _accept(
+        self,
+        owner: np.ndarray,
+        target: np.ndarray,
+        weight: np.ndarray,
+        priority: np.ndarray,
+        vertex: np.ndarray,
+        room_of,
+    ) -> np.ndarray:
+        """Proposals of ``vertex`` (level ids) to join ``target`` go to the target's ``owner``, which
+        accepts them in ``priority`` order (float64, lower first; the vertex id breaks ties) while their
+        summed ``weight`` fits ``room_of(targets)``; returns the accept flag per proposal, in order."""
+        n = target.shape[0]
+        rows = np.stack([target, weight, priority.astype(np.float64).view(np.int64), vertex], axis=1)
+        order = np.argsort(owner, kind="stable")
+        counts = np.bincount(owner, minlength=self.world).astype(np.int64)
+        got, got_counts = self.group.alltoallv(rows[order], counts, self.msg)
+        tg, w, prio = got[:, 0], got[:, 1], got[:, 2].view(np.float64)
+        by = np.lexsort((got[:, 3], prio, tg))
+        tg_s, w_s = tg[by], w[by]
+        starts = np.flatnonzero(np.concatenate([[True], tg_s[1:] != tg_s[:-1]])) if tg_s.size else np.zeros(0, int)
+        cum = np.cumsum(w_s)
+        group_base = np.repeat(cum[starts] - w_s[starts], np.diff(np.append(starts, tg_s.size)))
+        within = cum - group_base
+        accepted_sorted = within <= room_of(tg_s)
+        accepted = np.empty(got.shape[0], dtype=np.int64)
+        accepted[by] = accepted_sorted
+        replies, _ = self.group.alltoallv(accepted, got_counts, self.msg)
+        out = np.empty(n, dtype=bool)
+        out[order] = replies.astype(bool)
+        return out
+
+    def coarsen(self, level: Level, depth: int, max_cluster: int) -> tuple[Level, np.ndarray]:
+        """Cluster ``level`` and contract it; returns ``(coarse level, coarse id of each owned vertex)``."""
+        lo = level.lo(self.rank)
+        owned = level.vw.shape[0]
+        ids = np.arange(lo, lo + owned, dtype=np.int64)
+        label = ids.copy()
+        cweight = level.vw.copy()  # weight of the cluster labelled by each owned id
+        for rnd in range(COARSEN_ROUNDS):
+            salt = 1000 * depth + rnd
+            nbr_label = self.neighbour_values(level, label)
+            active = _unit(ids, self.seed, salt) < 0.5
+
+            def allowed(gu, gt, level=level, cweight=cweight, active=active):
+                uniq = unique_sorted(gt.copy())
+                weights = self.lookup(level, uniq, cweight)
+                room = weights[np.searchsorted(uniq, gt)] + level.vw[gu] <= max_cluster
+                return room & active[gu]
+
+            gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed)
+            move = conn > cur[gu]
+            gu, gt = gu[move], gt[move]
+            prio = _unit(gu + lo, self.seed, salt + 7)
+            ok = self._accept(level.owner(gt), gt, level.vw[gu], prio, gu + lo, lambda t: max_cluster - cweight[t - lo])
+            gu, gt = gu[ok], gt[ok]
+            # The accepted joins were counted by the clusters' owners; now the departures and arrivals.
+            old = label[gu]
+            delta_ids = np.concatenate([old, gt])
+            delta_w = np.concatenate([-level.vw[gu], level.vw[gu]])
+            got = self.group.send_to(level.owner(delta_ids), np.stack([delta_ids, delta_w], axis=1), self.msg)
+            np.add.at(cweight, got[:, 0] - lo, got[:, 1])
+            label[gu] = gt
+        # Number the clusters (labels still in use) in id order.
+        used = cweight > 0
+        counts = self.group.allgather(np.array([used.sum()], dtype=np.int64))[:, 0]
+        first = int(counts[: self.rank].sum())
+        n_coarse = int(counts.sum())
+        coarse_of_label = np.full(owned, -1, dtype=np.int64)
+        coarse_of_label[used] = first + np.arange(int(used.sum()), dtype=np.int64)
+        coarse = self.lookup(level, label, coarse_of_label)
+        nbr_coarse = self.neighbour_values(level, coarse)
+        cbounds = _bounds(n_coarse, self.world)
+        cu = coarse[level.au]
+        keep = cu != nbr_coarse
+        edges = self.group.send_to(
+            np.searchsorted(cbounds[1:], cu[keep], side="right"),
+            np.stack([cu[keep], nbr_coarse[keep], level.aw[keep]], axis=1),
+            self.msg,
+        )
+        del keep, cu, nbr_coarse
+        clo = int(cbounds[self.rank])
+        keys, w = _sum_by_key(_pair_key(edges[:, 0] - clo, edges[:, 1], n_coarse), edges[:, 2])
+        del edges
+        vws = self.group.send_to(
+            np.searchsorted(cbounds[1:], coarse, side="right"), np.stack([coarse, level.vw], axis=1), self.msg
+        )
+        vw = np.zeros(int(cbounds[self.rank + 1]) - clo, dtype=np.int64)
+        np.add.at(vw, vws[:, 0] - clo, vws[:, 1])
+        return Level(n_coarse, cbounds, vw, keys // n_coarse, keys % n_coarse, w), coarse
+
+    # -- initial partition and refinement ------------------------------------------------------------
+
+    def initial(self, level: Level) -> np.ndarray:
+        """METIS on the coarsest level, gathered on rank 0; the parts of the owned vertices."""
+        lo = level.lo(self.rank)
+        owned = level.vw.shape[0]
+        to_root = np.zeros(self.world, dtype=np.int64)
+        to_root[0] = level.au.shape[0]
+        adj, _ = self.group.alltoallv(np.stack([level.au + lo, level.av, level.aw], axis=1), to_root, self.msg)
+        to_root[0] = owned
+        vw, _ = self.group.alltoallv(level.vw, to_root, self.msg)
+        if self.rank == 0:
+            # Entries arrive by source rank, each sorted by (vertex, neighbour): already in CSR order.
+            xadj = np.zeros(level.n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(adj[:, 0], minlength=level.n), out=xadj[1:])
+            logger.info("METIS on the coarse graph: %d vertices, %d adjacency entries", level.n, adj.shape[0])
+            part, _ = metis_kway(
+                xadj,
+                np.ascontiguousarray(adj[:, 1]),
+                np.ascontiguousarray(vw.reshape(-1, 1)),
+                np.ascontiguousarray(adj[:, 2]),
+                self.P,
+                self.seed,
+            )
+            dest = level.owner(np.arange(level.n, dtype=np.int64))
+            counts = np.bincount(dest, minlength=self.world).astype(np.int64)
+        else:
+            part, counts = np.empty(0, dtype=np.int64), np.zeros(self.world, dtype=np.int64)
+        mine, _ = self.group.alltoallv(part, counts, self.msg)
+        return mine
+
+    def refine(self, level: Level, part: np.ndarray, depth: int) -> np.ndarray:
+        """Label propagation over parts within the balance bound (see the module docstring)."""
+        lo = level.lo(self.rank)
+        total = int(self.group.allreduce(np.array([level.vw.sum()], dtype=np.int64))[0])
+        max_part = int((1 + IMBALANCE) * total / self.P) + 1
+        heaviest = int(self.group.allreduce(np.array([level.vw.max(initial=0)], dtype=np.int64), "max")[0])
+        ids = np.arange(lo, lo + part.shape[0], dtype=np.int64)
+        part_rank = np.arange(self.P) % self.world
+        for rnd in range(REFINE_ROUNDS):
+            salt = 50_000 + 1000 * depth + rnd
+            weights = self.group.allreduce(np.bincount(part, weights=level.vw, minlength=self.P).astype(np.int64))
+            over = np.maximum(weights - max_part, 0) / np.maximum(weights, 1)
+            nbr_part = self.neighbour_values(level, part)
+            active = _unit(ids, self.seed, salt) < 0.5
+            room = weights + heaviest <= max_part
+
+            def allowed(gu, gt, active=active, room=room):
+                return active[gu] & room[gt]
+
+            gu, gt, conn, cur = self._best(level, nbr_part, part, salt, allowed)
+            leave = _unit(ids[gu], self.seed, salt + 3) < over[part[gu]]
+            move = (conn > cur[gu]) | leave
+            gu, gt, gain = gu[move], gt[move], (conn - cur[gu])[move]
+            prio = -gain.astype(np.float64) + _unit(ids[gu], self.seed, salt + 7)
+            ok = self._accept(part_rank[gt], gt, level.vw[gu], prio, ids[gu], lambda t, w=weights: max_part - w[t])
+            part[gu[ok]] = gt[ok]
+        return part
+
+    def edge_cut(self, level: Level, part: np.ndarray) -> int:
+        nbr_part = self.neighbour_values(level, part)
+        cut = int(np.sum(level.aw[part[level.au] != nbr_part]))
+        return int(self.group.allreduce(np.array([cut], dtype=np.int64))[0]) // 2
+
+    def run(self) -> tuple[np.ndarray, int]:
+        levels = [self.level0()]
+        maps: list[np.ndarray] = []
+        total = self.job.N
+        max_cluster = max(1, int(total / self.P * CLUSTER_FRACTION))
+        while True:
+            level = levels[-1]
+            entries = int(self.group.allreduce(np.array([level.au.shape[0]], dtype=np.int64))[0])
+            if entries <= self.coarse_edges or level.n <= 2 * self.P:
+                break
+            coarse, mapping = self.coarsen(level, len(levels), max_cluster)
+            logger.info(
+                "level %d: %d vertices, %d adjacency entries -> %d vertices", len(levels), level.n, entries, coarse.n
+            )
+            if coarse.n > MIN_SHRINK * level.n:
+                break
+            levels.append(coarse)
+            maps.append(mapping)
+        part = np.zeros(levels[-1].vw.shape[0], dtype=np.int64) if self.P == 1 else self.initial(levels[-1])
+        for depth in range(len(levels) - 1, -1, -1):
+            if self.P > 1:
+                part = self.refine(levels[depth], part, depth)
+            if depth:
+                part = self.lookup(levels[depth], maps[depth - 1], part)
+        cut = self.edge_cut(levels[0], part) if self.P > 1 else 0
+        return part, cut
+
+
+def multilevel_assignment(job, coarse_edges: int = COARSE_EDGES) -> tuple[np.ndarray, int]:
+    """``(part of each node the job's rank owns, edge cut of the symmetrised graph)``."""
+    return Multilevel(job, coarse_edges).run()

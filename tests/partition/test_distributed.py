@@ -1,0 +1,218 @@
+"""The distributed partition job (``distgnn-partition --workers W``) against the single-process tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distgnn.data import synthetic, synthetic_mag
+from distgnn.data.chunked import write_chunked
+from distgnn.data.hetero import HeteroGraph
+from distgnn.partition.assign import random_assignment, range_assignment
+from distgnn.partition.check import check_partition
+from distgnn.partition.cli import main as partition_main
+from distgnn.partition.format import read_meta
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="ranks and their watchdog are tested on Linux")
+CLI = [sys.executable, "-m", "distgnn.partition.cli"]
+
+
+@pytest.fixture(scope="module")
+def homo(tmp_path_factory) -> Path:
+    graph = HeteroGraph.from_homogeneous(synthetic(300, 6.0, 4, 3, seed=1))
+    ((etype, (src, _)),) = graph.edges.items()
+    graph.edata[etype] = {"weight": np.random.default_rng(0).random((len(src), 2)).astype(np.float32)}
+    return write_chunked(graph, tmp_path_factory.mktemp("homo") / "g", num_chunks=3)
+
+
+@pytest.fixture(scope="module")
+def hetero(tmp_path_factory) -> Path:
+    return write_chunked(synthetic_mag(100, seed=2, feat_dim=4), tmp_path_factory.mktemp("mag") / "g", num_chunks=3)
+
+
+def _run(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def _single(meta: Path, out: Path, *flags) -> Path:
+    assert partition_main(["--input", str(meta), "--out", str(out), *map(str, flags)]) == 0
+    return out
+
+
+def _assert_identical(a: Path, b: Path) -> None:
+    files = sorted(p.relative_to(a) for p in a.rglob("*.npy"))
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*.npy"))
+    for rel in files:
+        x, y = np.load(a / rel), np.load(b / rel)
+        assert x.dtype == y.dtype and np.array_equal(x, y), rel
+    (ja,), (jb,) = a.glob("*.json"), b.glob("*.json")
+    assert json.loads(ja.read_text()) == json.loads(jb.read_text())
+
+
+def _rounds(stdout: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^\s*\d+ \|[^|]+\|[^|]+\|\s*(\d+) \|", stdout, re.MULTILINE)]
+
+
+def test_random_assignment_is_a_balanced_permutation_computable_per_id():
+    part = random_assignment(1001, 4, seed=7)
+    assert np.bincount(part).tolist() == [251, 250, 250, 250]
+    assert np.array_equal(random_assignment(1001, 4, seed=7, ids=np.array([5, 999, 0])), part[[5, 999, 0]])
+    assert not np.array_equal(random_assignment(1001, 4, seed=8), part)
+    ranges = range_assignment([5, 3], 2)
+    assert ranges.tolist() == [0, 0, 0, 1, 1, 0, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "graph, method, workers, message_mb",
+    [
+        ("homo", "random", 1, 256),
+        ("homo", "range", 2, 0.0005),
+        ("hetero", "random", 4, 256),
+    ],
+)
+def test_random_and_range_are_identical_to_the_single_process_tool(
+    request, tmp_path, graph, method, workers, message_mb
+):
+    meta = request.getfixturevalue(graph)
+    expected = _single(meta, tmp_path / "single", "--num-parts", 3, "--method", method, "--seed", 5)
+    got = _run(
+        "--input", meta, "--out", tmp_path / "dist", "--num-parts", 3, "--method", method, "--seed", 5,
+        "--workers", workers, "--local", "--message-mb", message_mb,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    _assert_identical(expected, tmp_path / "dist")
+    rounds = _rounds(got.stdout)
+    assert len(rounds) == workers
+    if message_mb < 0.01:  # a few hundred bytes per peer per round: many rounds, the same partition
+        assert min(rounds) > 100
+
+
+def test_metis_is_independent_of_the_rank_count_and_passes_check(hetero, tmp_path):
+    outs = []
+    for workers in (1, 3):
+        out = tmp_path / f"w{workers}"
+        got = _run(
+            "--input", hetero, "--out", out, "--num-parts", 3, "--method", "metis", "--seed", 1,
+            "--workers", workers, "--local", "--coarse-edges", 500,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        assert "METIS on the coarse graph" in got.stdout and "level 2:" in got.stdout  # it coarsened twice
+        outs.append(out)
+    _assert_identical(*outs)
+    meta, _ = check_partition(outs[0] / "synthetic-mag.json")
+    sizes = np.diff(np.asarray(meta.node_map), axis=1).ravel()
+    assert sizes.max() <= 1.05 * meta.num_nodes / 3 + 1
+    assert meta.extra["metis_edge_cut"] > 0 and meta.part_method == "metis"
+
+
+def test_dry_run_estimates_every_rank_from_the_metadata(homo, tmp_path):
+    got = _run("--input", homo, "--out", tmp_path / "o", "--num-parts", 4, "--workers", 2, "--dry-run")
+    assert got.returncode == 0, got.stderr
+    rows = [line.split("|") for line in got.stdout.splitlines()[1:]]
+    assert [int(r[0]) for r in rows] == [0, 1]
+    edges = sum(int(r[1].replace(",", "")) for r in rows)
+    meta = json.loads(homo.read_text())
+    assert edges == sum(meta["num_edges_per_chunk"][0])
+    assert all(0.2 < float(r[5]) < 1.0 for r in rows)  # GiB: the interpreter's base and a little more
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_killed_rank_stops_every_rank_naming_it_and_leaves_no_partition(hetero, tmp_path):
+    out = tmp_path / "out"
+    args = [
+        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2,
+        "--message-mb", 0.00005, "--peer-timeout", 4,
+    ]  # fmt: skip
+    port = 29500 + os.getpid() % 1000
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(
+            subprocess.Popen(
+                [*CLI, *map(str, args)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    try:
+        for line in procs[1].stdout:
+            if "number nodes done" in line:
+                break
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = procs[0].communicate(timeout=30)
+        assert time.monotonic() - killed_at < 30
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert procs[0].returncode != 0
+    assert "rank 1 died or hangs" in err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
+
+
+def test_bad_input_is_one_line(homo, tmp_path):
+    src = homo.parent
+    broken = tmp_path / "g"
+    subprocess.run(["cp", "-r", str(src), str(broken)], check=True)
+    (broken / "edge_index" / "_N:_E:_N1.txt").unlink()
+    got = _run(
+        "--input", broken / "metadata.json", "--out", tmp_path / "o", "--num-parts", 2, "--workers", 2, "--local"
+    )
+    assert got.returncode == 2
+    assert got.stderr.strip().count("\n") == 0 and "_N:_E:_N1.txt: no such file" in got.stderr
+    subprocess.run(["cp", "-r", str(src / "edge_index"), str(broken)], check=True)
+    np.save(broken / "node_data" / "_N" / "feat-1.npy", np.zeros((100, 5), dtype=np.float32))
+    got = _run(
+        "--input", broken / "metadata.json", "--out", tmp_path / "o", "--num-parts", 2, "--workers", 2, "--local"
+    )
+    assert got.returncode == 2 and got.stderr.strip().count("\n") == 0
+    assert "feat-1.npy: rows of float32[5]" in got.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_job_runs_under_distgnn_launch(homo, tmp_path):
+    expected = _single(homo, tmp_path / "single", "--num-parts", 2, "--method", "random")
+    (tmp_path / "ip.txt").write_text("127.0.0.1 30050\n")
+    launch = Path(sys.executable).parent / "distgnn-launch"
+    got = subprocess.run(
+        [
+            str(launch), "--ip-config", "ip.txt", "--local", "--num-servers", "0", "--num-trainers", "2",
+            "--", sys.executable, "-m", "distgnn.partition.cli", "--input", str(homo), "--out", "dist",
+            "--num-parts", "2", "--method", "random", "--workers", "2",
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    _assert_identical(expected, tmp_path / "dist")
+    assert read_meta(tmp_path / "dist" / "synthetic.json").part_method == "random"
+
+
+def test_a_job_larger_than_the_machine_refuses_to_start(tmp_path):
+    (tmp_path / "e0.txt").write_text("")
+    meta = {
+        "graph_name": "huge",
+        "node_type": ["_N"],
+        "num_nodes_per_chunk": [[10**10]],
+        "edge_type": ["_N:_E:_N"],
+        "num_edges_per_chunk": [[10**11]],
+        "edges": {"_N:_E:_N": {"format": {"name": "csv", "delimiter": " "}, "data": ["e0.txt"]}},
+    }
+    (tmp_path / "metadata.json").write_text(json.dumps(meta))
+    got = _run(
+        "--input", tmp_path / "metadata.json", "--out", tmp_path / "o", "--num-parts", 2, "--workers", 2, "--local"
+    )
+    assert got.returncode == 2 and got.stderr.strip().count("\n") == 0
+    assert re.search(
+        r"--local with 2 ranks needs about [\d.]+ GiB but this machine has [\d.]+ GiB available", got.stderr
+    )
+    assert not (tmp_path / "o").exists()
