@@ -222,3 +222,19 @@ def _check_trainers(num_trainers: int, procs_per_device: int) -> None:
             f"{num_trainers} trainers with {procs_per_device} per device: give a positive multiple of "
             "--procs-per-gpu trainers"
         )
+
+
+def idle_trainers_warning(plan: Plan, num_windows: int, num_train: int, window: int) -> str | None:
+    """What to say when some trainers of ``plan`` get no window to train (the schedule has fewer windows than
+    trainers), with the remedy; None when every trainer has work."""
+    idle = [rank for rank, segments in enumerate(plan.segments) if not segments]
+    if not idle:
+        return None
+    world = plan.num_trainers
+    fits = num_train // world  # the longest window that still gives each trainer one
+    remedy = f"pass --window {fits} or shorter" if fits > 0 else f"give at least {world} training snapshots"
+    return (
+        f"--window {window} cuts the {num_train} training samples into {num_windows} window(s) for {world} trainers: "
+        f"trainer(s) {', '.join(map(str, idle))} have nothing to train and the others do all the work every epoch; "
+        f"{remedy}, or --schedule contiguous or vertex (they split within a window)"
+    )

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -41,7 +40,7 @@ from distgnn.nn.temporal import NodeMemory
 from distgnn.temporal import parallel, shared
 from distgnn.temporal.graph import TemporalCSR, build_temporal_csr
 from distgnn.temporal.loop import TemporalLoop
-from distgnn.temporal.parallel import Parallelism
+from distgnn.temporal.plan import Plan
 from distgnn.temporal.step import STEP_MODES
 from distgnn.temporal.train import batch_ranges, chronological_split
 from distgnn.train import job
@@ -128,41 +127,6 @@ def load_stream(
     if not isinstance(stream, EventStream):
         raise ConfigError(f"--dataset {spec} is a graph, not an event stream: use events:PATH or synthetic-events:N:E")
     return stream
-
-
-@dataclass
-class Plan:
-    """What every trainer agrees on before starting: the stream, its split, the batches, the parallelism; and
-    the stream's CSR (None in the ``--local`` launcher, which trains nothing)."""
-
-    events: EventStream
-    train_end: int
-    val_end: int
-    train_batches: list[tuple[int, int]]
-    parallelism: Parallelism
-    csr: TemporalCSR | None = None
-    reason: str = "flags"  # why this parallelism (DistTGL's rule, or the flags)
-
-    @property
-    def first_trained_batch(self) -> int:
-        """Index of the oldest batch trained: the ``batches mod k`` before it are left out."""
-        return len(self.train_batches) % self.parallelism.memory
-
-    def segment(self, index: int) -> list[tuple[int, int]]:
-        """The training batches of time segment ``index`` (of k): equal segments (oldest leftover batches dropped)."""
-        per_copy = len(self.train_batches) // self.parallelism.memory
-        first = self.first_trained_batch + index * per_copy
-        return self.train_batches[first : first + per_copy]
-
-    def segment_of(self, copy: int, epoch: int) -> int:
-        """The segment memory copy ``copy`` trains in ``epoch``: ``(copy + epoch) mod k``, so that each copy goes
-        on, epoch after epoch, from where its memory stands (DistTGL's staggered copies)."""
-        return (copy + epoch) % self.parallelism.memory
-
-    def evaluator_copy(self, epoch: int) -> int:
-        """The copy that trained the last segment in ``epoch``: its memory stands where validation starts."""
-        k = self.parallelism.memory
-        return (k - 1 - epoch) % k
 
 
 def prepare(args: argparse.Namespace) -> Plan:

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -23,15 +22,13 @@ from distgnn.nn.temporal import TGN
 from distgnn.temporal import checkpoint, parallel
 from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_staggered
 from distgnn.temporal.memory_group import MemoryGroup
+from distgnn.temporal.plan import Plan
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
 from distgnn.temporal.warm import replay_memory
 from distgnn.train.checkpoint import Position
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
 from distgnn.train.result import epoch_time_s
 from distgnn.train.selection import BestEpoch, copy_weights
-
-if TYPE_CHECKING:
-    from distgnn.temporal.job import Plan
 
 log = logging.getLogger(__name__)
 

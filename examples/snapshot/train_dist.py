@@ -34,7 +34,7 @@ import torch.distributed as dist
 from distgnn.errors import ConfigError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
-from distgnn.snapshot.schedule import SCHEDULES, Plan, make_plan, make_windows
+from distgnn.snapshot.schedule import SCHEDULES, idle_trainers_warning, make_plan, make_windows
 from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
@@ -143,22 +143,6 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
         scores = evaluate(runner, args.window, num_train, samples)
         out.update({f"test_{k}": v for k, v in scores.items()})
     return out
-
-
-def idle_trainers_warning(plan: Plan, num_windows: int, num_train: int, window: int) -> str | None:
-    """What to say when some trainers of ``plan`` get no window to train (the schedule has fewer windows than
-    trainers), with the remedy; None when every trainer has work."""
-    idle = [rank for rank, segments in enumerate(plan.segments) if not segments]
-    if not idle:
-        return None
-    world = plan.num_trainers
-    fits = num_train // world  # the longest window that still gives each trainer one
-    remedy = f"pass --window {fits} or shorter" if fits > 0 else f"give at least {world} training snapshots"
-    return (
-        f"--window {window} cuts the {num_train} training samples into {num_windows} window(s) for {world} trainers: "
-        f"trainer(s) {', '.join(map(str, idle))} have nothing to train and the others do all the work every epoch; "
-        f"{remedy}, or --schedule contiguous or vertex (they split within a window)"
-    )
 
 
 def _gather(values: list[float]) -> np.ndarray:

@@ -2,29 +2,22 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from distgnn.snapshot.schedule import make_plan, make_windows
+from distgnn.snapshot.schedule import idle_trainers_warning, make_plan, make_windows
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "snapshot"
 
 
 @pytest.fixture(scope="module")
 def warning_of():
-    sys.path.insert(0, str(EXAMPLE))
-    try:
-        import train_dist
-    finally:
-        sys.path.pop(0)
-
     def warning(schedule: str, num_train: int, window: int, world: int) -> str | None:
         windows = make_windows(num_train, window)
         plan = make_plan(schedule, np.ones(num_train), windows, world)
-        return train_dist.idle_trainers_warning(plan, len(windows), num_train, window)
+        return idle_trainers_warning(plan, len(windows), num_train, window)
 
     return warning
 

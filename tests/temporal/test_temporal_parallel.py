@@ -16,7 +16,7 @@ import torch
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.store.checkpoint_files import read_arrays
-from distgnn.temporal import build_temporal_csr, job, parallel
+from distgnn.temporal import build_temporal_csr, loop, parallel
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.parallel import Parallelism
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split, train_epoch
@@ -239,8 +239,8 @@ def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path, capsys):
 
 
 def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, capsys):
-    assert job.mid_epoch_marks(10, 4) == {2, 5, 8}
-    assert job.mid_epoch_marks(3, 5) == {1, 2} and job.mid_epoch_marks(10, 1) == set()
+    assert loop.mid_epoch_marks(10, 4) == {2, 5, 8}
+    assert loop.mid_epoch_marks(3, 5) == {1, 2} and loop.mid_epoch_marks(10, 1) == set()
     main = example_main()
     small = [a for a in SMALL if a not in ("--no-eval", "--quiet")]
     args = ["--single", *small, "--epochs", "2", "--evals-per-epoch", "3", "--num-threads", "1", "--quiet"]
