@@ -3,7 +3,10 @@
 A snapshot's graph enters as a :class:`SparseAdjacency`, normalised once (:func:`normalized_adjacency`) and
 held as CSR beside its transpose, so that both the product and its gradient are CSR products (fast on CPU).
 Each cell batches its gates: the Chebyshev basis of the input is computed once and every gate's weights sit
-side by side in one matrix, so a step is one sparse product per hop and one or two dense matmuls.
+side by side in one matrix, so a step is one sparse product per hop and one or two dense matmuls. The input's
+convolutions do not read the state (:meth:`GConvGRU.input_gates`), so a sequence's are one product over the
+disjoint union of its snapshots, whatever their graphs, and only the state's run snapshot by snapshot
+(:meth:`GConvGRU.step`); a zero state (None) skips its convolutions.
 
 The cells keep the math of the published cells (Seo et al. 2018 GConvGRU, Chen et al. 2018 GC-LSTM, Pareja
 et al. 2020 EvolveGCN-O); where a cell adds two biases before a nonlinearity, one bias stands for both.
