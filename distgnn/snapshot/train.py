@@ -28,8 +28,9 @@ from distgnn.snapshot.sequence import DeviceSnapshot, Snapshot, SnapshotSequence
 
 MRR_NEGATIVES = 20
 # Windows of equal length run in lockstep as one disjoint union of their snapshots while their summed
-# vertices + edges stay under this: small snapshots then cost one kernel per step, not one per window.
-LOCKSTEP_COST = 2_000_000
+# vertices + edges stay under this, by device type: small snapshots then cost one kernel per step, not one per
+# window; on a CPU a smaller union keeps its activations in cache from one kernel to the next.
+LOCKSTEP_COST = {"cpu": 20_000, "cuda": 2_000_000}
 
 
 class _VertexGather(torch.autograd.Function):
@@ -318,17 +319,18 @@ def train_epoch(runner: SnapshotRunner, plan: Plan, epoch: int) -> EpochResult:
 
 def _lockstep_batch(runner: SnapshotRunner, plan: Plan, segments: list[Segment], i: int) -> list[Segment]:
     """Segments ``i, i + 1, ...`` that can run side by side: none hands a state on, all have the same length,
-    and their summed cost stays under :data:`LOCKSTEP_COST` (at least segment ``i``)."""
+    and their summed cost stays under the device's :data:`LOCKSTEP_COST` (at least segment ``i``)."""
     first = segments[i]
     if plan.vertex_split or first.sends or first.receives:
         return [first]
     costs = runner.sequence.costs()
+    limit = LOCKSTEP_COST.get(runner.device.type, LOCKSTEP_COST["cuda"])
     batch, total = [first], costs[first.start : first.stop].sum()
     for seg in segments[i + 1 :]:
         cost = costs[seg.start : seg.stop].sum()
         if seg.sends or seg.receives or seg.stop - seg.start != first.stop - first.start:
             break
-        if total + cost > LOCKSTEP_COST:
+        if total + cost > limit:
             break
         batch.append(seg)
         total += cost
