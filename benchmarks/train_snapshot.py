@@ -26,6 +26,7 @@ trainers of one thread each on a skewed synthetic sequence (growing node set, lo
 load imbalance (max over mean of the trainers' busy time), speed-up over one trainer.
 
     flock /tmp/distgnn-heavy.lock python benchmarks/train_snapshot.py --seeds 0,1,2
+    python benchmarks/train_snapshot.py --part breakdown --datasets twitter_tennis_rg17
     python benchmarks/train_snapshot.py --device cuda          # on a GPU machine
 """
 
