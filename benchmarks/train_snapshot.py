@@ -14,11 +14,19 @@ for this torch: where it does not import, this script puts a stub ``torch_sparse
 ``SparseTensor`` class) on ``sys.path`` before importing the peer; the cells benchmarked here (ChebConv inside
 GConvGRU) never call it. Without the peer installed, part 1 runs distgnn's side only.
 
+Part 1b (``--part breakdown``): where an epoch goes on each ``--datasets`` entry, both sides in one process,
+the same model and framing as part 1, ``--breakdown-epochs`` epochs after one warm-up: the forward, the backward
+and the optimizer step (medians over epochs), aten ops an epoch and a snapshot (torch.profiler, nested ops
+counted once each), and the adjacency's construction and normalisation per snapshot (PyTorch Geometric
+Temporal's ``ChebConv.__norm__``, called inside every convolution of every epoch; distgnn's ``to_device``, once
+per snapshot and then kept). What the ops' own time leaves of the profiled epoch is Python and dispatch.
+
 Part 2 (``--part schedules``): ``examples/snapshot/train_dist.py --local`` with each schedule at 1, 2 and 4
 trainers of one thread each on a skewed synthetic sequence (growing node set, log-normal bursts): epoch time,
 load imbalance (max over mean of the trainers' busy time), speed-up over one trainer.
 
     flock /tmp/distgnn-heavy.lock python benchmarks/train_snapshot.py --seeds 0,1,2
+    python benchmarks/train_snapshot.py --part breakdown --datasets twitter_tennis_rg17
     python benchmarks/train_snapshot.py --device cuda          # on a GPU machine
 """
 
@@ -43,7 +51,8 @@ TRAIN = ROOT / "examples" / "snapshot" / "train_dist.py"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", default="all", choices=("all", "peer", "schedules"))
+    p.add_argument("--part", default="all", choices=("all", "peer", "breakdown", "schedules"))
+    p.add_argument("--breakdown-epochs", type=int, default=5)
     p.add_argument("--datasets", default="chickenpox,england_covid")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--seeds", default="0,1,2")
@@ -189,6 +198,154 @@ def part_peer(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+# -- part 1b -----------------------------------------------------------------------------------------
+
+
+def _epoch_parts(forward, step) -> tuple[float, float, float]:
+    """Seconds of ``forward()`` (returns the loss), its backward, and ``step()``."""
+    t0 = time.perf_counter()
+    loss = forward()
+    t1 = time.perf_counter()
+    loss.backward()
+    t2 = time.perf_counter()
+    step()
+    return t1 - t0, t2 - t1, time.perf_counter() - t2
+
+
+def _profiled(forward, step) -> tuple[int, float, float]:
+    """(aten ops, their own CPU seconds, the profiled epoch's seconds) of one epoch."""
+    t0 = time.perf_counter()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        forward().backward()
+        step()
+    wall = time.perf_counter() - t0
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    return sum(e.count for e in events), sum(e.self_cpu_time_total for e in events) / 1e6, wall
+
+
+def breakdown_distgnn(name: str, args: argparse.Namespace) -> dict:
+    from distgnn.nn.recurrent import SnapshotModel
+    from distgnn.snapshot import read_pgt_json
+    from distgnn.snapshot.schedule import make_plan, make_windows
+    from distgnn.snapshot.sequence import to_device
+    from distgnn.snapshot.train import SnapshotRunner, _lockstep_batch
+
+    seq = read_pgt_json(PGT_DATA / f"{name}.json")
+    num_train = int(0.8 * len(seq))
+    t0 = time.perf_counter()
+    for s in seq[:num_train]:
+        to_device(s, torch.device("cpu"))
+    adjacency = (time.perf_counter() - t0) / num_train
+    torch.manual_seed(0)
+    model = SnapshotModel("gconvgru", seq.num_features, args.hidden, args.cheb_k)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    runner = SnapshotRunner(model, seq, num_train, torch.device("cpu"))
+    plan = make_plan("blad", seq.costs()[:num_train], make_windows(num_train, 1), 1)
+    segments = plan.segments[0]
+    batches = []
+    while sum(len(b) for b in batches) < len(segments):
+        batches.append(_lockstep_batch(runner, plan, segments, sum(len(b) for b in batches)))
+
+    def forward():
+        # train_epoch's lockstep batches, their losses summed before one backward (the same gradient).
+        return sum(runner.lockstep_loss([s.start for s in b], 1, 0) for b in batches)
+
+    def step():
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return _breakdown(forward, step, adjacency, num_train, args)
+
+
+def breakdown_pgt(name: str, args: argparse.Namespace) -> dict:
+    from torch_geometric.nn import ChebConv
+    from torch_geometric_temporal.nn.recurrent import GConvGRU
+
+    from distgnn.snapshot import read_pgt_json
+
+    seq = read_pgt_json(PGT_DATA / f"{name}.json")
+    num_train = int(0.8 * len(seq))
+    data = [
+        (torch.as_tensor(s.x), torch.as_tensor(s.edge_index), torch.as_tensor(s.edge_weight), torch.as_tensor(s.y))
+        for s in seq[:num_train]
+    ]
+    torch.manual_seed(0)
+    recurrent = GConvGRU(seq.num_features, args.hidden, args.cheb_k)
+    linear = torch.nn.Linear(args.hidden, 1)
+    optimizer = torch.optim.Adam([*recurrent.parameters(), *linear.parameters()], lr=0.01)
+    norm = ChebConv.__norm__
+    calls = [0, 0.0]  # __norm__ calls, their seconds
+
+    def timed_norm(*a, **k):
+        t0 = time.perf_counter()
+        out = norm(*a, **k)
+        calls[0] += 1
+        calls[1] += time.perf_counter() - t0
+        return out
+
+    def forward():
+        cost = 0
+        for x, ei, ew, y in data:
+            cost = cost + torch.mean((linear(F.relu(recurrent(x, ei, ew))).squeeze(-1) - y) ** 2)
+        return cost / num_train
+
+    def step():
+        optimizer.step()
+        optimizer.zero_grad()
+
+    row = _breakdown(forward, step, 0.0, num_train, args)
+    ChebConv.__norm__ = timed_norm
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        ChebConv.__norm__ = norm
+    # Every convolution of every epoch normalises its snapshot's adjacency again.
+    row["adjacency_s_per_snapshot"] = calls[1] / num_train
+    row["adjacency_calls_per_snapshot"] = calls[0] / num_train
+    return row
+
+
+def _breakdown(forward, step, adjacency: float, snapshots: int, args: argparse.Namespace) -> dict:
+    _epoch_parts(forward, step)
+    parts = [_epoch_parts(forward, step) for _ in range(args.breakdown_epochs)]
+    ops, op_s, profiled = _profiled(forward, step)
+    f, b, o = (statistics.median(p[i] for p in parts) for i in range(3))
+    return {
+        "epoch_s": f + b + o,
+        "forward_s": f,
+        "backward_s": b,
+        "step_s": o,
+        "ops_per_epoch": ops,
+        "ops_per_snapshot": ops / snapshots,
+        "not_in_ops_share": max(0.0, 1 - op_s / profiled),
+        "adjacency_s_per_snapshot": adjacency,
+    }
+
+
+def part_breakdown(args: argparse.Namespace) -> list[dict]:
+    torch.set_num_threads(1)
+    with_peer = not args.skip_pgt and pgt_available()
+    rows = []
+    for name in args.datasets.split(","):
+        for side, run in (("pgt", breakdown_pgt), ("distgnn", breakdown_distgnn)):
+            if side == "pgt" and not with_peer:
+                continue
+            row = {"dataset": name, "side": side, **run(name, args)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print()
+    head = f"{'dataset':<22}{'side':<9}{'epoch s':>9}{'fwd s':>8}{'bwd s':>8}{'step s':>8}"
+    print(head + f"{'ops/epoch':>10}{'ops/snap':>9}{'not in ops':>11}{'adj ms/snap':>12}")
+    for r in rows:
+        print(
+            f"{r['dataset']:<22}{r['side']:<9}{r['epoch_s']:>9.4f}{r['forward_s']:>8.4f}{r['backward_s']:>8.4f}"
+            f"{r['step_s']:>8.4f}{r['ops_per_epoch']:>10}{r['ops_per_snapshot']:>9.1f}"
+            f"{r['not_in_ops_share']:>10.0%}{1e3 * r['adjacency_s_per_snapshot']:>12.3f}"
+        )
+    return rows
+
+
 # -- part 2 ------------------------------------------------------------------------------------------
 
 
@@ -246,6 +403,8 @@ def main() -> None:
     args = parse_args()
     if args.part in ("all", "peer"):
         part_peer(args)
+    if args.part == "breakdown":
+        part_breakdown(args)
     if args.part in ("all", "schedules"):
         part_schedules(args)
 

@@ -3,7 +3,10 @@
 A snapshot's graph enters as a :class:`SparseAdjacency`, normalised once (:func:`normalized_adjacency`) and
 held as CSR beside its transpose, so that both the product and its gradient are CSR products (fast on CPU).
 Each cell batches its gates: the Chebyshev basis of the input is computed once and every gate's weights sit
-side by side in one matrix, so a step is one sparse product per hop and one or two dense matmuls.
+side by side in one matrix, so a step is one sparse product per hop and one or two dense matmuls. The input's
+convolutions do not read the state (:meth:`GConvGRU.input_gates`), so a sequence's are one product over the
+disjoint union of its snapshots, whatever their graphs, and only the state's run snapshot by snapshot
+(:meth:`GConvGRU.step`); a zero state (None) skips its convolutions.
 
 The cells keep the math of the published cells (Seo et al. 2018 GConvGRU, Chen et al. 2018 GC-LSTM, Pareja
 et al. 2020 EvolveGCN-O); where a cell adds two biases before a nonlinearity, one bias stands for both.
@@ -197,15 +200,27 @@ class GConvGRU(nn.Module):
     def initial_state(self, n: int, like: torch.Tensor) -> torch.Tensor:
         return like.new_zeros(n, self.hidden)
 
-    def forward(self, x: torch.Tensor, adj: SparseAdjacency, h: torch.Tensor, gather=None) -> torch.Tensor:
-        """``x`` ``(n, in)``, ``h`` ``(n, hidden)`` -> the new ``(n, hidden)`` state."""
-        gx = torch.addmm(self.bias, chebyshev_basis(adj, x, self.k, gather), self.weight_x)
-        gzr = chebyshev_basis(adj, h, self.k, gather) @ self.weight_h_zr
-        hd = self.hidden
-        z = torch.sigmoid(gx[:, :hd] + gzr[:, :hd])
-        r = torch.sigmoid(gx[:, hd : 2 * hd] + gzr[:, hd:])
-        candidate = torch.tanh(gx[:, 2 * hd :] + chebyshev_basis(adj, r * h, self.k, gather) @ self.weight_h_h)
+    def input_gates(self, x: torch.Tensor, adj: SparseAdjacency, gather=None) -> torch.Tensor:
+        """``(n, 3 * hidden)``: the input's convolutions ``[C_xz(X), C_xr(X), C_xh(X)]`` plus the bias; they do
+        not depend on the state, so a sequence's can be computed for all its snapshots at once."""
+        return torch.addmm(self.bias, chebyshev_basis(adj, x, self.k, gather), self.weight_x)
+
+    def step(self, gates: torch.Tensor, adj: SparseAdjacency, h: torch.Tensor | None, gather=None) -> torch.Tensor:
+        """``gates`` from :meth:`input_gates`, ``h`` ``(n, hidden)`` or None for a zero state -> the new
+        ``(n, hidden)`` state."""
+        z, r, xh = gates.split(self.hidden, dim=1)
+        if h is None:
+            # A zero state: its convolutions are zero and the reset gate multiplies zero.
+            return (1 - torch.sigmoid(z)) * torch.tanh(xh)
+        hz, hr = (chebyshev_basis(adj, h, self.k, gather) @ self.weight_h_zr).split(self.hidden, dim=1)
+        z = torch.sigmoid(z + hz)
+        r = torch.sigmoid(r + hr)
+        candidate = torch.tanh(xh + chebyshev_basis(adj, r * h, self.k, gather) @ self.weight_h_h)
         return z * h + (1 - z) * candidate
+
+    def forward(self, x: torch.Tensor, adj: SparseAdjacency, h: torch.Tensor | None, gather=None) -> torch.Tensor:
+        """``x`` ``(n, in)``, ``h`` ``(n, hidden)`` (None: zero) -> the new ``(n, hidden)`` state."""
+        return self.step(self.input_gates(x, adj, gather), adj, h, gather)
 
 
 class GCLSTM(nn.Module):
@@ -230,16 +245,32 @@ class GCLSTM(nn.Module):
     def initial_state(self, n: int, like: torch.Tensor) -> torch.Tensor:
         return like.new_zeros(n, 2 * self.hidden)
 
-    def forward(self, x: torch.Tensor, adj: SparseAdjacency, state: torch.Tensor, gather=None) -> torch.Tensor:
-        """``x`` ``(n, in)``, ``state`` ``(n, 2 * hidden)`` ([H, C]) -> the new state."""
+    def input_gates(self, x: torch.Tensor, adj: SparseAdjacency, gather=None) -> torch.Tensor:
+        """``(n, 4 * hidden)``: ``X W + b`` of the four gates (no state in it: computable for all snapshots of
+        a sequence at once)."""
+        return torch.addmm(self.bias, x, self.weight_x)
+
+    def step(self, gates: torch.Tensor, adj: SparseAdjacency, state: torch.Tensor | None, gather=None) -> torch.Tensor:
+        """``gates`` from :meth:`input_gates`, ``state`` ``(n, 2 * hidden)`` ([H, C]) or None for a zero state
+        -> the new state."""
         hd = self.hidden
+        if state is None:
+            # H = C = 0: no hidden convolution, and the forget gate multiplies zero.
+            gi, _, gc, go = gates.split(hd, dim=1)
+            c = torch.sigmoid(gi) * torch.tanh(gc)
+            o = torch.sigmoid(go + self.peephole[2] * c)
+            return torch.cat([o * torch.tanh(c), c], dim=1)
         h, c = state[:, :hd], state[:, hd:]
-        g = torch.addmm(self.bias, x, self.weight_x) + chebyshev_basis(adj, h, self.k, gather) @ self.weight_h
-        i = torch.sigmoid(g[:, :hd] + self.peephole[0] * c)
-        f = torch.sigmoid(g[:, hd : 2 * hd] + self.peephole[1] * c)
-        c = f * c + i * torch.tanh(g[:, 2 * hd : 3 * hd])
-        o = torch.sigmoid(g[:, 3 * hd :] + self.peephole[2] * c)
+        gi, gf, gc, go = (gates + chebyshev_basis(adj, h, self.k, gather) @ self.weight_h).split(hd, dim=1)
+        i = torch.sigmoid(gi + self.peephole[0] * c)
+        f = torch.sigmoid(gf + self.peephole[1] * c)
+        c = f * c + i * torch.tanh(gc)
+        o = torch.sigmoid(go + self.peephole[2] * c)
         return torch.cat([o * torch.tanh(c), c], dim=1)
+
+    def forward(self, x: torch.Tensor, adj: SparseAdjacency, state: torch.Tensor | None, gather=None) -> torch.Tensor:
+        """``x`` ``(n, in)``, ``state`` ``(n, 2 * hidden)`` ([H, C]; None: zero) -> the new state."""
+        return self.step(self.input_gates(x, adj, gather), adj, state, gather)
 
 
 class EvolveGCNO(nn.Module):
@@ -294,23 +325,36 @@ class SnapshotModel(nn.Module):
         self.hidden = hidden
         self.head = nn.Linear(hidden, 1) if task == "node" else MLPPredictor(hidden, hidden, 2)
 
-    def embedding(self, x, adj, state, gather=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step: ``(relu(embedding) (n, hidden), new state)``."""
+    def embedding(self, x, adj, state, gather=None, gates=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step: ``(relu(embedding) (n, hidden), new state)``; ``state`` None starts from zero; ``gates``:
+        the cell's input gates of ``x`` when computed beforehand."""
         if isinstance(self.cell, EvolveGCNO):
-            state = self.cell(x, adj, state)
+            state = self.cell(x, adj, self.cell.initial_weight if state is None else state)
             return F.relu(self.cell.embed(x, adj, state, gather)), state
-        state = self.cell(x, adj, grow_rows(state, x.shape[0]), gather)
+        if gates is None:
+            gates = self.cell.input_gates(x, adj, gather)
+        state = self.cell.step(gates, adj, None if state is None else grow_rows(state, x.shape[0]), gather)
         return F.relu(state[:, : self.hidden]), state
 
-    def forward(self, snapshots, state: torch.Tensor | None = None, gather=None):
+    def forward(self, snapshots, state: torch.Tensor | None = None, gather=None, stacked=None):
         """``snapshots``: objects with ``x`` ``(n_t, in)`` and ``cheb``/``gcn`` adjacencies. Returns
         (per snapshot: ``(n_t,)`` predictions for ``node``, ``(n_t, hidden)`` embeddings for ``link``; the last
-        state)."""
+        state).
+
+        ``stacked`` (not with ``gather``): the same snapshots as one disjoint union in order (``x`` concatenated,
+        ``cheb`` block-diagonal); the cell's input convolutions, which do not read the state, are then one
+        product over all of them, and only the state's convolutions run snapshot by snapshot.
+        """
+        gates = [None] * len(snapshots)
+        if stacked is not None and not isinstance(self.cell, EvolveGCNO):
+            gates = self.cell.input_gates(stacked.x, stacked.cheb).split([s.x.shape[0] for s in snapshots])
         outputs = []
-        for s in snapshots:
-            if state is None:
-                state = self.cell.initial_state(s.x.shape[0], s.x)
+        for s, g in zip(snapshots, gates, strict=True):
             adj = s.gcn if isinstance(self.cell, EvolveGCNO) else s.cheb
-            h, state = self.embedding(s.x, adj, state, gather)
-            outputs.append(self.head(h).squeeze(-1) if self.task == "node" else h)
+            h, state = self.embedding(s.x, adj, state, gather, g)
+            outputs.append(self.readout(h))
         return outputs, state
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """A step's output from its embedding: ``(n,)`` predictions (``node``) or the embedding (``link``)."""
+        return self.head(h).squeeze(-1) if self.task == "node" else h

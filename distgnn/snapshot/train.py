@@ -29,8 +29,9 @@ from distgnn.train.collective import all_gather_arrays
 
 MRR_NEGATIVES = 20
 # Windows of equal length run in lockstep as one disjoint union of their snapshots while their summed
-# vertices + edges stay under this: small snapshots then cost one kernel per step, not one per window.
-LOCKSTEP_COST = 2_000_000
+# vertices + edges stay under this, by device type: small snapshots then cost one kernel per step, not one per
+# window; on a CPU a smaller union keeps its activations in cache from one kernel to the next.
+LOCKSTEP_COST = {"cpu": 20_000, "cuda": 2_000_000}
 
 
 class _VertexGather(torch.autograd.Function):
@@ -166,17 +167,27 @@ class SnapshotRunner:
 
     def lockstep_loss(self, starts: list[int], length: int, epoch: int) -> torch.Tensor:
         """This trainer's share of the training loss over the windows ``start .. start + length - 1`` for each
-        of ``starts``, run side by side from zero states (the same loss as one window at a time)."""
+        of ``starts``, run side by side from zero states (the same loss as one window at a time).
+
+        Step ``j`` is one disjoint union of the windows' ``j``-th snapshots, whatever their graphs; the cell's
+        input convolutions, which do not read the state, are one product over every step's union at once.
+        """
         state, before = None, None
         loss = torch.zeros((), device=self.device)
         evolving = isinstance(self.model.cell, EvolveGCNO)
-        for j in range(length):
-            ts = tuple(s + j for s in starts)
+        steps = [tuple(s + j for s in starts) for j in range(length)]
+        unions = [self.union(ts) for ts in steps]
+        gates = [None] * length
+        if length > 1 and not evolving:
+            stacked = self.union(tuple(t for ts in steps for t in ts))
+            gates = self.model.cell.input_gates(stacked.x, stacked.cheb).split([u.num_nodes for u in unions])
+        for ts, union, step_gates in zip(steps, unions, gates, strict=True):
             sizes = [self.sequence[t].num_nodes for t in ts]
             if state is not None and not evolving and sizes != before:
                 state = _regroup(state, before, sizes)
-            union = self.union(ts)
-            (out,), state = self.model([union], state)
+            adj = union.gcn if evolving else union.cheb
+            h, state = self.model.embedding(union.x, adj, state, gates=step_gates)
+            out = self.model.readout(h)
             if self.model.task == "node":
                 counts = torch.tensor(sizes, device=self.device)
                 weight = torch.repeat_interleave(1.0 / counts.to(out.dtype), counts)
@@ -200,14 +211,14 @@ class SnapshotRunner:
         """This trainer's share of the training loss over snapshots ``start .. stop - 1`` from ``state``
         (None: zero); returns (loss, last state)."""
         snaps = [self.snapshot(t, vertex_split) for t in range(start, stop)]
-        gather = None
         if vertex_split and self.world > 1:
             loss = torch.zeros((), device=self.device)
             for t, s in zip(range(start, stop), snaps, strict=True):
                 out, state = self.model([s], state, gather=vertex_gather(s.num_nodes, self.rank, self.world, self.comm))
                 loss = loss + self._loss(t, s, out[0], epoch, vertex_split=True)
             return loss / self.num_train, state
-        outs, state = self.model(snaps, state, gather)
+        stacked = self.union(tuple(range(start, stop))) if stop - start > 1 else None
+        outs, state = self.model(snaps, state, stacked=stacked)
         loss = sum(self._loss(t, s, o, epoch) for t, s, o in zip(range(start, stop), snaps, outs, strict=True))
         return loss / self.num_train, state
 
@@ -309,17 +320,18 @@ def train_epoch(runner: SnapshotRunner, plan: Plan, epoch: int) -> EpochResult:
 
 def _lockstep_batch(runner: SnapshotRunner, plan: Plan, segments: list[Segment], i: int) -> list[Segment]:
     """Segments ``i, i + 1, ...`` that can run side by side: none hands a state on, all have the same length,
-    and their summed cost stays under :data:`LOCKSTEP_COST` (at least segment ``i``)."""
+    and their summed cost stays under the device's :data:`LOCKSTEP_COST` (at least segment ``i``)."""
     first = segments[i]
     if plan.vertex_split or first.sends or first.receives:
         return [first]
     costs = runner.sequence.costs()
+    limit = LOCKSTEP_COST.get(runner.device.type, LOCKSTEP_COST["cuda"])
     batch, total = [first], costs[first.start : first.stop].sum()
     for seg in segments[i + 1 :]:
         cost = costs[seg.start : seg.stop].sum()
         if seg.sends or seg.receives or seg.stop - seg.start != first.stop - first.start:
             break
-        if total + cost > LOCKSTEP_COST:
+        if total + cost > limit:
             break
         batch.append(seg)
         total += cost

@@ -194,3 +194,23 @@ def test_cuda_matches_cpu(cell):
         torch.testing.assert_close(a, b.cpu(), rtol=1e-4, atol=1e-5)
     for a, p in zip(cpu_grads, model.parameters(), strict=True):
         torch.testing.assert_close(a, p.grad.cpu(), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("cls", [GConvGRU, GCLSTM])
+def test_a_state_of_none_is_the_zero_state(cls):
+    torch.manual_seed(0)
+    adjs, _ = _graph(20, 60, 4)
+    cell = cls(3, 8, 2)
+    with torch.no_grad():
+        cell.bias.normal_()
+        if isinstance(cell, GCLSTM):
+            cell.peephole.normal_()
+    x = torch.randn(20, 3)
+    grads = []
+    for state in (None, cell.initial_state(20, x)):
+        cell.zero_grad()
+        out = cell(x, adjs[False], state)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads.append((out.detach(), cell.weight_x.grad.clone(), cell.bias.grad.clone()))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)

@@ -19,12 +19,17 @@ from distgnn.nn.recurrent import SnapshotModel
 from distgnn.snapshot import synthetic_sequence
 from distgnn.snapshot.events import first_appearance_ids, snapshots_from_events
 from distgnn.snapshot.schedule import make_plan, make_windows
-from distgnn.snapshot.train import SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
+from distgnn.snapshot.train import SnapshotRunner, _lockstep_batch, all_reduce_gradients, evaluate, train_epoch
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "snapshot" / "train_dist.py"
 SMALL = ["--dataset=synthetic", "--synthetic-nodes=2000", "--synthetic-snapshots=20", "--epochs=4", "--quiet"]
 SMALL += ["--num-threads=1", "--cheb-k=2", "--hidden=8", "--window=3"]
+
+
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    # A weight that only multiplies a zero state (windows of one snapshot) gets no gradient: zero.
+    return torch.zeros_like(p) if p.grad is None else p.grad
 
 
 @pytest.mark.parametrize("window", [0, 1, 3])
@@ -35,7 +40,7 @@ def test_one_trainer_epoch_is_the_mean_snapshot_loss(window):
     runner = SnapshotRunner(model, seq, 10, torch.device("cpu"))
     plan = make_plan("blad", seq.costs()[:10], make_windows(10, window), 1)
     result = train_epoch(runner, plan, 0)
-    grads = [p.grad.clone() for p in model.parameters()]
+    grads = [_grad(p).clone() for p in model.parameters()]
     model.zero_grad()
     # By hand: windows restart from a zero state.
     loss = 0.0
@@ -47,8 +52,34 @@ def test_one_trainer_epoch_is_the_mean_snapshot_loss(window):
     (loss / 10).backward()
     assert result.loss == pytest.approx(float(loss.detach() / 10), rel=1e-5)
     for a, p in zip(grads, model.parameters(), strict=True):
-        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a, _grad(p), rtol=1e-4, atol=1e-6)
     assert set(evaluate(runner, window, 10, 12)) == {"mse"}
+
+
+@pytest.mark.parametrize("cell", ["gconvgru", "gclstm", "evolvegcn"])
+@pytest.mark.parametrize("start_fraction", [1.0, 0.3])
+def test_batched_windows_equal_one_snapshot_at_a_time_on_a_changing_graph(cell, start_fraction):
+    # Every snapshot has its own random graph (start_fraction 1: a fixed node count; 0.3: a growing node set).
+    seq = synthetic_sequence(num_nodes=60, num_snapshots=11, start_fraction=start_fraction, seed=3)
+    assert len({s.edge_index.tobytes() for s in seq}) == len(seq)
+    torch.manual_seed(0)
+    model = SnapshotModel(cell, seq.num_features, 8, k=2)
+    runner = SnapshotRunner(model, seq, 9, torch.device("cpu"))
+    plan = make_plan("blad", seq.costs()[:9], make_windows(9, 3), 1)
+    assert len(_lockstep_batch(runner, plan, plan.segments[0], 0)) == 3  # the three windows run as one batch
+    result = train_epoch(runner, plan, 0)
+    grads = [_grad(p).clone() for p in model.parameters()]
+    model.zero_grad()
+    loss = 0.0
+    for w in make_windows(9, 3):
+        state = None
+        for t in range(w.start, w.stop):
+            (out,), state = model([runner.snapshot(t)], state)
+            loss = loss + F.mse_loss(out, runner.snapshot(t).y)
+    (loss / 9).backward()
+    assert result.loss == pytest.approx(float(loss.detach() / 9), rel=1e-5)
+    for a, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(a, _grad(p), rtol=1e-4, atol=1e-6)
 
 
 def test_events_cut_into_growing_snapshots_train_links():
