@@ -503,31 +503,10 @@ def coarsened_metis(
     total = vwgt.sum(axis=0)
     if coarse_nodes is None:
         coarse_nodes = max(4096, 256 * num_parts)
-    g = WeightedGraph(xadj, adjncy, None, vwgt)
-    levels: list[tuple[WeightedGraph, np.ndarray]] = []
-    while g.num_nodes > coarse_nodes and len(levels) < max_levels:
-        # A cluster is at most the 3% slack of one part, so METIS can still balance the coarse graph.
-        frac = cluster_frac if cluster_frac is not None else (imbalance - 1) / num_parts
-        cap = np.maximum(np.ceil(total * frac).astype(np.int64), 1)
-        start = time.perf_counter()
-        label = cluster(g, cap, cluster_rounds, rng)
-        mid = time.perf_counter()
-        cmap, coarse = contract(g, label)
-        del label
-        logger.info(
-            "coarsen level %d: %d -> %d nodes, %d -> %d adjacency entries (cluster %.1f s, contract %.1f s)",
-            len(levels),
-            g.num_nodes,
-            coarse.num_nodes,
-            g.num_entries,
-            coarse.num_entries,
-            mid - start,
-            time.perf_counter() - mid,
-        )
-        if coarse.num_nodes > 0.9 * g.num_nodes:
-            break
-        levels.append((g, cmap))
-        g = coarse
+    # A cluster is at most the 3% slack of one part, so METIS can still balance the coarse graph.
+    frac = cluster_frac if cluster_frac is not None else (imbalance - 1) / num_parts
+    cap = np.maximum(np.ceil(total * frac).astype(np.int64), 1)
+    levels, g = _coarsen(WeightedGraph(xadj, adjncy, None, vwgt), cap, coarse_nodes, max_levels, cluster_rounds, rng)
     start = time.perf_counter()
     part = _metis(g, num_parts, seed, metis_ncuts).astype(np.int8 if num_parts < 128 else np.int64)
     part_w = np.stack([np.bincount(part, weights=g.vwgt[:, j], minlength=num_parts) for j in range(total.shape[0])], 1)
@@ -554,6 +533,36 @@ def coarsened_metis(
         logger.info("refine %d nodes: %d moves (%.1f s)", fine.num_nodes, moves, time.perf_counter() - start)
     part = part.astype(np.int64)
     return part, _edge_cut(WeightedGraph(xadj, adjncy, None, vwgt), part)
+
+
+def _coarsen(
+    g: WeightedGraph, cap: np.ndarray, coarse_nodes: int, max_levels: int, cluster_rounds: int, rng: np.random.Generator
+) -> tuple[list[tuple[WeightedGraph, np.ndarray]], WeightedGraph]:
+    """Clusters (weight at most ``cap``) and contracts ``g`` up to ``max_levels`` times, until at most
+    ``coarse_nodes`` vertices remain or a level shrinks it by less than a tenth. Returns every level's ``(graph,
+    map to the next)`` and the coarsest graph."""
+    levels: list[tuple[WeightedGraph, np.ndarray]] = []
+    while g.num_nodes > coarse_nodes and len(levels) < max_levels:
+        start = time.perf_counter()
+        label = cluster(g, cap, cluster_rounds, rng)
+        mid = time.perf_counter()
+        cmap, coarse = contract(g, label)
+        del label
+        logger.info(
+            "coarsen level %d: %d -> %d nodes, %d -> %d adjacency entries (cluster %.1f s, contract %.1f s)",
+            len(levels),
+            g.num_nodes,
+            coarse.num_nodes,
+            g.num_entries,
+            coarse.num_entries,
+            mid - start,
+            time.perf_counter() - mid,
+        )
+        if coarse.num_nodes > 0.9 * g.num_nodes:
+            break
+        levels.append((g, cmap))
+        g = coarse
+    return levels, g
 
 
 def balance(part: np.ndarray, vwgt: np.ndarray | None, num_parts: int) -> float:

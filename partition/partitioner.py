@@ -271,60 +271,14 @@ def _write(
 ) -> Path:
     num_parts = r.node_map.shape[0]
     ntypes, etypes = graph.ntypes, graph.canonical_etypes
-    offsets = graph.node_offsets()
-    node_offsets = np.array([offsets[t] for t in ntypes] + [graph.total_nodes], dtype=np.int64)
-    # (partition, node type) sizes: new ids are (partition, original homogeneous id) ordered.
-    node_types = np.searchsorted(node_offsets[1:], r.orig_nid, side="right")
-    node_part = np.searchsorted(r.node_map[:, 1], np.arange(graph.total_nodes), side="right")
-    node_sizes = np.bincount(node_part * len(ntypes) + node_types, minlength=num_parts * len(ntypes))
-    node_type_ranges = _type_ranges(node_sizes.reshape(num_parts, len(ntypes)))
-    del node_types, node_part
+    node_type_ranges = _node_type_ranges(graph, r)
     edge_ranges = edge_type_ranges(r)
-    edge_offsets = np.cumsum([0] + [graph.num_edges(e) for e in etypes], dtype=np.int64)
-    scratch = np.empty(graph.total_nodes, dtype=np.int64)
     parts_files: list[dict] = [dict(node_feats={}, edge_feats={}) for _ in range(num_parts)]
-    parts: list[PartInfo] = []
     with PartitionWriter(out_dir, graph_name, overwrite) as writer:
-        for i in range(num_parts):
-            local = local_partition(r, i, halo_hops, scratch)
-            (e0, e1) = r.edge_map[i]
-            arrays = {
-                "indptr": local.indptr,
-                "indices": local.indices,
-                "eids": local.eids,
-                "local2global": local.local2global,
-            }
-            parts_files[i]["files"] = {name: writer.save(f"part{i}/{name}.npy", arrays[name]) for name in PART_ARRAYS}
-            parts_files[i]["local"] = (local.num_owned, local.num_halo, int(e1 - e0))
-            logger.info("part %d: %d owned, %d halo nodes, %d edges", i, local.num_owned, local.num_halo, int(e1 - e0))
-            del arrays, local
-        del scratch
-        node_feats: dict[str, FeatureSpec] = {}
-        for t, ntype in enumerate(ntypes):
-            arrays = graph.ndata.get(ntype, {})
-            if not arrays:
-                continue
-            new_pos, part_starts = _per_type_order(r.orig_nid, node_type_ranges[:, t], offsets[ntype])
-            for name, arr in arrays.items():
-                key = feature_key(ntype, name, DEFAULT_NTYPE)
-                paths = _scatter_feature(writer, arr, f"node_feat/{key}", new_pos, part_starts)
-                for i, path in enumerate(paths):
-                    parts_files[i]["node_feats"][key] = path
-                node_feats[key] = FeatureSpec(str(arr.dtype), tuple(int(d) for d in arr.shape))
-        edge_feats: dict[str, FeatureSpec] = {}
-        for t, etype in enumerate(etypes):
-            arrays = graph.edata.get(etype, {})
-            if not arrays:
-                continue
-            new_pos, part_starts = _per_type_order(r.orig_eid, edge_ranges[:, t], int(edge_offsets[t]))
-            for name, arr in arrays.items():
-                key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
-                if name == "reverse_eid":
-                    arr = _remap_reverse_eids(arr, r.orig_eid, etype, graph)
-                paths = _scatter_feature(writer, arr, f"edge_feat/{key}", new_pos, part_starts)
-                for i, path in enumerate(paths):
-                    parts_files[i]["edge_feats"][key] = path
-                edge_feats[key] = FeatureSpec(str(arr.dtype), tuple(int(d) for d in arr.shape))
+        _write_structure(writer, r, halo_hops, graph.total_nodes, parts_files)
+        node_feats = _write_node_feats(writer, graph, r, node_type_ranges, parts_files)
+        edge_feats = _write_edge_feats(writer, graph, r, edge_ranges, parts_files)
+        parts = []
         for i in range(num_parts):
             owned, halo, edges = parts_files[i]["local"]
             parts.append(
@@ -365,6 +319,91 @@ def _write(
             extra=extra,
         )
         return writer.commit(meta)
+
+
+def _node_type_ranges(graph: HeteroGraph, r: Reshuffled) -> np.ndarray:
+    """``(P, T, 2)``: each (partition, node type)'s new id range (new ids are (partition, original homogeneous
+    id) ordered)."""
+    num_parts, ntypes = r.node_map.shape[0], graph.ntypes
+    offsets = graph.node_offsets()
+    node_offsets = np.array([offsets[t] for t in ntypes] + [graph.total_nodes], dtype=np.int64)
+    node_types = np.searchsorted(node_offsets[1:], r.orig_nid, side="right")
+    node_part = np.searchsorted(r.node_map[:, 1], np.arange(graph.total_nodes), side="right")
+    node_sizes = np.bincount(node_part * len(ntypes) + node_types, minlength=num_parts * len(ntypes))
+    return _type_ranges(node_sizes.reshape(num_parts, len(ntypes)))
+
+
+def _write_structure(
+    writer: PartitionWriter, r: Reshuffled, halo_hops: int, total_nodes: int, parts_files: list[dict]
+) -> None:
+    """Each partition's CSC and local-to-global arrays; their paths and counts go into ``parts_files``."""
+    scratch = np.empty(total_nodes, dtype=np.int64)
+    for i in range(r.node_map.shape[0]):
+        local = local_partition(r, i, halo_hops, scratch)
+        (e0, e1) = r.edge_map[i]
+        arrays = {
+            "indptr": local.indptr,
+            "indices": local.indices,
+            "eids": local.eids,
+            "local2global": local.local2global,
+        }
+        parts_files[i]["files"] = {name: writer.save(f"part{i}/{name}.npy", arrays[name]) for name in PART_ARRAYS}
+        parts_files[i]["local"] = (local.num_owned, local.num_halo, int(e1 - e0))
+        logger.info("part %d: %d owned, %d halo nodes, %d edges", i, local.num_owned, local.num_halo, int(e1 - e0))
+        del arrays, local
+
+
+def _write_node_feats(
+    writer: PartitionWriter, graph: HeteroGraph, r: Reshuffled, type_ranges: np.ndarray, parts_files: list[dict]
+) -> dict[str, FeatureSpec]:
+    """Every node feature, its rows moved to their partitions' files (paths into ``parts_files``)."""
+    offsets = graph.node_offsets()
+    specs: dict[str, FeatureSpec] = {}
+    for t, ntype in enumerate(graph.ntypes):
+        arrays = graph.ndata.get(ntype, {})
+        if not arrays:
+            continue
+        new_pos, part_starts = _per_type_order(r.orig_nid, type_ranges[:, t], offsets[ntype])
+        for name, arr in arrays.items():
+            key = feature_key(ntype, name, DEFAULT_NTYPE)
+            _scatter_into_parts(writer, arr, f"node_feat/{key}", new_pos, part_starts, parts_files, "node_feats", key)
+            specs[key] = FeatureSpec(str(arr.dtype), tuple(int(d) for d in arr.shape))
+    return specs
+
+
+def _write_edge_feats(
+    writer: PartitionWriter, graph: HeteroGraph, r: Reshuffled, type_ranges: np.ndarray, parts_files: list[dict]
+) -> dict[str, FeatureSpec]:
+    """Every edge feature (``reverse_eid`` renumbered), its rows moved to their partitions' files."""
+    etypes = graph.canonical_etypes
+    edge_offsets = np.cumsum([0] + [graph.num_edges(e) for e in etypes], dtype=np.int64)
+    specs: dict[str, FeatureSpec] = {}
+    for t, etype in enumerate(etypes):
+        arrays = graph.edata.get(etype, {})
+        if not arrays:
+            continue
+        new_pos, part_starts = _per_type_order(r.orig_eid, type_ranges[:, t], int(edge_offsets[t]))
+        for name, arr in arrays.items():
+            key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
+            if name == "reverse_eid":
+                arr = _remap_reverse_eids(arr, r.orig_eid, etype, graph)
+            _scatter_into_parts(writer, arr, f"edge_feat/{key}", new_pos, part_starts, parts_files, "edge_feats", key)
+            specs[key] = FeatureSpec(str(arr.dtype), tuple(int(d) for d in arr.shape))
+    return specs
+
+
+def _scatter_into_parts(
+    writer: PartitionWriter,
+    arr: np.ndarray,
+    stem: str,
+    new_pos: np.ndarray,
+    part_starts: np.ndarray,
+    parts_files: list[dict],
+    kind: str,
+    key: str,
+) -> None:
+    for i, path in enumerate(_scatter_feature(writer, arr, stem, new_pos, part_starts)):
+        parts_files[i][kind][key] = path
 
 
 def _per_type_order(orig_ids: np.ndarray, ranges: np.ndarray, type_offset: int) -> tuple[np.ndarray, np.ndarray]:
