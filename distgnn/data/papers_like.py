@@ -123,58 +123,17 @@ def write_papers_like(
     centroids *= np.float32(signal / np.sqrt(feat_dim))
     staging = out_dir.parent / f".{out_dir.name}.writing-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    names = ("feat", "label", "train_mask", "val_mask", "test_mask")
+    names = NODE_DATA
     try:
         for sub in ("edge_index", "node_data/paper"):
             (staging / sub).mkdir(parents=True)
-        first = 0
-        for j, rows in enumerate(node_rows):
-            rng = np.random.default_rng([seed, j, 1])
-            ids = np.arange(first, first + rows, dtype=np.int64)
-            label = layout.community_of_position(layout.position_of(ids)) % num_classes
-            feat = rng.standard_normal((rows, feat_dim), dtype=np.float32)
-            feat += centroids[label]
-            split = rng.random(rows)
-            arrays = {
-                "feat": feat,
-                "label": label,
-                "train_mask": split < TRAIN_FRAC,
-                "val_mask": (split >= TRAIN_FRAC) & (split < TRAIN_FRAC + VAL_FRAC),
-                "test_mask": (split >= TRAIN_FRAC + VAL_FRAC) & (split < TRAIN_FRAC + VAL_FRAC + TEST_FRAC),
-            }
-            for name in names:
-                _save(staging / "node_data/paper" / f"{name}-{j}.npy", arrays[name])
-            del arrays, feat
-            first += rows
+        _write_node_chunks(staging, layout, node_rows, centroids, seed, names)
         for j, rows in enumerate(edge_rows):
             _save(
                 staging / "edge_index" / f"paper:cites:paper{j}.npy",
                 _edges(layout, rows, np.random.default_rng([seed, j, 2]), intra, skew),
             )
-        metadata = {
-            "graph_name": "papers_like",
-            "node_type": ["paper"],
-            "num_nodes_per_chunk": [node_rows],
-            "edge_type": ["paper:cites:paper"],
-            "num_edges_per_chunk": [edge_rows],
-            "edges": {
-                "paper:cites:paper": {
-                    "format": {"name": "numpy"},
-                    "data": [f"edge_index/paper:cites:paper{j}.npy" for j in range(num_chunks)],
-                }
-            },
-            "node_data": {
-                "paper": {
-                    name: {
-                        "format": {"name": "numpy"},
-                        "data": [f"node_data/paper/{name}-{j}.npy" for j in range(num_chunks)],
-                    }
-                    for name in names
-                }
-            },
-            "edge_data": {},
-            "num_classes": int(num_classes),
-        }
+        metadata = _metadata(node_rows, edge_rows, names, num_classes)
         (staging / "metadata.json").write_text(json.dumps(metadata, sort_keys=True, indent=4))
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -182,6 +141,64 @@ def write_papers_like(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir / "metadata.json"
+
+
+NODE_DATA = ("feat", "label", "train_mask", "val_mask", "test_mask")
+
+
+def _write_node_chunks(
+    staging: Path, layout: _Layout, node_rows: list[int], centroids: np.ndarray, seed: int, names: tuple[str, ...]
+) -> None:
+    """Each node chunk's features (class centroid plus unit noise), labels and masks, one chunk in memory."""
+    num_classes = centroids.shape[0]
+    first = 0
+    for j, rows in enumerate(node_rows):
+        rng = np.random.default_rng([seed, j, 1])
+        ids = np.arange(first, first + rows, dtype=np.int64)
+        label = layout.community_of_position(layout.position_of(ids)) % num_classes
+        feat = rng.standard_normal((rows, centroids.shape[1]), dtype=np.float32)
+        feat += centroids[label]
+        split = rng.random(rows)
+        arrays = {
+            "feat": feat,
+            "label": label,
+            "train_mask": split < TRAIN_FRAC,
+            "val_mask": (split >= TRAIN_FRAC) & (split < TRAIN_FRAC + VAL_FRAC),
+            "test_mask": (split >= TRAIN_FRAC + VAL_FRAC) & (split < TRAIN_FRAC + VAL_FRAC + TEST_FRAC),
+        }
+        for name in names:
+            _save(staging / "node_data/paper" / f"{name}-{j}.npy", arrays[name])
+        del arrays, feat
+        first += rows
+
+
+def _metadata(node_rows: list[int], edge_rows: list[int], names: tuple[str, ...], num_classes: int) -> dict:
+    """The chunked format's ``metadata.json`` of the files written."""
+    num_chunks = len(node_rows)
+    return {
+        "graph_name": "papers_like",
+        "node_type": ["paper"],
+        "num_nodes_per_chunk": [node_rows],
+        "edge_type": ["paper:cites:paper"],
+        "num_edges_per_chunk": [edge_rows],
+        "edges": {
+            "paper:cites:paper": {
+                "format": {"name": "numpy"},
+                "data": [f"edge_index/paper:cites:paper{j}.npy" for j in range(num_chunks)],
+            }
+        },
+        "node_data": {
+            "paper": {
+                name: {
+                    "format": {"name": "numpy"},
+                    "data": [f"node_data/paper/{name}-{j}.npy" for j in range(num_chunks)],
+                }
+                for name in names
+            }
+        },
+        "edge_data": {},
+        "num_classes": int(num_classes),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
