@@ -61,11 +61,11 @@ SNAPSHOT_FLAGS = (
 # 2, 28 under epoch parallelism 2 (every batch trained twice, one step each); a checkpoint every 5 steps never
 # falls on an epoch's end, so a restart resumes mid-epoch.
 JOBS = {
-    "tgn-memory2": DynamicJob("tgn-memory2", TGN, (*TGN_FLAGS, "--memory-parallelism", "2", "--epochs", "6"), 84, 5),
+    "tgn-memory2": DynamicJob("tgn-memory2", TGN, (*TGN_FLAGS, "--memory-parallelism", "2", "--epochs", "3"), 42, 5),
     "tgn-epoch2": DynamicJob("tgn-epoch2", TGN, (*TGN_FLAGS, "--epoch-parallelism", "2", "--epochs", "3"), 84, 5),
     **{
         f"snapshot-{schedule}": DynamicJob(
-            f"snapshot-{schedule}", SNAPSHOT, (*SNAPSHOT_FLAGS, "--schedule", schedule, "--epochs", "40"), 40, 4
+            f"snapshot-{schedule}", SNAPSHOT, (*SNAPSHOT_FLAGS, "--schedule", schedule, "--epochs", "20"), 20, 4
         )
         for schedule in ("blad", "contiguous", "vertex")
     },

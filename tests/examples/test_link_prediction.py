@@ -134,9 +134,9 @@ def test_typed_target_on_a_two_machine_cluster(tmp_path) -> None:
     assert result["test_auc"] > 0.55 and result["epoch_time_s"] > 0, result
 
 
-# 10 epochs: AUC 0.91-0.92 on both sides and within 0.01 of each other at 8 and 12 epochs (2026-11-26), well
-# inside the bounds below; 20 epochs doubled the suite's longest test.
-CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=10", "--quiet", "--seed=0"]
+# 8 epochs: both sides are well inside the bounds below and within 0.01 AUC of each other (benchmarks-history.md
+# records the AUC at 8, 10 and 12 epochs); more epochs make this the suite's longest test.
+CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=8", "--quiet", "--seed=0"]
 
 
 @pytest.mark.slow

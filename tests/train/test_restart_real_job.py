@@ -93,19 +93,6 @@ def assert_same_result(got: dict, expected: dict) -> None:
         assert got[key] == expected[key], (key, got[key], expected[key])
 
 
-def test_killed_trainer_restarts_and_the_job_ends_as_if_uninterrupted(tmp_path, uninterrupted):
-    part_config, expected = uninterrupted
-    job = local_job(tmp_path)
-    train = train_command(tmp_path / "checkpoints", tmp_path / "run", SEED)
-    proc = job.start(launcher_argv(part_config, tmp_path, train, "--local", "--max-restarts", "1"))
-    try:
-        kill_trainer_and_check_restart(job, proc, tmp_path, host="127.0.0.1")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert_same_result(result_of(job.stdout()), expected)
-
-
 @pytest.fixture(scope="module")
 def cluster():
     yield from netns_cluster_fixture(num_hosts=2)

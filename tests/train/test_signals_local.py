@@ -1,5 +1,5 @@
-"""Ctrl-C and SIGTERM stop a busy ``--local`` job: GraphSAGE (graph servers and trainers), TGN and snapshot
-training (trainers alone).
+"""Ctrl-C and SIGTERM stop a busy ``--local`` job of TGN or snapshot training (trainers alone; a job with graph
+servers is tests/train/test_job.py's SIGTERM case, and benchmarks/stress.py runs every kind with both signals).
 
 The signal goes to the ``--local`` parent only (as ``kill`` sends it; Ctrl-C in a terminal reaches the whole
 process group, which the trainers handle on their own) once rank 0 has printed its first epoch, so the trainers
@@ -18,18 +18,11 @@ from pathlib import Path
 
 import pytest
 from launch_progs.harness import alive
-from restart_dynamic import JOBS, ROOT
+from restart_dynamic import JOBS
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="needs Linux /proc")]
 
-GRAPHSAGE = [
-    str(ROOT / "examples" / "graphsage" / "train_dist.py"),
-    "--dataset=synthetic", "--num-nodes=3000", "--avg-degree=10", "--feat-dim=16", "--synthetic-classes=4",
-    "--batch-size=16", "--hidden=32", "--fanouts=5,5", "--quiet", "--num-parts=2", "--part-method=random",
-    "--epochs=1000", "--num-threads=1",
-]  # fmt: skip
 COMMANDS = {
-    "graphsage": GRAPHSAGE,
     "tgn": [*JOBS["tgn-memory2"].command(None)[1:], "--epochs", "1000", "--no-eval"],
     "snapshot": [*JOBS["snapshot-contiguous"].command(None)[1:], "--epochs", "100000", "--no-eval"],
 }
@@ -65,9 +58,7 @@ def job_id_of(pids: list[int]) -> str | None:
 
 
 # One signal per job kind (each is handled the same way by the parent; benchmarks/stress.py sends both to each).
-@pytest.mark.parametrize(
-    "name, sig", [("graphsage", signal.SIGINT), ("tgn", signal.SIGTERM), ("snapshot", signal.SIGINT)]
-)
+@pytest.mark.parametrize("name, sig", [("tgn", signal.SIGTERM), ("snapshot", signal.SIGINT)])
 def test_a_signal_stops_a_busy_local_job_within_10_s(tmp_path, name, sig):
     argv = [sys.executable, *COMMANDS[name], "--local", "--workdir", str(tmp_path)]
     # SIGINT at its default in the job whatever the test runner inherited (a background shell ignores it).
