@@ -162,7 +162,7 @@ def test_cora_two_by_two_cluster_matches_single_process(tmp_path) -> None:
     # Held-out noise on 527 pairs: seeds 0-2 of each side spread over about 2 points (docs/benchmarks-history.md).
     assert abs(cluster["test_auc"] - single["test_auc"]) <= 0.03, (single, cluster)
     assert abs(cluster["test_mrr"] - single["test_mrr"]) <= 0.05, (single, cluster)
-    assert len(cluster["epoch_times_s"]) == 10 and cluster["seps"] > 0
+    assert len(cluster["epoch_times_s"]) == 8 and cluster["seps"] > 0
 
 
 # The typed job: its loader position, negatives, dropout, dense and sparse (server-side) optimizer states all come
