@@ -40,10 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from launch_progs.harness import FakeJob, assert_nothing_left  # noqa: E402
+from launch_progs.harness import trainer_pid as script_pid  # noqa: E402
 from netns_cluster import NetnsCluster, free_port, unavailable_reason  # noqa: E402
 from restart_dynamic import JOBS, checkpoint_steps, local_job, resumed_step  # noqa: E402
 from restart_dynamic import launcher_argv as serverless_argv  # noqa: E402
-from restart_dynamic import trainer_pid as script_pid  # noqa: E402
 from restart_job import (  # noqa: E402
     checkpoint_exists,
     launcher_argv,

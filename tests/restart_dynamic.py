@@ -84,20 +84,6 @@ def launcher_argv(workspace: Path, train: list[str], *flags: str) -> list[str]:
     return [*argv, "--num-trainers", "1", "--workspace", str(workspace), "--local", *flags, "--", *train]
 
 
-def trainer_pid(job_id: str, rank: int, script: Path) -> int | None:
-    """The pid of trainer ``rank`` of job ``job_id`` (the torchrun worker running ``script``), if it runs."""
-    for pid in job_pids(job_id):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
-        if env.get("RANK") == str(rank) and "LOCAL_RANK" in env and str(script).encode() in cmdline:
-            return pid
-    return None
-
-
 def checkpoint_steps(checkpoint_dir: Path) -> list[int]:
     """The steps of the complete checkpoints in ``checkpoint_dir``."""
     return sorted(int(p.name[5:]) for p in checkpoint_dir.glob("step-*") if (p / "manifest.json").is_file())

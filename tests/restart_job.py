@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launch_progs.harness import job_pids
+from launch_progs import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 CORA = ROOT.parent / "shared" / "data" / "planetoid"
@@ -57,17 +57,8 @@ def launcher_argv(part_config: Path, workspace: Path, train: list[str], *flags: 
 
 
 def trainer_pid(job_id: str, rank: int) -> int | None:
-    """The pid of trainer ``rank`` of job ``job_id`` (the torchrun worker running the script), if it runs."""
-    for pid in job_pids(job_id):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
-        if env.get("RANK") == str(rank) and "LOCAL_RANK" in env and str(TRAIN).encode() in cmdline:
-            return pid
-    return None
+    """The pid of trainer ``rank`` of job ``job_id`` (the torchrun worker running the example), if it runs."""
+    return harness.trainer_pid(job_id, rank, TRAIN)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, alive: Callable[[], bool]) -> float:

@@ -151,3 +151,17 @@ def assert_nothing_left(job: FakeJob, job_id: str, timeout: float = 10) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"left behind: processes {live} {tagged}, /dev/shm {shm}, /tmp {tmp}")
         time.sleep(0.1)
+
+
+def trainer_pid(job_id: str, rank: int, script: Path) -> int | None:
+    """The pid of trainer ``rank`` of job ``job_id`` (the torchrun worker running ``script``), if it runs."""
+    for pid in job_pids(job_id):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+        if env.get("RANK") == str(rank) and "LOCAL_RANK" in env and str(script).encode() in cmdline:
+            return pid
+    return None

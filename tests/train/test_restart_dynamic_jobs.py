@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from launch_progs.harness import assert_nothing_left
+from launch_progs.harness import assert_nothing_left, trainer_pid
 from restart_dynamic import (
     ERROR,
     JOBS,
@@ -28,7 +28,6 @@ from restart_dynamic import (
     local_job,
     result_of,
     resumed_step,
-    trainer_pid,
     wait_until,
 )
 
