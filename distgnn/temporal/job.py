@@ -185,7 +185,8 @@ def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
     fields (the same on every trainer)."""
     distributed = not args.single
     if distributed:
-        device = job.join_process_group(args, backend="gloo")  # the memory groups and DDP both run over gloo
+        # CPU trainers: the memory groups and DDP run over gloo; GPU trainers all-reduce gradients over NCCL.
+        device = job.join_process_group(args, backend="gloo" if args.device != "cuda" else None)
     else:
         job.configure_torch(args, 1)
         device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
