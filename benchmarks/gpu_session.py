@@ -121,7 +121,7 @@ timeout 200 python3 -m pytest -q -p no:cacheprovider tests/temporal/test_tempora
   tests/temporal/test_temporal_step.py tests/train/test_step_gpus.py >"$OUT/pytest_tgngpus.log" 2>&1 || status=1
 grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgngpus.log" | tail -15
 seeds=${TGN_SEEDS:-0}
-timeout 420 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
+timeout 480 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
   --seeds "${seeds// /,}" --epochs "${TGN_EPOCHS:-10}" --variants "${TGN_VARIANTS:-single,graph,eager}" \
   --json "$OUT/scaling_tgn.json" 2>&1 | tee "$OUT/scaling_tgn.log" || status=1
 """,

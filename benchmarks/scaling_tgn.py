@@ -61,7 +61,7 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--gpus", type=int, default=2, help="memory copies (one per GPU) of the several-GPU variants")
     p.add_argument("--variants", default="single,graph,eager", help="of single, graph, eager")
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run")
+    p.add_argument("--timeout", type=float, default=150, help="seconds per run")
     p.add_argument("--json", default="", help="write every run's RESULT here")
     args = p.parse_args()
     variants = [v for v in args.variants.split(",") if v]

@@ -137,7 +137,14 @@ class TemporalLoop:
         self.books.save(self.step, epoch, self.pieces)
 
     def run(self) -> dict:
-        """Every epoch left: train, evaluate, log; stops early on ``--patience``. Returns the result fields."""
+        """Every epoch left: train, evaluate, log; stops early on ``--patience``. Returns the result fields. The
+        captured steps are released at the end, also on failure (before the process group goes)."""
+        try:
+            return self._run()
+        finally:
+            self.runner.release_steps()
+
+    def _run(self) -> dict:
         for epoch in range(self.start.epoch, self.args.epochs):
             trained_s = self.train_epoch(epoch)
             if not self.args.no_eval:

@@ -132,6 +132,14 @@ class TGNRunner:
         self.graphed = step == "graph" or (step == "auto" and why_not is None)
         self._dense_steps: dict[tuple[int, int], DenseStep] = {}
 
+    def release_steps(self) -> None:
+        """Drops the captured training steps (their CUDA graphs), after the GPU has finished them. Call it before
+        destroying the process group whose all-reduce a graph holds: NCCL's teardown waits forever on a
+        communicator a live graph still uses."""
+        if self._dense_steps and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._dense_steps.clear()
+
     def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from
         ``generator`` (default: the training negatives' stream)."""

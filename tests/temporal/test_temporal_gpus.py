@@ -50,6 +50,7 @@ def _train(rank: int, mode: str) -> tuple[list[float], torch.Tensor]:
     if sync is not None:
         assert all(step._graph is not None for step in runner._dense_steps.values())
         assert sync.attached()
+    runner.release_steps()  # before the process group goes: NCCL's teardown waits on a live graph's communicator
     return losses, torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
 
 
