@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 STEP_MODES = ("auto", "eager", "graph")
 WARMUP_STEPS = 2  # eager dense steps before the capture
+HOST_BUFFERS = 4  # pinned input buffers of a captured step: how many steps the host may run ahead of the GPU
 
 
 @dataclass
@@ -204,8 +205,13 @@ class DenseStep:
         size = 1 + num_events * per_event
         self.slots = torch.zeros(size, dtype=torch.int64, device=device)
         self._scratch = torch.zeros(runner.model.num_nodes, dtype=torch.int64, device=device)
-        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=graph)
-        self._copied = torch.cuda.Event() if graph else None
+        # A ring of pinned input buffers: the host waits for the copy out of a buffer only when it comes round
+        # again, so it may run up to HOST_BUFFERS steps ahead of the GPU (with several GPUs, one rank's late
+        # step then does not hold the host of the others).
+        buffers = HOST_BUFFERS if graph else 1
+        self._hosts = [torch.zeros(size, dtype=torch.int64, pin_memory=graph) for _ in range(buffers)]
+        self._copies = [torch.cuda.Event() for _ in range(buffers)] if graph else []
+        self._turn = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._loss: torch.Tensor | None = None
         self._grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -228,13 +234,15 @@ class DenseStep:
         return self._loss
 
     def _load(self, begin: int, negatives: torch.Tensor) -> None:
-        if self._copied is not None:
-            self._copied.synchronize()  # the last step's copy has left the pinned buffer
-        self._host[0] = begin
-        self._host[1:].copy_(negatives.reshape(-1))
-        self.slots.copy_(self._host, non_blocking=self.graph)
-        if self._copied is not None:
-            self._copied.record()
+        host = self._hosts[self._turn]
+        if self._copies:
+            self._copies[self._turn].synchronize()  # this buffer's last copy has left it
+        host[0] = begin
+        host[1:].copy_(negatives.reshape(-1))
+        self.slots.copy_(host, non_blocking=self.graph)
+        if self._copies:
+            self._copies[self._turn].record()
+        self._turn = (self._turn + 1) % len(self._hosts)
 
     def _zero_grad(self) -> None:
         """Gradients cleared before a step (with a GradSync, its buffer zeroed and its views kept)."""
