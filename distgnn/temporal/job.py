@@ -7,7 +7,7 @@
   configurations, before any process starts.
 * ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
-  on weights, Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
+  on weights (GPU trainers that each hold a memory copy: a GradSync all-reduce inside each captured step), Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
   epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in which every batch
   is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each trainer's batch in
   flight. ``--evals-per-epoch N`` adds N - 1 validations inside each epoch (``eval`` records in metrics.jsonl
@@ -112,7 +112,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         "--step",
         default="auto",
         choices=STEP_MODES,
-        help="graph: replay each training step from a CUDA graph (one trainer on a GPU, no static memory); "
+        help="graph: replay each training step from a CUDA graph (on a GPU, one trainer per memory copy, no "
+        "static memory; across copies the gradient all-reduce is inside the graph); "
         "eager: launch each op; auto: graph where it can run",
     )
     parallel.add_parallel_args(parser)
