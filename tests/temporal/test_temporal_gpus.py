@@ -5,7 +5,8 @@ stream (rank 1's ends in a short batch, warmed up in epochs 0 and 1 and captured
 once through DDP with the eager step and once through :class:`~distgnn.temporal.step.DenseStep` replayed from a
 CUDA graph that holds the gradient all-reduce (:class:`~distgnn.train.grad_sync.GradSync`), with SGD: the
 per-rank losses of every step and the final weights agree to float tolerance, and both ranks end with the same
-weights. Skipped without two GPUs.
+weights. Skipped without two GPUs. On the CPU, in a gloo group of one, the steps with a GradSync train as
+without one and keep its gradient views.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from distgnn.data.events import synthetic_events
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
+from distgnn.temporal.step import DenseStep
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
 from distgnn.train.grad_sync import GradSync
 
@@ -87,3 +89,33 @@ def test_memory_copies_on_two_gpus_captured_step_matches_eager_ddp(tmp_path):
         torch.testing.assert_close(torch.tensor(graph_losses), torch.tensor(eager_losses), rtol=1e-3, atol=1e-4)
         torch.testing.assert_close(graph_weights, eager_weights, rtol=1e-3, atol=1e-4)
     torch.testing.assert_close(results[0]["graph"][1], results[1]["graph"][1], rtol=0, atol=1e-6)
+
+
+def test_steps_with_a_grad_sync_keep_its_views_and_train_as_without(tmp_path):
+    """On the CPU, in a gloo group of one: the dense and the eager step with a GradSync train as without one (the
+    all-reduce of one trainer is the identity) and leave every ``.grad`` a view of its flat buffer."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+    try:
+        events = synthetic_events(40, 1300, seed=5, feat_dim=3)
+        csr = build_temporal_csr(events)
+        for step in ("dense", "eager"):
+            runs = []
+            for synced in (False, True):
+                torch.manual_seed(0)
+                model = TGN(events.num_nodes, events.feat_dim, memory_dim=16, time_dim=8, embedding_dim=16)
+                sync = GradSync(model.parameters()) if synced else None
+                runner = TGNRunner(model, events, csr, torch.device("cpu"), k=5, seed=3, grad_sync=sync)
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+                losses = []
+                for begin, end in batch_ranges(0, 240, 60):
+                    if step == "dense":
+                        dense = DenseStep(runner, optimizer, end - begin, grad_sync=sync)
+                        losses.append(float(dense(begin, runner.draw_negatives(end - begin, 1))))
+                    else:
+                        losses.append(float(runner.train_step(begin, end, optimizer)))
+                    assert sync is None or sync.attached()
+                runs.append((losses, torch.cat([p.detach().reshape(-1) for p in model.parameters()])))
+            torch.testing.assert_close(torch.tensor(runs[1][0]), torch.tensor(runs[0][0]), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-5, atol=1e-6)
+    finally:
+        dist.destroy_process_group()
