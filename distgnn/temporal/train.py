@@ -87,6 +87,8 @@ class TGNRunner:
             optimizer made with ``capturable=True``) or ``"auto"`` (the graph where
             :func:`~distgnn.temporal.step.graph_unsupported` allows it). Evaluation is eager in every mode.
         eval_seed: the evaluation negatives' random stream (restarted at every :meth:`evaluate`).
+        clip_grad_norm: the largest global gradient norm a step applies (larger gradients scaled down to it);
+            None: no clipping. The CUDA graph step does not clip (``"auto"`` then trains eagerly).
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class TGNRunner:
         group: MemoryGroup | None = None,
         step: str = "eager",
         eval_seed: int = 0,
+        clip_grad_norm: float | None = None,
     ):
         if step not in STEP_MODES:
             raise ConfigError(f"step must be one of {STEP_MODES}, got {step!r}")
@@ -118,7 +121,10 @@ class TGNRunner:
         self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.eval_seed = eval_seed
-        why_not = graph_unsupported(self)
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ConfigError(f"the gradient clipping norm must be > 0, got {clip_grad_norm}")
+        self.clip_grad_norm = clip_grad_norm
+        why_not = graph_unsupported(self) or ("the step clips gradients" if clip_grad_norm is not None else None)
         if step == "graph" and why_not:
             raise ConfigError(f"--step graph cannot run: {why_not}; pass --step eager or --step auto")
         self.graphed = step == "graph" or (step == "auto" and why_not is None)
@@ -229,6 +235,8 @@ class TGNRunner:
         loss = link_loss(out)
         optimizer.zero_grad()
         loss.backward()
+        if self.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         optimizer.step()
         out.commit()
         return float(loss.detach())
@@ -302,13 +310,22 @@ def train_epoch(
     on_step: Callable[[int, float], None] | None = None,
     share: tuple[int, int] = (0, 1),
     reset: bool = True,
+    warmup: int = 0,
 ) -> tuple[float, EpochTiming]:
     """Trains over ``ranges`` in order, from a reset memory unless ``reset`` is False (a resumed epoch);
-    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing."""
+    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. The first ``warmup`` ranges are not trained:
+    their events only move the memory (:func:`~distgnn.temporal.warm.replay_memory`, no gradient, no step),
+    so that the first trained batch reads a memory that has seen the stream. Returns the mean loss (of the
+    trained batches) and the timing."""
     if reset:
         runner.reset_memory()
     runner.model.train()
     start = time.perf_counter()
+    if warmup > 0:
+        if runner.memory is None:
+            raise ConfigError("the memory warm-up runs on the trainer that owns the memory copy")
+        replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, ranges[:warmup])
+        ranges = ranges[warmup:]
     losses = []
     for step, (begin, end) in enumerate(ranges):
         losses.append(runner.train_batch(begin, end, optimizer, net, share))
