@@ -13,7 +13,8 @@ last epoch. Counted:
 
 The default is the stability goal's protocol: seeds 0-4 x p 0-3 (20 runs), 10 epochs. Training variants to
 compare against the default (each a library option): ``--clip-grad-norm X`` (every step's global gradient norm
-at most X), ``--warmup-batches N`` (each epoch's first N batches only move the memory, without a gradient);
+at most X), ``--warmup-batches N`` (each epoch's first N batches only move the memory, without a gradient),
+``--normalize-memory`` (the attention reads each memory row normalised: TGN's ``normalize_memory``);
 ``--time-encoding learned`` trains the time encoders' frequencies, ``--system pyg`` runs PyG's TGN (test AP and
 collapses only). ``--jobs N`` runs N runs at once, one process and one torch thread each.
 
@@ -75,6 +76,8 @@ def one_run(args: argparse.Namespace, seed: int, p: int) -> dict:
         seconds = [ours.epoch() for _ in range(args.epochs)]
     else:
         ours = Ours(events, device, seed, args.step, learn_time=args.time_encoding == "learned")
+        if args.normalize_memory:  # parameter-free: the initial weights are the default's
+            ours.model.memory_norm = torch.nn.LayerNorm(ours.model.memory_dim, elementwise_affine=False)
         ours.runner.clip_grad_norm = args.clip_grad_norm
         if args.clip_grad_norm is not None:
             ours.runner.graphed = False  # the CUDA graph step does not clip
@@ -127,6 +130,7 @@ def main() -> int:
     )
     parser.add_argument("--clip-grad-norm", type=float, default=None, help="largest gradient norm of a step")
     parser.add_argument("--warmup-batches", type=int, default=0, help="batches an epoch replays before training")
+    parser.add_argument("--normalize-memory", action="store_true", help="the attention reads normalised memory")
     parser.add_argument("--json", default=None, help="also write every run's figures to this file")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # SEED:P, one run, a JSON line out
     args = parser.parse_args()
@@ -135,7 +139,8 @@ def main() -> int:
         print(json.dumps(one_run(args, seed, p)), flush=True)
         return 0
     variant = (
-        f"clip-grad-norm {args.clip_grad_norm}, warmup-batches {args.warmup_batches}"
+        f"clip-grad-norm {args.clip_grad_norm}, warmup-batches {args.warmup_batches}, "
+        f"normalize-memory {args.normalize_memory}"
         if args.system == "distgnn"
         else "PyG"
     )
