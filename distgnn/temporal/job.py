@@ -91,6 +91,12 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         "(docs/benchmarks-history.md)",
     )
     model.add_argument(
+        "--normalize-memory",
+        action="store_true",
+        help="the attention reads each node's memory row layer-normed (no parameters; the stored memory stays\n"
+        "the GRU's output)",
+    )
+    model.add_argument(
         "--evals-per-epoch",
         type=int,
         default=1,

@@ -285,6 +285,7 @@ def _new_model(args: argparse.Namespace, plan: Plan, device: torch.device) -> TG
         args.heads,
         args.static_memory_dim,
         learn_time=args.time_encoding == "learned",
+        normalize_memory=args.normalize_memory,
     ).to(device)
 
 
