@@ -89,6 +89,19 @@ def compare(args: argparse.Namespace) -> None:
     work = Path(args.keep or tempfile.mkdtemp(prefix="tgn-memory-parallel-"))
     print(f"{args.dataset}, {args.epochs} epochs, seeds {args.seeds}; {time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     done = run_all(args, work)
+    if len(args.modes) < len(MODES):  # one kind of run: its figures by epoch only
+        args.per_epoch = True
+    else:
+        table(args, done)
+    if args.per_epoch:
+        for seed in args.seeds:
+            for mode in args.modes:
+                log = done[(seed, mode)]["epochs_log"]
+                figures = " ".join(f"{e['val_ap']:.3f}/{e['test_ap']:.3f}" for e in log)
+                print(f"  seed {seed} {mode:>11} val/test AP by epoch: {figures}")
+
+
+def table(args: argparse.Namespace, done: dict[tuple[int, str], dict]) -> None:
     print(
         "| seed | one trainer: best epoch, test AP / last | 2 copies: best epoch, test AP / last | "
         "difference (points) / last |"
@@ -109,12 +122,6 @@ def compare(args: argparse.Namespace) -> None:
         f"{max(gaps):+.2f}] points; last epoch {statistics.median(last_gaps):+.2f} [{min(last_gaps):+.2f}, "
         f"{max(last_gaps):+.2f}] points"
     )
-    if args.per_epoch:
-        for seed in args.seeds:
-            for mode in MODES:
-                log = done[(seed, mode)]["epochs_log"]
-                figures = " ".join(f"{e['val_ap']:.3f}/{e['test_ap']:.3f}" for e in log)
-                print(f"  seed {seed} {mode:>11} val/test AP by epoch: {figures}")
 
 
 def memory_of(files: dict[str, np.ndarray], copy: int) -> dict[str, np.ndarray]:

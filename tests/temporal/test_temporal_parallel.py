@@ -155,8 +155,9 @@ def replay_schedule(lr: float, epochs: int) -> list[dict]:
     """The 2-copy job's schedule replayed in one process: one model, both copies' memories; every step trains
     batch t of each copy's segment (copy c on segment (c + epoch) mod 2, its own negatives), takes the mean of
     the two losses (DDP averages the gradients) and one Adam step (lr x 2: the linear scaling), then commits
-    both batches. Copy 1 first replays segment 0 through its memory; a segment that starts the stream starts
-    from an empty memory. Returns, after each epoch, the weights and both memories."""
+    both batches. At every epoch's start each copy's memory is emptied, and the copy on segment 1 replays
+    segment 0 through it with the weights of that moment. Returns, after each epoch, the weights and both
+    memories."""
     events = load_stream(SPEC, seed=0)
     torch.manual_seed(0)
     model = TGN(events.num_nodes, 0, 8, 4, 8)
@@ -165,13 +166,13 @@ def replay_schedule(lr: float, epochs: int) -> list[dict]:
     batches = batch_ranges(0, chronological_split(len(events))[0], 200)  # 14 batches: 7 per copy
     segments = [batches[:7], batches[7:]]
     optimizer = loop.adam(model.parameters(), lr * 2, torch.device("cpu"), "eager")
-    warm_reference(model, runners[1].memory, events, segments[0])
     states = []
     for epoch in range(epochs):
         mine = [segments[(copy + epoch) % 2] for copy in range(2)]
         for runner, segment in zip(runners, mine, strict=True):
-            if segment[0][0] == 0:
-                runner.reset_memory()
+            runner.reset_memory()
+            if segment is segments[1]:  # every epoch, with the weights of the moment
+                warm_reference(model, runner.memory, events, segments[0])
         for t in range(7):
             outs = []
             for runner, segment in zip(runners, mine, strict=True):
