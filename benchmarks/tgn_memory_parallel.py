@@ -7,7 +7,8 @@ each run's best epoch by validation AP, that model's test AP and the last epoch'
 difference from the single trainer in AP points; then the differences' median [min, max] over the seeds.
 ``--per-epoch`` also prints every epoch's validation and test AP of both runs.
 
-``--probe DIR`` looks into a run's checkpoints instead (``--keep DIR`` keeps each run's, one per epoch): for
+``--probe DIR`` looks into a run's checkpoints instead (``--keep DIR`` keeps each run's, one per epoch; the
+example's default model sizes): for
 every epoch, the evaluating copy's memory as training left it, and test AP from it after the validation pass
 (what the job reports), from a memory replayed over all the events before the test events with that epoch's
 weights (memory only), and from the other copy's memory; so a low test AP is placed in the weights or in the
