@@ -5,14 +5,14 @@ Per seed, examples/tgn/train_dist.py twice (``--epochs`` epochs, one torch threa
 each, the example's default ``--lr-scaling``), both validated and tested after every epoch. The table gives
 each run's best epoch by validation AP, that model's test AP and the last epoch's, and the 2-copy run's
 difference from the single trainer in AP points; then the differences' median [min, max] over the seeds.
-``--per-epoch`` also prints every epoch's validation and test AP of both runs.
+``--per-epoch`` also prints every epoch's validation and test AP of both runs; ``--modes "2 copies"`` runs one
+kind only (its figures by epoch), ``--extra=FLAGS`` passes more flags to both (``--extra=--lr-scaling sqrt``).
 
-``--probe DIR`` looks into a run's checkpoints instead (``--keep DIR`` keeps each run's, one per epoch; the
-example's default model sizes): for
-every epoch, the evaluating copy's memory as training left it, and test AP from it after the validation pass
-(what the job reports), from a memory replayed over all the events before the test events with that epoch's
-weights (memory only), and from the other copy's memory; so a low test AP is placed in the weights or in the
-memory the evaluation starts from.
+``--probe DIR`` looks into a run's checkpoints instead (``--keep DIR`` keeps each run's, one per epoch; models
+of the example's default sizes): for every epoch, the evaluating copy's memory as training left it, and test
+AP from it after the validation pass (what the job reports), from a memory replayed over all the events before
+the test events with that epoch's weights (memory only), and from the other copy's memory; so a low test AP is
+placed in the weights or in the memory the evaluation starts from.
 
     python benchmarks/tgn_memory_parallel.py --seeds 0,1,2 --jobs 2            # CollegeMsg, 10 epochs
     python benchmarks/tgn_memory_parallel.py --seeds 0,1,2 --jobs 2 --columns src,dst,rating,time \\
