@@ -317,7 +317,7 @@ def scaling(args: argparse.Namespace) -> list[dict]:
 
 
 def warm_up_seconds(events: EventStream, copies: int, seed: int) -> float:
-    """Seconds the last of ``copies`` memory copies spends warming its memory in the first epoch: the events
+    """Seconds the last of ``copies`` memory copies spends warming its memory each epoch: the events
     before its segment replayed through the memory only (as examples/tgn/train_dist.py does), one thread."""
     torch.manual_seed(seed)
     model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2)
@@ -417,7 +417,7 @@ def main() -> int:
         if largest > 1:
             warm_s = warm_up_seconds(events, largest, args.seed)
             print(
-                f"warm-up of the last of {largest} copies (first epoch only): {warm_s:.2f} s, one thread, "
+                f"warm-up of the last of {largest} copies (each epoch): {warm_s:.2f} s, one thread, "
                 f"{warm_s / table[0]['s_per_epoch']:.1%} of one trainer's epoch"
             )
     return 0

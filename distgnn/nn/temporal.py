@@ -359,6 +359,9 @@ class TGN(nn.Module):
             concatenated to the dynamic memory as the attention's node features (0: off).
         learn_time: train the time encoders' frequencies (TGN's and PyG's choice; :class:`TimeEncoder` says
             why they are fixed by default).
+        normalize_memory: the attention reads each node's memory row normalised to mean 0 and variance 1 over
+            its m entries (a layer norm without parameters; the stored memory stays the GRU's output), so the
+            embedding does not follow the memory's scale.
     """
 
     def __init__(
@@ -371,9 +374,11 @@ class TGN(nn.Module):
         heads: int = 2,
         static_dim: int = 0,
         learn_time: bool = False,
+        normalize_memory: bool = False,
     ):
         super().__init__()
         self.num_nodes, self.edge_dim, self.memory_dim = num_nodes, edge_dim, memory_dim
+        self.memory_norm = nn.LayerNorm(memory_dim, elementwise_affine=False) if normalize_memory else None
         self.updater = MemoryUpdater(memory_dim, edge_dim, time_dim, learn_time)
         self.static = nn.Embedding(num_nodes, static_dim) if static_dim else None
         if self.static is not None:
@@ -410,7 +415,10 @@ class TGN(nn.Module):
         return torch.where(pending.unsqueeze(1), updated, stored)
 
     def node_features(self, nodes: torch.Tensor, memory_rows: torch.Tensor) -> torch.Tensor:
-        """The attention's node features: memory rows [U, m], with the static memory [U, s] beside them."""
+        """The attention's node features: memory rows [U, m] (normalised with ``normalize_memory``), with the
+        static memory [U, s] beside them."""
+        if self.memory_norm is not None:
+            memory_rows = self.memory_norm(memory_rows)
         if self.static is None:
             return memory_rows
         return torch.cat([memory_rows, self.static(nodes)], 1)

@@ -17,11 +17,11 @@ Every machine holds the whole stream and its time-sorted CSR (as DistTGL replica
 that its trainers map (:mod:`distgnn.temporal.shared`).
 Memory copies get equal segments of the training batches: when the batch count is not a multiple of k, the
 oldest ``batches mod k`` batches are left out, so that all trainers step in lockstep (DDP, checkpoints). Copy
-c trains segment ``(c + epoch) mod k``, so each copy's memory goes on from the end of the segment it trained
-the epoch before into the next one (as DistTGL staggers its copies), and resets only when the copy wraps to
-segment 0, the stream's start. In the first epoch a copy starting mid-stream first replays the events before
-its segment through its memory only (:mod:`distgnn.temporal.warm`). So every copy trains on a warm memory, and
-the copy evaluated (the one that just trained the last segment) has seen the whole training stream.
+c trains segment ``(c + epoch) mod k`` (DistTGL's staggered copies). At every epoch's start a copy's memory is
+emptied, and a copy whose segment starts mid-stream replays the events before it through its memory only, with
+the weights of the moment (:mod:`distgnn.temporal.warm`). So every copy trains on a warm memory written by the
+weights it trains, and the copy evaluated (the one that just trained the last segment) has seen the whole
+training stream.
 """
 
 from __future__ import annotations
@@ -89,6 +89,12 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         help="fixed: cos of TGN's log-spaced frequencies, not trained (GraphMixer's); learned: trained with\n"
         "the model (TGN's, PyG's). Learned runs can collapse in their third epoch, fixed ones did not\n"
         "(docs/benchmarks-history.md)",
+    )
+    model.add_argument(
+        "--normalize-memory",
+        action="store_true",
+        help="the attention reads each node's memory row layer-normed (no parameters; the stored memory stays\n"
+        "the GRU's output)",
     )
     model.add_argument(
         "--evals-per-epoch",

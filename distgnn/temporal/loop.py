@@ -312,6 +312,7 @@ def _new_model(args: argparse.Namespace, plan: Plan, device: torch.device) -> TG
         args.heads,
         args.static_memory_dim,
         learn_time=args.time_encoding == "learned",
+        normalize_memory=args.normalize_memory,
     ).to(device)
 
 
@@ -334,18 +335,20 @@ def _evaluate_best(
 
 
 def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
-    """The memory of this trainer's copy (on its owner) as the segment's first batch should find it: empty at
-    the stream's start (segment 0); in the first epoch, the events before the segment replayed through it
-    (:func:`~distgnn.temporal.warm.replay_memory`); later, as the copy's previous segment, the one before this
-    one, left it (nothing to do)."""
-    if runner.memory is None or (segment > 0 and epoch > 0):
+    """The memory of this trainer's copy (on its owner) as the segment's first batch should find it, in every
+    epoch: empty at the stream's start (segment 0); else the events before the segment replayed through an
+    empty memory with the current weights (:func:`~distgnn.temporal.warm.replay_memory`). A copy does not go
+    on from the memory its previous segment left: that memory was written by the weights of an epoch before,
+    and training on it gave two-copy runs more and deeper epochs whose test AP falls far below what their
+    validation AP promises (docs/BENCHMARKS.md)."""
+    if runner.memory is None:
         return
     runner.reset_memory()
     if segment > 0:
         began = time.perf_counter()
         before = batch_ranges(0, plan.segment(segment)[0][0], batch_size)
         replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, before)
-        log.info("memory warmed over %d events in %.2f s", before[-1][1], time.perf_counter() - began)
+        log.info("memory warmed over %d events in %.2f s (epoch %d)", before[-1][1], time.perf_counter() - began, epoch)
 
 
 @dataclass

@@ -36,8 +36,8 @@ class Plan:
         return self.train_batches[first : first + per_copy]
 
     def segment_of(self, copy: int, epoch: int) -> int:
-        """The segment memory copy ``copy`` trains in ``epoch``: ``(copy + epoch) mod k``, so that each copy goes
-        on, epoch after epoch, from where its memory stands (DistTGL's staggered copies)."""
+        """The segment memory copy ``copy`` trains in ``epoch``: ``(copy + epoch) mod k`` (DistTGL's staggered
+        copies; each epoch's memory is warmed afresh, :func:`distgnn.temporal.loop._start_segment`)."""
         return (copy + epoch) % self.parallelism.memory
 
     def evaluator_copy(self, epoch: int) -> int:

@@ -91,6 +91,8 @@ class TGNRunner:
         grad_sync: this trainer's gradients are averaged with other trainers' (memory copies of a job without
             DDP) through this :class:`~distgnn.train.grad_sync.GradSync`: every training step all-reduces its
             flat gradient buffer (inside the CUDA graph with ``step`` graph); every trainer takes as many steps.
+        clip_grad_norm: the largest global gradient norm a step applies (larger gradients scaled down to it);
+            None: no clipping. The CUDA graph step does not clip (``"auto"`` then trains eagerly).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class TGNRunner:
         step: str = "eager",
         eval_seed: int = 0,
         grad_sync: GradSync | None = None,
+        clip_grad_norm: float | None = None,
     ):
         if step not in STEP_MODES:
             raise ConfigError(f"step must be one of {STEP_MODES}, got {step!r}")
@@ -126,7 +129,10 @@ class TGNRunner:
         if grad_sync is not None and group is not None:
             raise ConfigError("a runner in a mini-batch-parallel group syncs gradients through DDP, not a GradSync")
         self.grad_sync = grad_sync
-        why_not = graph_unsupported(self)
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ConfigError(f"the gradient clipping norm must be > 0, got {clip_grad_norm}")
+        self.clip_grad_norm = clip_grad_norm
+        why_not = graph_unsupported(self) or ("the step clips gradients" if clip_grad_norm is not None else None)
         if step == "graph" and why_not:
             raise ConfigError(f"--step graph cannot run: {why_not}; pass --step eager or --step auto")
         self.graphed = step == "graph" or (step == "auto" and why_not is None)
@@ -262,6 +268,8 @@ class TGNRunner:
         loss.backward()
         if self.grad_sync is not None:
             self.grad_sync.all_reduce()
+        if self.clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
         optimizer.step()
         out.commit()
         return loss.detach()
@@ -336,9 +344,13 @@ def train_epoch(
     share: tuple[int, int] = (0, 1),
     reset: bool = True,
     lazy_loss: bool = False,
+    warmup: int = 0,
 ) -> tuple[float, EpochTiming]:
     """Trains over ``ranges`` in order, from a reset memory unless ``reset`` is False (a resumed epoch);
-    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing.
+    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. The first ``warmup`` ranges are not trained:
+    their events only move the memory (:func:`~distgnn.temporal.warm.replay_memory`, no gradient, no step),
+    so that the first trained batch reads a memory that has seen the stream. Returns the mean loss (of the
+    trained batches) and the timing.
 
     With ``lazy_loss`` the steps' losses stay on the device until the epoch ends (:meth:`TGNRunner.train_step`:
     no wait for the GPU per step) and ``on_step`` gets each as a 0-d tensor; else as a float."""
@@ -346,6 +358,11 @@ def train_epoch(
         runner.reset_memory()
     runner.model.train()
     start = time.perf_counter()
+    if warmup > 0:
+        if runner.memory is None:
+            raise ConfigError("the memory warm-up runs on the trainer that owns the memory copy")
+        replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, ranges[:warmup])
+        ranges = ranges[warmup:]
     losses = []
     for step, (begin, end) in enumerate(ranges):
         if lazy_loss:

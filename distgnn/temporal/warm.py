@@ -1,7 +1,7 @@
 """Warming a memory copy up: the events before a copy's time segment replayed through its memory only.
 
-Under memory parallelism a copy that starts training mid-stream would start from an empty memory. Before its
-first segment, :func:`replay_memory` applies the earlier events in chunks the size of a training batch, the
+Under memory parallelism a copy that starts training mid-stream would start from an empty memory. At every
+epoch's start, :func:`replay_memory` applies the earlier events in chunks the size of a training batch, the
 way training applies a batch after its step (:meth:`~distgnn.temporal.train.BatchOutput.commit`): the chunk's
 endpoints read their memory (pending mail through the GRU, with the current weights), that memory is written
 back, and the chunk's events become mail. No sampling, no attention, no gradient: the GRU on the mail of each

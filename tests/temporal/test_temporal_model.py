@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from distgnn.data.events import EventStream, read_events, synthetic_events
+from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory, TimeEncoder
 from distgnn.temporal import build_temporal_csr
 from distgnn.temporal.train import (
@@ -210,3 +211,62 @@ def test_evaluation_with_catch_up_replays_a_scratch_copy(one_thread):
     assert runner.evaluate(batch_ranges(train_end, val_end, 100)) == caught
     runner.memory.load_state(stands)
     assert runner.evaluate(batch_ranges(train_end, val_end, 100)) != caught  # the catch-up matters
+
+
+def test_clipping_bounds_each_steps_gradient_norm(one_thread):
+    """``clip_grad_norm``: the gradient a step applies has a global norm of at most the bound (here far below
+    the unclipped one); a bound that is not positive is one clear error."""
+    events = synthetic_events(60, 1200, seed=6)
+    runner = small_runner(events)
+    optimizer = torch.optim.Adam(runner.model.parameters(), lr=1e-3)
+
+    def grad_norm() -> float:
+        return float(torch.norm(torch.stack([p.grad.norm() for p in runner.model.parameters() if p.grad is not None])))
+
+    runner.train_batch(0, 100, optimizer)
+    unclipped = grad_norm()
+    runner.clip_grad_norm = unclipped / 10
+    runner.train_batch(100, 200, optimizer)
+    assert grad_norm() <= unclipped / 10 * (1 + 1e-5)
+    with pytest.raises(ConfigError, match="clipping norm must be > 0, got 0"):
+        TGNRunner(runner.model, events, build_temporal_csr(events), torch.device("cpu"), k=5, clip_grad_norm=0)
+
+
+def test_warmup_moves_the_memory_over_the_first_batches_without_training_them(one_thread):
+    """``warmup=N``: the epoch's first N batches go through the memory alone (as a replay), the others train; the
+    memory ends as a replay of the first N followed by training on the rest from the same weights."""
+    events = synthetic_events(60, 1200, seed=7)
+    ranges = batch_ranges(0, 800, 100)
+    runner, twin = small_runner(events), small_runner(events)
+    steps = []
+    loss, timing = train_epoch(
+        runner,
+        ranges,
+        torch.optim.Adam(runner.model.parameters(), lr=1e-3),
+        on_step=lambda i, v: steps.append(v),
+        warmup=3,
+    )
+    assert len(steps) == len(ranges) - 3 and loss == pytest.approx(float(np.mean(steps)))
+    assert timing.events == 500
+    replay_memory(twin.model, twin.memory, twin.src, twin.dst, twin.time, twin.feat, ranges[:3])
+    train_epoch(twin, ranges[3:], torch.optim.Adam(twin.model.parameters(), lr=1e-3), reset=False)
+    for name, array in runner.memory.state().items():
+        np.testing.assert_array_equal(array, twin.memory.state()[name], err_msg=name)
+
+
+def test_normalized_memory_is_what_the_attention_reads():
+    """``normalize_memory``: each node's memory row reaches the attention with mean 0 and variance 1 (a zero row,
+    a node never updated, stays zero); the model has no more parameters than without it."""
+    torch.manual_seed(0)
+    plain = TGN(10, 0, memory_dim=16, time_dim=8, embedding_dim=16)
+    torch.manual_seed(0)
+    normed = TGN(10, 0, memory_dim=16, time_dim=8, embedding_dim=16, normalize_memory=True)
+    assert plain.state_dict().keys() == normed.state_dict().keys()
+    rows = torch.randn(4, 16) * 5 + 3
+    rows[2] = 0
+    features = normed.node_features(torch.arange(4), rows)
+    kept = [0, 1, 3]
+    torch.testing.assert_close(features[kept].mean(1), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(features[kept].var(1, unbiased=False), torch.ones(3), atol=1e-3, rtol=0)
+    assert torch.equal(features[2], torch.zeros(16))
+    assert torch.equal(plain.node_features(torch.arange(4), rows), rows)
