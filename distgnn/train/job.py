@@ -398,24 +398,28 @@ def main(
     script: str,
     argv: list[str] | None,
     parse_args: Callable[[list[str]], argparse.Namespace],
-    partition: Callable[[argparse.Namespace], Path],
-    run_trainer: Callable[[Trainer, argparse.Namespace], dict],
+    partition: Callable[[argparse.Namespace], Path | None],
+    run_trainer: Callable[[Any, argparse.Namespace], dict],
     single_graph: Callable[[argparse.Namespace], Any] | None = None,
     *,
     kind: str,
+    start: Callable[[argparse.Namespace], contextlib.AbstractContextManager] | None = None,
 ) -> int:
     """An example's ``main``: with ``--local`` the whole job on this host over ``partition(args)`` (made on the
-    first run, reused after), else this trainer (or ``--single``, over ``single_graph(args)`` if given) runs
-    ``run_trainer``; rank 0 prints ``RESULT {json}`` of the job ``kind`` (:mod:`distgnn.train.result`). Bad
+    first run, reused after; None for a job of trainers alone, which ``partition`` checks the input of), else
+    this trainer (or ``--single``, over ``single_graph(args)`` if given) runs ``run_trainer``; rank 0 prints
+    ``RESULT {json}`` of the job ``kind`` (:mod:`distgnn.train.result`). ``start(args)`` enters the trainer
+    (default :func:`start_trainer`: a DistGraph over the job's servers); what it yields has a ``rank``. Bad
     input or a failed job: one ``error:`` line and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     log_to_stderr()
+    enter = start or (lambda a: start_trainer(a, single_graph))
 
     def body() -> int:
         if args.local:
             return run_local(script, argv, args, partition(args))
-        with start_trainer(args, single_graph) as trainer:
+        with enter(args) as trainer:
             result = run_trainer(trainer, args)
         if trainer.rank == 0:
             print_result(result, kind)

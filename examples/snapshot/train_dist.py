@@ -40,7 +40,7 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.collective import all_gather_arrays
 from distgnn.train.epoch import EpochSummary
-from distgnn.train.result import epoch_time_s, exit_code, print_result
+from distgnn.train.result import epoch_time_s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -159,20 +159,10 @@ def _replan_on_measured(plan, segment_s, costs, windows, world, procs_per_gpu):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-
-    def body() -> int:
-        if args.local:
-            job.log_to_stderr()
-            return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
-        with snapshot_job.start_trainer(args) as trainer:
-            result = run(trainer, args)
-            if trainer.rank == 0:
-                print_result(result, "snapshot")
-        return 0
-
-    return exit_code(body)
+    # No graph servers: every trainer reads the sequence itself.
+    return job.main(
+        __file__, argv, parse_args, lambda args: None, run, kind="snapshot", start=snapshot_job.start_trainer
+    )
 
 
 if __name__ == "__main__":
