@@ -36,8 +36,7 @@ from distgnn.errors import ConfigError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
 from distgnn.snapshot.schedule import SCHEDULES, idle_trainers_warning, make_plan, make_windows
-from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, train_epoch
-from distgnn.snapshot.train import evaluate as evaluate_span
+from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, held_out_figures, train_epoch
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.collective import all_gather_arrays
@@ -117,13 +116,7 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
 
     def evaluate() -> dict[str, float] | None:
         """Rank 0's validation and test figures (the others': None)."""
-        if rank != 0:
-            return None
-        spans = {"test": (num_train + num_val, samples)}
-        if num_val:
-            spans = {"val": (num_train, num_train + num_val), **spans}
-        scores = {split: evaluate_span(runner, args.window, *span) for split, span in spans.items()}
-        return {f"{split}_{k}": v for split, figures in scores.items() for k, v in figures.items()}
+        return held_out_figures(runner, args.window, num_train, num_val, samples) if rank == 0 else None
 
     selection = Selection(args, "mse" if task == "node" else "mrr", task != "node", model, evaluate)
     epoch_times, imbalances, loss = [], [], float("nan")
