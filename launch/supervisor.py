@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import functools
 import json
 import queue
 import re
@@ -166,7 +167,8 @@ class Job:
     def _pump(self, proc: Running, stream, sink: TextIO) -> None:
         spec = proc.spec
         is_stderr = sink is self.err
-        for raw in iter(stream.readline, b""):
+        show = None if self.labelled or spec.role in self.quiet_roles else functools.partial(self._show, sink)
+        for raw in _lines(stream, show):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if is_stderr and line.startswith(EXIT_REPORT):
                 with contextlib.suppress(json.JSONDecodeError):
@@ -183,9 +185,16 @@ class Job:
                     self.last_stderr[label] = line
                 self._log(label, line)
                 if self.echo and spec.role not in self.quiet_roles:
-                    sink.write(f"[{label}] {line}\n" if self.labelled else f"{line}\n")
+                    sink.write(f"[{label}] {line}\n" if self.labelled else f"{_unshown(raw)}\n")
                     sink.flush()
         stream.close()
+
+    def _show(self, sink: TextIO, text: bytes) -> None:
+        """Echo the start of a line that is still being written (a progress bar redrawn after ``\\r``)."""
+        with self.print_lock:
+            if self.echo:
+                sink.write(text.decode("utf-8", "replace"))
+                sink.flush()
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -421,6 +430,41 @@ class Job:
                         f"cleanup on {host}: killed leftover processes {report['killed']}, "
                         f"removed shared memory {report['shm_removed']}"
                     )
+
+
+def _lines(stream, show: Callable[[bytes], None] | None):
+    """``stream``'s lines as they end; with ``show``, a line still being written is handed to it up to its
+    last ``\\r`` as that comes (what was shown is left out of the line when it ends: see :func:`_unshown`)."""
+    if show is None:
+        yield from iter(stream.readline, b"")
+        return
+    pending, shown = b"", 0
+    while chunk := stream.read1(65536):
+        pending += chunk
+        *done, pending = pending.split(b"\n")
+        for line in done:
+            yield _Partly(line + b"\n", shown)
+            shown = 0
+        cut = pending.rfind(b"\r") + 1
+        if cut > shown:
+            show(pending[shown:cut])
+            shown = cut
+    if pending:
+        yield _Partly(pending, shown)
+
+
+class _Partly(bytes):
+    """A line of which the first ``shown`` bytes were already echoed."""
+
+    def __new__(cls, data: bytes, shown: int) -> _Partly:
+        line = super().__new__(cls, data)
+        line.shown = shown
+        return line
+
+
+def _unshown(raw: bytes) -> str:
+    """What of a line was not echoed yet, without its line end."""
+    return raw[getattr(raw, "shown", 0) :].decode("utf-8", "replace").rstrip("\r\n")
 
 
 def _key(e: ProcessExit) -> tuple[str, int, int]:
