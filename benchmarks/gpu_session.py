@@ -110,6 +110,23 @@ done
 """,
     ),
     Stage(
+        "tgngpus",
+        590,
+        "TGN memory copies on two GPUs: the CUDA tests of the captured TGN and GraphSAGE steps across GPUs, then "
+        "benchmarks/scaling_tgn.py on CollegeMsg (one GPU vs two memory copies on two GPUs, captured and eager "
+        "DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS; data from DATA_ROOT (default "
+        "../shared/data)",
+        r"""
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/temporal/test_temporal_gpus.py \
+  tests/temporal/test_temporal_step.py tests/train/test_step_gpus.py >"$OUT/pytest_tgngpus.log" 2>&1 || status=1
+grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgngpus.log" | tail -15
+seeds=${TGN_SEEDS:-0}
+timeout 480 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
+  --seeds "${seeds// /,}" --epochs "${TGN_EPOCHS:-10}" --variants "${TGN_VARIANTS:-single,graph,eager}" \
+  --json "$OUT/scaling_tgn.json" 2>&1 | tee "$OUT/scaling_tgn.log" || status=1
+""",
+    ),
+    Stage(
         "dynamic",
         590,
         "the temporal tests (CUDA sampler vs reference) and the recurrent cells' CUDA test, then "

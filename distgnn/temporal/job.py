@@ -7,9 +7,9 @@
   configurations, before any process starts.
 * :func:`check_local`, :func:`start_trainer` and :func:`run_trainer` are the job's pieces for
   :func:`distgnn.train.job.main`: ``--local`` runs the trainers alone (no graph servers); a trainer joins the job's
-  gloo group (or with ``--single`` runs alone).
+  process group (or with ``--single`` runs alone).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
-  on weights, Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
+  on weights (GPU trainers that each hold a memory copy: a GradSync all-reduce inside each captured step), Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
   epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in which every batch
   is trained j times (:mod:`distgnn.temporal.parallel`); a checkpoint also holds each trainer's batch in
   flight. ``--evals-per-epoch N`` adds N - 1 validations inside each epoch (``eval`` records in metrics.jsonl
@@ -117,7 +117,8 @@ def add_temporal_args(parser: argparse.ArgumentParser) -> None:
         "--step",
         default="auto",
         choices=STEP_MODES,
-        help="graph: replay each training step from a CUDA graph (one trainer on a GPU, no static memory); "
+        help="graph: replay each training step from a CUDA graph (on a GPU, one trainer per memory copy, no "
+        "static memory; across copies the gradient all-reduce is inside the graph); "
         "eager: launch each op; auto: graph where it can run",
     )
     parallel.add_parallel_args(parser)
@@ -209,7 +210,8 @@ def start_trainer(args: argparse.Namespace) -> Iterator[TemporalTrainer]:
         job.configure_torch(args, 1)
         yield TemporalTrainer(plan, torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu"), 0, 1)
         return
-    device = job.join_process_group(args, backend="gloo")  # the memory groups and DDP both run over gloo
+    # CPU trainers: the memory groups and DDP run over gloo; GPU trainers all-reduce gradients over NCCL.
+    device = job.join_process_group(args, backend="gloo" if args.device != "cuda" else None)
     try:
         yield TemporalTrainer(plan, device, dist.get_rank(), dist.get_world_size())
     finally:

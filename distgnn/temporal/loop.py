@@ -26,6 +26,7 @@ from distgnn.temporal.plan import Plan
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
 from distgnn.temporal.warm import replay_memory
 from distgnn.train.checkpoint import Position
+from distgnn.train.grad_sync import GradSync
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
 from distgnn.train.result import epoch_time_s
 from distgnn.train.selection import BestEpoch, copy_weights
@@ -70,14 +71,20 @@ class TemporalLoop:
         self.copy, self.share = par.copy_of(rank), par.share_of(rank)
         self.model = _new_model(args, plan, device)
         self.net: torch.nn.Module = self.model
-        if world > 1:
+        # Trainers that each hold a memory copy on a GPU average their gradients with a GradSync over NCCL, inside
+        # each step's CUDA graph; DDP (eager steps) elsewhere.
+        self.grad_sync = _grad_sync(args, par, world, self.model, device)
+        if world > 1 and self.grad_sync is None:
+            if args.step == "graph":
+                raise ConfigError(
+                    "--step graph trains several trainers only when each holds its own memory copy on a GPU "
+                    "(--memory-parallelism = trainers, --device cuda); pass --step auto"
+                )
             # The buffers (the fixed time frequencies) never change: no broadcast of them before every forward.
             self.net = DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
             )
-        if world > 1 and args.step == "graph":
-            raise ConfigError("--step graph trains one process alone (DDP's all-reduce stays eager); pass --step auto")
-        step_mode = args.step if world == 1 else "eager"
+        step_mode = args.step if world == 1 or self.grad_sync is not None else "eager"
         lr = args.lr * parallel.lr_multiplier(par, args.lr_scaling)
         self.optimizer = adam(self.model.parameters(), lr, device, step_mode)
         self.group = _group_of(plan, rank, self.model, device) if world > 1 else None
@@ -92,6 +99,7 @@ class TemporalLoop:
             group=self.group,
             step=step_mode,
             eval_seed=args.seed,
+            grad_sync=self.grad_sync,
         )
         self._resume()
         self.metrics = metrics_from_args(args, rank)
@@ -129,7 +137,14 @@ class TemporalLoop:
         self.books.save(self.step, epoch, self.pieces)
 
     def run(self) -> dict:
-        """Every epoch left: train, evaluate, log; stops early on ``--patience``. Returns the result fields."""
+        """Every epoch left: train, evaluate, log; stops early on ``--patience``. Returns the result fields. The
+        captured steps are released at the end, also on failure (before the process group goes)."""
+        try:
+            return self._run()
+        finally:
+            self.runner.release_steps()
+
+    def _run(self) -> dict:
         for epoch in range(self.start.epoch, self.args.epochs):
             trained_s = self.train_epoch(epoch)
             if not self.args.no_eval:
@@ -192,6 +207,7 @@ class TemporalLoop:
                 on_step,
                 (self.share, par.minibatch),
                 reset=False,
+                lazy_loss=self.device.type == "cuda",
             )
         trained_s = warm_s + timing.seconds - midway.eval_s
         self.epoch_times.append(trained_s)
@@ -212,7 +228,7 @@ class TemporalLoop:
         if args.checkpoint_dir and args.checkpoint_every and self.step % args.checkpoint_every == 0:
             self.save(epoch, done)
         if self.metrics is not None and self.metrics.should_log_step(self.step):
-            self.metrics.log_step(self.step, epoch, **({} if loss is None else {"loss": loss}))
+            self.metrics.log_step(self.step, epoch, **({} if loss is None else {"loss": float(loss)}))
         if done in midway.marks:
             midway.validate(self.runner, self.plan, args, self.rank, self.world, done, epoch, self.step, self.metrics)
 
@@ -272,6 +288,17 @@ class TemporalLoop:
                 last_test_ap=last_test["ap"],
             )
         return result
+
+
+def _grad_sync(
+    args: argparse.Namespace, par: parallel.Parallelism, world: int, model: TGN, device: torch.device
+) -> GradSync | None:
+    """The GradSync of a job whose trainers each hold a memory copy on a GPU (no mini-batch or epoch group) and
+    may capture their steps (``--step`` not eager): rank 0's weights broadcast, the gradients one flat buffer
+    all-reduced over NCCL (collective). None otherwise: one trainer, CPU trainers, groups, eager steps (DDP)."""
+    if world == 1 or device.type != "cuda" or par.trainers_per_copy != 1 or args.step == "eager":
+        return None
+    return GradSync(model.parameters())
 
 
 def _new_model(args: argparse.Namespace, plan: Plan, device: torch.device) -> TGN:

@@ -37,11 +37,13 @@ from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.sampler import TemporalSampler
+from distgnn.train.grad_sync import GradSync
 
 log = logging.getLogger(__name__)
 
 STEP_MODES = ("auto", "eager", "graph")
 WARMUP_STEPS = 2  # eager dense steps before the capture
+HOST_BUFFERS = 4  # pinned input buffers of a captured step: how many steps the host may run ahead of the GPU
 
 
 @dataclass
@@ -167,6 +169,10 @@ class DenseStep:
         num_events, per_event: the batch's shape.
         graph: capture the step in a CUDA graph after :data:`WARMUP_STEPS` eager ones (GPU only); else every
             step runs the dense step eagerly.
+        grad_sync: one of several trainers (memory copies) whose gradients are averaged: the step zeroes the
+            flat gradient buffer, and all-reduces it between backward and the optimiser's step, inside the graph
+            (the warm-ups' eager all-reduces set the communicator up before the capture). Every trainer must
+            take the same number of steps.
 
     ``step(begin, negatives)`` (``negatives`` int64 [B, q] on the CPU) trains events ``[begin, begin + B)``
     and returns the loss, a 0-d tensor on the device (rewritten by the next replay: read it before).
@@ -179,6 +185,7 @@ class DenseStep:
         num_events: int,
         per_event: int = 1,
         graph: bool = False,
+        grad_sync: GradSync | None = None,
     ) -> None:
         if runner.memory is None or runner.group is not None:
             raise ConfigError("the dense step trains a runner that holds its own memory copy (no group)")
@@ -188,13 +195,23 @@ class DenseStep:
                 raise ConfigError(f"the CUDA graph step cannot run: {why_not}; pass --step eager")
             if any(group.get("capturable") is False for group in optimizer.param_groups):
                 raise ConfigError("the CUDA graph step needs an optimizer made with capturable=True")
+            if grad_sync is not None and not grad_sync.capturable:
+                raise ConfigError(
+                    "the CUDA graph step all-reduces gradients over NCCL; this group's cannot be captured"
+                )
         self.runner, self.optimizer, self.num_events, self.graph = runner, optimizer, num_events, graph
+        self.grad_sync = grad_sync
         device = runner.device
         size = 1 + num_events * per_event
         self.slots = torch.zeros(size, dtype=torch.int64, device=device)
         self._scratch = torch.zeros(runner.model.num_nodes, dtype=torch.int64, device=device)
-        self._host = torch.zeros(size, dtype=torch.int64, pin_memory=graph)
-        self._copied = torch.cuda.Event() if graph else None
+        # A ring of pinned input buffers: the host waits for the copy out of a buffer only when it comes round
+        # again, so it may run up to HOST_BUFFERS steps ahead of the GPU (with several GPUs, one rank's late
+        # step then does not hold the host of the others).
+        buffers = HOST_BUFFERS if graph else 1
+        self._hosts = [torch.zeros(size, dtype=torch.int64, pin_memory=graph) for _ in range(buffers)]
+        self._copies = [torch.cuda.Event() for _ in range(buffers)] if graph else []
+        self._turn = 0
         self._graph: torch.cuda.CUDAGraph | None = None
         self._loss: torch.Tensor | None = None
         self._grads: list[tuple[torch.Tensor, torch.Tensor | None]] = []
@@ -203,7 +220,7 @@ class DenseStep:
     def __call__(self, begin: int, negatives: torch.Tensor) -> torch.Tensor:
         self._load(begin, negatives)
         if not self.graph:
-            self.optimizer.zero_grad()
+            self._zero_grad()
             return self._on_slots()
         if self._graph is None and self._warmups < WARMUP_STEPS:
             return self._warmup()
@@ -217,19 +234,32 @@ class DenseStep:
         return self._loss
 
     def _load(self, begin: int, negatives: torch.Tensor) -> None:
-        if self._copied is not None:
-            self._copied.synchronize()  # the last step's copy has left the pinned buffer
-        self._host[0] = begin
-        self._host[1:].copy_(negatives.reshape(-1))
-        self.slots.copy_(self._host, non_blocking=self.graph)
-        if self._copied is not None:
-            self._copied.record()
+        host = self._hosts[self._turn]
+        if self._copies:
+            self._copies[self._turn].synchronize()  # this buffer's last copy has left it
+        host[0] = begin
+        host[1:].copy_(negatives.reshape(-1))
+        self.slots.copy_(host, non_blocking=self.graph)
+        if self._copies:
+            self._copies[self._turn].record()
+        self._turn = (self._turn + 1) % len(self._hosts)
+
+    def _zero_grad(self) -> None:
+        """Gradients cleared before a step (with a GradSync, its buffer zeroed and its views kept)."""
+        if self.grad_sync is None:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.grad_sync.zero_()
 
     def _on_slots(self) -> torch.Tensor:
         """The step over the slots: what the graph holds (gradients None or zero before)."""
         out = dense_forward(self.runner, self.slots, self.num_events, self._scratch)
         loss = link_loss(out)
+        if self.grad_sync is not None:
+            self.grad_sync.zero_()
         loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync.all_reduce()
         self.optimizer.step()
         out.commit()
         return loss.detach()
@@ -239,7 +269,7 @@ class DenseStep:
         current = torch.cuda.current_stream(self.runner.device)
         side = torch.cuda.Stream(self.runner.device)
         side.wait_stream(current)
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         with torch.cuda.stream(side), warnings.catch_warnings():
             # The capturable optimiser warns when it runs outside a capture: here it must, twice.
             warnings.filterwarnings("ignore", message=".*capturable=True.*", category=UserWarning)
@@ -250,10 +280,17 @@ class DenseStep:
         return loss
 
     def _capture(self) -> None:
-        """Captures the step (nothing runs until the replay); the gradients then live in the graph's pool."""
-        self.optimizer.zero_grad(set_to_none=True)
+        """Captures the step (nothing runs until the replay); the gradients then live in the graph's pool, or
+        with a GradSync in its flat buffer."""
+        if self.grad_sync is not None and not self.grad_sync.attached():
+            raise ConfigError("the gradients are no longer views of GradSync's buffer (zero_grad(set_to_none=True)?)")
+        self._zero_grad()
         self._graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
             self._loss = self._on_slots()
         self._grads = [(p, p.grad) for group in self.optimizer.param_groups for p in group["params"]]
-        log.info("TGN step of %d events captured in a CUDA graph", self.num_events)
+        log.info(
+            "TGN step of %d events captured in a CUDA graph%s",
+            self.num_events,
+            "" if self.grad_sync is None else ", the gradient all-reduce inside",
+        )

@@ -37,6 +37,7 @@ from distgnn.temporal.shared import host_tensor
 from distgnn.temporal.step import STEP_MODES, BatchOutput, DenseStep, graph_unsupported, link_loss
 from distgnn.temporal.warm import replay_memory
 from distgnn.train.evaluation import auc, ranks
+from distgnn.train.grad_sync import GradSync
 
 MRR_NEGATIVES = 49
 
@@ -87,6 +88,9 @@ class TGNRunner:
             optimizer made with ``capturable=True``) or ``"auto"`` (the graph where
             :func:`~distgnn.temporal.step.graph_unsupported` allows it). Evaluation is eager in every mode.
         eval_seed: the evaluation negatives' random stream (restarted at every :meth:`evaluate`).
+        grad_sync: this trainer's gradients are averaged with other trainers' (memory copies of a job without
+            DDP) through this :class:`~distgnn.train.grad_sync.GradSync`: every training step all-reduces its
+            flat gradient buffer (inside the CUDA graph with ``step`` graph); every trainer takes as many steps.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class TGNRunner:
         group: MemoryGroup | None = None,
         step: str = "eager",
         eval_seed: int = 0,
+        grad_sync: GradSync | None = None,
     ):
         if step not in STEP_MODES:
             raise ConfigError(f"step must be one of {STEP_MODES}, got {step!r}")
@@ -118,11 +123,22 @@ class TGNRunner:
         self.memory: NodeMemory | None = group.memory if group is not None else model.new_memory(device)
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self.eval_seed = eval_seed
+        if grad_sync is not None and group is not None:
+            raise ConfigError("a runner in a mini-batch-parallel group syncs gradients through DDP, not a GradSync")
+        self.grad_sync = grad_sync
         why_not = graph_unsupported(self)
         if step == "graph" and why_not:
             raise ConfigError(f"--step graph cannot run: {why_not}; pass --step eager or --step auto")
         self.graphed = step == "graph" or (step == "auto" and why_not is None)
         self._dense_steps: dict[tuple[int, int], DenseStep] = {}
+
+    def release_steps(self) -> None:
+        """Drops the captured training steps (their CUDA graphs), after the GPU has finished them. Call it before
+        destroying the process group whose all-reduce a graph holds: NCCL's teardown waits forever on a
+        communicator a live graph still uses."""
+        if self._dense_steps and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._dense_steps.clear()
 
     def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from
@@ -218,20 +234,37 @@ class TGNRunner:
             share: ``(s, i)``: this trainer takes the s-th of i contiguous shares of the batch (mini-batch
                 parallelism); the negatives are drawn for the whole batch, as one trainer would.
         """
+        return float(self.train_step(begin, end, optimizer, net, share))
+
+    def train_step(
+        self,
+        begin: int,
+        end: int,
+        optimizer: torch.optim.Optimizer,
+        net: torch.nn.Module | None = None,
+        share: tuple[int, int] = (0, 1),
+    ) -> torch.Tensor:
+        """:meth:`train_batch` without waiting for the step: the loss as a 0-d tensor on the device, a copy of
+        its own (the next step does not overwrite it)."""
         if self.graphed and share == (0, 1) and (net is None or net is self.model):
             key = (end - begin, id(optimizer))
             if key not in self._dense_steps:
-                self._dense_steps[key] = DenseStep(self, optimizer, end - begin, graph=True)
-            return float(self._dense_steps[key](begin, self.draw_negatives(end - begin, 1)))
+                self._dense_steps[key] = DenseStep(self, optimizer, end - begin, graph=True, grad_sync=self.grad_sync)
+            return self._dense_steps[key](begin, self.draw_negatives(end - begin, 1)).clone()
         negatives = self.negatives(end - begin, 1)
         first, stop = share_of_batch(begin, end, *share)
         out = self.forward(first, stop, negatives[first - begin : stop - begin], net, cutoff=begin)
         loss = link_loss(out)
-        optimizer.zero_grad()
+        if self.grad_sync is None:
+            optimizer.zero_grad()
+        else:
+            self.grad_sync.zero_()
         loss.backward()
+        if self.grad_sync is not None:
+            self.grad_sync.all_reduce()
         optimizer.step()
         out.commit()
-        return float(loss.detach())
+        return loss.detach()
 
     @torch.no_grad()
     def evaluate(
@@ -302,17 +335,26 @@ def train_epoch(
     on_step: Callable[[int, float], None] | None = None,
     share: tuple[int, int] = (0, 1),
     reset: bool = True,
+    lazy_loss: bool = False,
 ) -> tuple[float, EpochTiming]:
     """Trains over ``ranges`` in order, from a reset memory unless ``reset`` is False (a resumed epoch);
-    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing."""
+    ``net`` and ``share`` as in :meth:`TGNRunner.train_batch`. Returns the mean loss and the timing.
+
+    With ``lazy_loss`` the steps' losses stay on the device until the epoch ends (:meth:`TGNRunner.train_step`:
+    no wait for the GPU per step) and ``on_step`` gets each as a 0-d tensor; else as a float."""
     if reset:
         runner.reset_memory()
     runner.model.train()
     start = time.perf_counter()
     losses = []
     for step, (begin, end) in enumerate(ranges):
-        losses.append(runner.train_batch(begin, end, optimizer, net, share))
+        if lazy_loss:
+            losses.append(runner.train_step(begin, end, optimizer, net, share))
+        else:
+            losses.append(runner.train_batch(begin, end, optimizer, net, share))
         if on_step is not None:
             on_step(step, losses[-1])
+    if lazy_loss and losses:
+        losses = torch.stack(losses).cpu().tolist()
     elapsed = time.perf_counter() - start
     return float(np.mean(losses)) if losses else 0.0, EpochTiming(elapsed, sum(e - b for b, e in ranges))
