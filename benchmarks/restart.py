@@ -168,7 +168,7 @@ def dynamic_killed(workspace: Path, name: str) -> dict:
 
 
 def dynamic_main(args: argparse.Namespace) -> None:
-    volatile = {"epoch_time_s", "events_per_s", "load_imbalance"}  # wall-clock figures
+    volatile = {"epoch_time_s", "events_per_s", "load_imbalance", "eval_time_s"}  # wall-clock figures
     with tempfile.TemporaryDirectory(prefix="restart-") as tmp:
         tmp = Path(tmp)
         expected, files, plain_s = dynamic_uninterrupted(tmp / "plain", args.job)

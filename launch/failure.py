@@ -9,18 +9,15 @@ cause; the errors in its peers are its echo, and they can be observed first).
 ``failure_report`` prints it as one line, then folds every other exit into one
 summary line that points at the run directory holding the full logs.
 
-Used by ``distgnn-launch`` (ssh, local and Slurm modes). ``ExitWatch`` does
-the bookkeeping for any other runner that holds its processes as ``Popen``
-objects (the library's ``--local`` runner). Standard library only.
+Used by the supervisor of ``distgnn-launch`` (ssh, local and Slurm modes) and
+of the examples' ``--local`` runs (``launch/supervisor.py``). Standard library only.
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 #: A death by signal observed up to this many seconds after another failure is still the root cause.
@@ -158,109 +155,3 @@ def failure_report(exits: Sequence[ProcessExit], run_dir: str | Path | None) -> 
         return []
     others = [e for e in exits if e is not cause and (e.failed or e.stopped)]
     return [root_cause_line(cause), summary_line(others, run_dir)]
-
-
-def last_line_of(path: str | Path, max_bytes: int = 8192) -> str:
-    """The last non-empty line of a log file ('' if it is missing or empty); reads only its end."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            tail = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line for line in tail.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-@dataclass
-class _Watched:
-    popen: subprocess.Popen
-    role: str
-    machine_id: int
-    index: int
-    log_path: Path | None
-    host: str | None
-
-
-class ExitWatch:
-    """Watches a job's local processes and reports its failure the way ``distgnn-launch`` does.
-
-    A runner registers every process (servers too: a dead server is the usual root cause), polls,
-    and when ``failed()`` turns true calls ``settle()``, says ``report_lines()[0]`` at once, stops
-    the job after ``stopping()``, polls until all ended, and says the summary line::
-
-        watch = ExitWatch()
-        watch.add(server, "server", machine_id=1, index=0, log_path=run_dir / "1-server-0.log")
-        watch.add(trainer, "trainer", machine_id=1, index=3, log_path=run_dir / "1-trainer-3.log")
-        while not watch.failed() and not watch.all_ended():
-            watch.poll(); time.sleep(0.1)
-    """
-
-    def __init__(self) -> None:
-        self.watched: list[_Watched] = []
-        self.exits: dict[int, ProcessExit] = {}  # by position in ``watched``
-        self.stopping_since: float | None = None
-
-    def add(
-        self,
-        popen: subprocess.Popen,
-        role: str,
-        machine_id: int,
-        index: int,
-        log_path: str | Path | None = None,
-        host: str | None = None,
-    ) -> None:
-        """Watch ``popen``; ``log_path`` is the file its stderr goes to (quoted in the root-cause line)."""
-        self.watched.append(_Watched(popen, role, machine_id, index, Path(log_path) if log_path else None, host))
-
-    def poll(self) -> list[ProcessExit]:
-        """Record every process that ended since the last call (with the time seen); returns them."""
-        new = []
-        for i, w in enumerate(self.watched):
-            if i in self.exits or w.popen.poll() is None:
-                continue
-            self.exits[i] = ProcessExit(
-                role=w.role,
-                machine_id=w.machine_id,
-                index=w.index,
-                returncode=w.popen.returncode,
-                observed_at=time.monotonic(),
-                pid=w.popen.pid,
-                host=w.host,
-                stopped=self.stopping_since is not None,
-                last_stderr=last_line_of(w.log_path) if w.log_path else "",
-            )
-            new.append(self.exits[i])
-        return new
-
-    def failed(self) -> bool:
-        return any(e.failed for e in self.exits.values())
-
-    def all_ended(self) -> bool:
-        return len(self.exits) == len(self.watched)
-
-    def settle(self, poll_s: float = 0.05) -> ProcessExit | None:
-        """After the first failure: keep polling up to ``SIGNAL_PRECEDENCE_S`` for a death by signal; the cause."""
-        failures = [e for e in self.exits.values() if e.failed]
-        if not failures:
-            return None
-        deadline = min(e.observed_at for e in failures) + SIGNAL_PRECEDENCE_S
-        while not any(e.failed and e.signalled for e in self.exits.values()) and time.monotonic() < deadline:
-            time.sleep(poll_s)
-            self.poll()
-        return root_cause(list(self.exits.values()))
-
-    def stopping(self) -> None:
-        """The runner now stops the rest: processes seen ending from here on count as stopped, not failed."""
-        self.stopping_since = time.monotonic()
-
-    def report_lines(self, run_dir: str | Path | None) -> list[str]:
-        """``failure_report`` of what was seen, quoting each log's last line as it is now (late lines included)."""
-        exits = []
-        for i, e in self.exits.items():
-            log_path = self.watched[i].log_path
-            last = (last_line_of(log_path) if log_path else "") or e.last_stderr
-            exits.append(replace(e, stopped=e.stopped and e.returncode != 0, last_stderr=last))
-        return failure_report(exits, run_dir)

@@ -67,19 +67,27 @@ class ProcessSpec:
 
     machine_id: int
     host: str
-    role: str  # "server" or "trainer" (a torchrun agent running the machine's trainers)
-    index: int  # server id, or the machine's node rank for the trainer agent
+    role: str  # "server" or "trainer" (a torchrun agent running the machine's trainers, or one trainer)
+    index: int  # server id; the machine's node rank for a trainer agent; the global rank of one trainer
     argv: tuple[str, ...]
     env: dict[str, str] = field(compare=False)
     cleanup_dirs: tuple[str, ...] = ()
+    agent: bool = True  # a trainer: a torchrun agent (distgnn-launch) or one trainer (the local runner's)
+
+    @property
+    def is_agent(self) -> bool:
+        """A torchrun agent running the machine's trainers."""
+        return self.role == "trainer" and self.agent
 
     @property
     def label(self) -> str:
-        role = "torchrun" if self.role == "trainer" else self.role
+        role = "torchrun" if self.is_agent else self.role
         return f"{self.machine_id}/{role}/{self.index}"
 
     def describe(self) -> str:
         what = f"server {self.index}" if self.role == "server" else "torchrun agent (trainers)"
+        if self.role == "trainer" and not self.agent:
+            what = f"trainer {self.index}"
         return f"{what} on machine {self.machine_id} ({self.host})"
 
 
@@ -149,6 +157,19 @@ def job_env(
     return env
 
 
+def server_specs(
+    machines: list[Machine], opts: LaunchOptions, job_id: str, restart_count: int = 0
+) -> list[ProcessSpec]:
+    """``opts.num_servers`` servers on every machine, in machine order."""
+    server_argv = opts.server_command or (python_of(opts.command), "-m", "distgnn.server")
+    specs = []
+    for machine_id, machine in enumerate(machines):
+        for server_id in range(opts.num_servers):
+            env = job_env(opts, job_id, machine_id, "server", server_id, restart_count)
+            specs.append(ProcessSpec(machine_id, machine.ip, "server", server_id, tuple(server_argv), env))
+    return specs
+
+
 def build_plan(
     machines: list[Machine],
     opts: LaunchOptions,
@@ -168,12 +189,7 @@ def build_plan(
     hostname resolves, which is often an address the other machines cannot reach.
     """
     python = python_of(opts.command)
-    server_argv = opts.server_command or (python, "-m", "distgnn.server")
-    specs = []
-    for machine_id, machine in enumerate(machines):
-        for server_id in range(opts.num_servers):
-            env = job_env(opts, job_id, machine_id, "server", server_id, restart_count)
-            specs.append(ProcessSpec(machine_id, machine.ip, "server", server_id, tuple(server_argv), env))
+    specs = server_specs(machines, opts, job_id, restart_count)
     master_addr = machines[0].ip
     for machine_id, machine in enumerate(machines):
         log_dir = torchrun_log_dir(job_id, machine_id)
@@ -199,6 +215,38 @@ def build_plan(
         if interfaces and interfaces[machine_id]:
             env.setdefault("GLOO_SOCKET_IFNAME", interfaces[machine_id])
         specs.append(ProcessSpec(machine_id, machine.ip, "trainer", machine_id, tuple(torchrun), env, (log_dir,)))
+    return specs
+
+
+def local_plan(
+    machines: list[Machine],
+    opts: LaunchOptions,
+    job_id: str,
+    master_port: int,
+    restart_count: int = 0,
+    trainer_env: dict[str, str] | None = None,
+) -> list[ProcessSpec]:
+    """A job whose machines all are this host, its trainers started one by one (no torchrun agent): the
+    servers of :func:`build_plan`, then trainer ``r`` of machine ``r // opts.num_trainers`` running
+    ``opts.command`` with torchrun's environment, ``LOCAL_RANK`` numbering every trainer of the host (each
+    gets its own GPU) and ``trainer_env`` added."""
+    specs = server_specs(machines, opts, job_id, restart_count)
+    world = len(machines) * opts.num_trainers
+    for rank in range(world):
+        machine_id = rank // opts.num_trainers
+        env = job_env(opts, job_id, machine_id, "trainer", restart_count=restart_count)
+        env.update(trainer_env or {})
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world),
+            GROUP_RANK=str(machine_id),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(master_port),
+        )
+        host = machines[machine_id].ip
+        specs.append(ProcessSpec(machine_id, host, "trainer", rank, opts.command, env, agent=False))
     return specs
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import functools
 import json
 import queue
 import re
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +92,12 @@ class Running:
 class Job:
     """One run of a plan. ``run()`` returns the launcher's exit status.
 
-    ``log_dir``: where every label's output is kept in full (``<machine>-<role>-<rank>.log``); None keeps none.
+    ``log_dir``: where every label's output is kept in full (``log_name(label)``, by default
+    ``<machine>-<role>-<rank>.log``); None keeps none. ``name`` starts the job's own lines (none if empty);
+    ``labelled``: each output line comes prefixed with ``[label]`` (unlabelled, the failed process's last lines
+    are not repeated in the report: they are on the console as they came); ``server_exit_grace_s``: how long
+    servers may take to exit on their own after the trainers (then they are stopped); ``quiet_roles``: roles
+    whose output goes only to the logs.
     """
 
     def __init__(
@@ -104,6 +111,12 @@ class Job:
         out: TextIO = sys.stdout,
         err: TextIO = sys.stderr,
         log_dir: str | Path | None = None,
+        *,
+        name: str = "distgnn-launch",
+        labelled: bool = True,
+        log_name: Callable[[str], str] | None = None,
+        server_exit_grace_s: float = SERVER_EXIT_GRACE_S,
+        quiet_roles: tuple[str, ...] = (),
     ) -> None:
         self.plan = plan
         self.transport = transport
@@ -113,6 +126,9 @@ class Job:
         self.grace_s = grace_s
         self.out, self.err = out, err
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.name, self.labelled, self.server_exit_grace_s = name, labelled, server_exit_grace_s
+        self.quiet_roles = quiet_roles
+        self.log_name = log_name or (lambda label: f"{label.replace('/', '-')}.log")
         self.job_id = plan[0].env[E.JOB_ID]
         self.running: list[Running] = []
         self.events: queue.Queue[Running] = queue.Queue()
@@ -134,7 +150,7 @@ class Job:
 
     def say(self, message: str) -> None:
         with self.print_lock:
-            self.err.write(f"distgnn-launch: {message}\n")
+            self.err.write(f"{self.name}: {message}\n" if self.name else f"{message}\n")
             self.err.flush()
 
     def _log(self, label: str, line: str) -> None:
@@ -144,21 +160,22 @@ class Job:
         log = self.logs.get(label)
         if log is None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = self.logs[label] = open(self.log_dir / f"{label.replace('/', '-')}.log", "a")  # noqa: SIM115
+            log = self.logs[label] = open(self.log_dir / self.log_name(label), "a")  # noqa: SIM115
         log.write(line + "\n")
         log.flush()
 
     def _pump(self, proc: Running, stream, sink: TextIO) -> None:
         spec = proc.spec
         is_stderr = sink is self.err
-        for raw in iter(stream.readline, b""):
+        show = None if self.labelled or spec.role in self.quiet_roles else functools.partial(self._show, sink)
+        for raw in _lines(stream, show):
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if is_stderr and line.startswith(EXIT_REPORT):
                 with contextlib.suppress(json.JSONDecodeError):
                     proc.exit_report = json.loads(line[len(EXIT_REPORT) :])
                 continue
             label = spec.label
-            tee = _TEE_PREFIX.match(line) if spec.role == "trainer" else None
+            tee = _TEE_PREFIX.match(line) if spec.is_agent else None
             if tee:
                 rank = spec.machine_id * self.num_trainers + int(tee.group(1))
                 label, line = f"{spec.machine_id}/trainer/{rank}", tee.group(2)
@@ -167,10 +184,17 @@ class Job:
                 if is_stderr and line.strip():
                     self.last_stderr[label] = line
                 self._log(label, line)
-                if self.echo:
-                    sink.write(f"[{label}] {line}\n")
+                if self.echo and spec.role not in self.quiet_roles:
+                    sink.write(f"[{label}] {line}\n" if self.labelled else f"{_unshown(raw)}\n")
                     sink.flush()
         stream.close()
+
+    def _show(self, sink: TextIO, text: bytes) -> None:
+        """Echo the start of a line that is still being written (a progress bar redrawn after ``\\r``)."""
+        with self.print_lock:
+            if self.echo:
+                sink.write(text.decode("utf-8", "replace"))
+                sink.flush()
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -255,14 +279,15 @@ class Job:
         if self.cause is not None:
             others = [e for e in self._exits() if _key(e) != _key(self.cause) and (e.failed or e.stopped)]
             self.say(summary_line(others, self.log_dir))
-            self._report(self.cause)
+            if self.labelled:
+                self._report(self.cause)
             return 1
         self.say(f"job {self.job_id} finished")
         return 0
 
     def _let_servers_finish(self) -> Running | None:
         """Trainers are done: servers that exit on their own get a moment, the rest are stopped. Returns a failed server."""
-        deadline = time.monotonic() + SERVER_EXIT_GRACE_S
+        deadline = time.monotonic() + self.server_exit_grace_s
         while time.monotonic() < deadline and self.signal_received is None:
             if all(p.returncode is not None for p in self.running):
                 break
@@ -307,8 +332,8 @@ class Job:
             returncode, how = proc.returncode, "lost its ssh connection (ssh exit status 255)"
         else:
             returncode = returncode_of_status(proc.returncode)
-        role, index, pid = ("torchrun" if spec.role == "trainer" else spec.role), spec.index, report.get("pid")
-        if spec.role == "trainer" and not stopped:
+        role, index, pid = ("torchrun" if spec.is_agent else spec.role), spec.index, report.get("pid")
+        if spec.is_agent and not stopped:
             failed_rank = self._root_cause_rank(spec.label)
             if failed_rank is not None:
                 role, index = "trainer", spec.machine_id * self.num_trainers + failed_rank[0]
@@ -336,7 +361,7 @@ class Job:
             label = f"{cause.machine_id}/torchrun/{cause.machine_id}"
         lines = list(self.tails.get(label, ()))[-REPORT_LINES:]
         with self.print_lock:
-            self.err.write(f"distgnn-launch: last {len(lines)} lines of [{label}]:\n")
+            self.err.write(f"{self.name}: last {len(lines)} lines of [{label}]:\n")
             for line in lines:
                 self.err.write(f"    {line}\n")
             self.err.flush()
@@ -405,6 +430,41 @@ class Job:
                         f"cleanup on {host}: killed leftover processes {report['killed']}, "
                         f"removed shared memory {report['shm_removed']}"
                     )
+
+
+def _lines(stream, show: Callable[[bytes], None] | None):
+    """``stream``'s lines as they end; with ``show``, a line still being written is handed to it up to its
+    last ``\\r`` as that comes (what was shown is left out of the line when it ends: see :func:`_unshown`)."""
+    if show is None:
+        yield from iter(stream.readline, b"")
+        return
+    pending, shown = b"", 0
+    while chunk := stream.read1(65536):
+        pending += chunk
+        *done, pending = pending.split(b"\n")
+        for line in done:
+            yield _Partly(line + b"\n", shown)
+            shown = 0
+        cut = pending.rfind(b"\r") + 1
+        if cut > shown:
+            show(pending[shown:cut])
+            shown = cut
+    if pending:
+        yield _Partly(pending, shown)
+
+
+class _Partly(bytes):
+    """A line of which the first ``shown`` bytes were already echoed."""
+
+    def __new__(cls, data: bytes, shown: int) -> _Partly:
+        line = super().__new__(cls, data)
+        line.shown = shown
+        return line
+
+
+def _unshown(raw: bytes) -> str:
+    """What of a line was not echoed yet, without its line end."""
+    return raw[getattr(raw, "shown", 0) :].decode("utf-8", "replace").rstrip("\r\n")
 
 
 def _key(e: ProcessExit) -> tuple[str, int, int]:

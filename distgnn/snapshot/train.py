@@ -398,3 +398,11 @@ def evaluate(runner: SnapshotRunner, window: int, first: int, stop: int) -> dict
     if runner.model.task == "node":
         return {"mse": float(np.mean(mse))}
     return {"mrr": sum(rr) / max(count, 1), "auc": sum(wins) / max(count, 1)}
+
+
+def held_out_figures(runner: SnapshotRunner, window: int, num_train: int, num_val: int, stop: int) -> dict[str, float]:
+    """:func:`evaluate`'s figures of the samples after the training span: ``val_*`` of the first ``num_val``
+    (none when 0) and ``test_*`` of the rest up to ``stop - 1``."""
+    spans = {"val": (num_train, num_train + num_val)} if num_val else {}
+    spans["test"] = (num_train + num_val, stop)
+    return {f"{split}_{k}": v for split, span in spans.items() for k, v in evaluate(runner, window, *span).items()}

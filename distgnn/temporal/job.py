@@ -5,7 +5,9 @@
   flags come from distgnn's shared ones.
 * :func:`prepare`: reads the stream and settles i/j/k (DistTGL's heuristic for unset ones) and rejects bad
   configurations, before any process starts.
-* ``--local`` runs the trainers alone through :func:`distgnn.train.job.run_local` (``part_config=None``).
+* :func:`check_local`, :func:`start_trainer` and :func:`run_trainer` are the job's pieces for
+  :func:`distgnn.train.job.main`: ``--local`` runs the trainers alone (no graph servers); a trainer joins the job's
+  process group (or with ``--single`` runs alone).
 * :func:`run_trainer`: one trainer: its memory copy's time segment, its epoch slot and share of each batch, DDP
   on weights (GPU trainers that each hold a memory copy: a GradSync all-reduce inside each captured step), Adam at ``--lr`` times :func:`~distgnn.temporal.parallel.lr_multiplier` (``--lr-scaling``). Under
   epoch parallelism (j > 1) an epoch of the job is one pass of the memory over the segment in which every batch
@@ -27,8 +29,11 @@ training stream.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -181,26 +186,44 @@ def describe(plan: Plan, args: argparse.Namespace) -> str:
     )
 
 
-# -- the local runner --------------------------------------------------------------------------------
+# -- the job's trainers -----------------------------------------------------------------------------
 
 
-# -- one trainer -------------------------------------------------------------------------------------
+def check_local(args: argparse.Namespace) -> None:
+    """``--local``, before any process starts: reads the stream and settles the plan (bad files and bad i/j/k
+    stop here) and prints it. Returns None: the trainers run alone, each maps its machine's copy of the stream
+    (:mod:`distgnn.temporal.shared`)."""
+    print(describe(prepare(args), args), flush=True)
 
 
-def run_trainer(args: argparse.Namespace, plan: Plan) -> dict:
-    """Trains (and evaluates) as trainer ``RANK`` of the job, or alone with ``--single``; returns the result
-    fields (the same on every trainer)."""
-    distributed = not args.single
-    if distributed:
-        # CPU trainers: the memory groups and DDP run over gloo; GPU trainers all-reduce gradients over NCCL.
-        device = job.join_process_group(args, backend="gloo" if args.device != "cuda" else None)
-    else:
+@dataclass
+class TemporalTrainer:
+    """This process's place in a temporal job: the plan, its device, rank and the number of trainers."""
+
+    plan: Plan
+    device: torch.device
+    rank: int
+    world_size: int
+
+
+@contextlib.contextmanager
+def start_trainer(args: argparse.Namespace) -> Iterator[TemporalTrainer]:
+    """Trainer ``RANK`` of the job (torchrun's environment; its plan over its machine's stream), or with
+    ``--single`` the whole job in this process (its plan printed); the process group is destroyed on leaving."""
+    plan = prepare(args)
+    if args.single:
+        print(describe(plan, args), flush=True)
         job.configure_torch(args, 1)
-        device = torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu")
-    rank = dist.get_rank() if distributed else 0
-    world = dist.get_world_size() if distributed else 1
+        yield TemporalTrainer(plan, torch.device("cuda", 0) if args.device == "cuda" else torch.device("cpu"), 0, 1)
+        return
+    # CPU trainers: the memory groups and DDP run over gloo; GPU trainers all-reduce gradients over NCCL.
+    device = job.join_process_group(args, backend="gloo" if args.device != "cuda" else None)
     try:
-        return TemporalLoop(args, plan, rank, world, device).run()
+        yield TemporalTrainer(plan, device, dist.get_rank(), dist.get_world_size())
     finally:
-        if distributed:
-            dist.destroy_process_group()
+        dist.destroy_process_group()
+
+
+def run_trainer(trainer: TemporalTrainer, args: argparse.Namespace) -> dict:
+    """Trains (and evaluates) as ``trainer``; returns the result fields (the same on every trainer)."""
+    return TemporalLoop(args, trainer.plan, trainer.rank, trainer.world_size, trainer.device).run()

@@ -74,7 +74,7 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def _free_port_block(count: int, taken: set[int]) -> int:
+def free_port_block(count: int, taken: set[int]) -> int:
     """A port p such that p..p+count-1 are free now (others may still grab them: the caller retries)."""
     for _ in range(200):
         with socket.socket() as s:
@@ -197,7 +197,7 @@ class LocalCluster:
         taken: set[int] = set()
         lines = []
         for _ in range(self.num_machines):
-            base = _free_port_block(self.servers_per_machine, taken)
+            base = free_port_block(self.servers_per_machine, taken)
             taken.update(range(base, base + self.servers_per_machine))
             lines.append(f"127.0.0.1 {base}")
         self.ip_config.write_text("\n".join(lines) + "\n")

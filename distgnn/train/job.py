@@ -1,12 +1,12 @@
 """Running a training script as a job: the flags every example shares, the local runner, the trainer side.
 
 * :func:`add_job_args` adds the job flags (cluster shape, loader, mode, seed, device, threads).
-* :func:`run_local` runs the calling script as a whole job on this host: it partitions the dataset into the
-  work directory when needed, starts a :class:`~distgnn.train.cluster.LocalCluster`, spawns the trainers (the
-  script again, with torchrun's environment), waits, and stops everything on a failure, Ctrl-C or SIGTERM.
-  Trainer stderr streams to the console and into ``<workdir>/runs/<run>/trainer-<rank>.log``; when a process
-  dies, one line says which one caused the failure and how, and a second sums up the rest
-  (``distgnn.launch.failure``, as ``distgnn-launch`` reports it).
+* :func:`run_local` runs the calling script as a whole job on this host under ``distgnn-launch``'s supervisor
+  (:class:`distgnn.launch.supervisor.Job`): the job's servers over the partition (made in the work directory
+  when needed) and its trainers (the script again, with torchrun's environment); it waits, and stops
+  everything on a failure, Ctrl-C or SIGTERM, and with ``--max-restarts`` starts a failed job again.
+  Output streams to the console and into ``<workdir>/runs/<run>/``; when a process dies, one line says which
+  one caused the failure and how, and a second sums up the rest (``distgnn.launch.failure``).
 * :func:`start_trainer` is the trainer side: torch.distributed, ``distgnn.initialize``, the DistGraph and the
   per-machine gloo group, or with ``--single`` the whole graph in this process; it shuts all of it down.
 """
@@ -20,11 +20,8 @@ import importlib
 import logging
 import os
 import secrets
-import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,14 +37,14 @@ from distgnn.client.split import node_split
 from distgnn.client.tensor import DistTensor
 from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
-from distgnn.launch import env as E
-from distgnn.launch.failure import ExitWatch
-from distgnn.launch.supervisor import die_with_parent, stop_processes
+from distgnn.launch.ip_config import read_ip_config
+from distgnn.launch.plan import LaunchOptions, local_plan
+from distgnn.launch.supervisor import Job
+from distgnn.launch.transport import LocalTransport
 from distgnn.partition.format import read_meta
 from distgnn.sampling.source import InProcessGraph
-from distgnn.store import shm
 from distgnn.train.allocator import keep_freed_memory
-from distgnn.train.cluster import LocalCluster
+from distgnn.train.cluster import free_port_block
 from distgnn.train.result import exit_code, print_result
 
 log = logging.getLogger(__name__)
@@ -97,6 +94,14 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
         action="store_true",
         help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.train.allocator)",
     )
+    group.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="R",
+        help="with --local: when a process fails, stop the job and start it again, up to R times (each process\n"
+        "gets DISTGNN_RESTART_COUNT; with --checkpoint-dir and --resume auto the trainers continue)",
+    )
     group.add_argument("--quiet", action="store_true", help="no progress bar")
     group.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     mode = group.add_mutually_exclusive_group()
@@ -127,63 +132,107 @@ def configure_torch(args: argparse.Namespace, trainers_on_host: int) -> None:
 # -- the local runner --------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stream(source: Any, log_path: Path) -> None:
-    """Copy a trainer's stderr to ours and to its log, as it comes (progress bars end lines with \\r)."""
-    console = getattr(sys.stderr, "buffer", None)
-    with open(log_path, "ab") as log_file:
-        fd = source.fileno()
-        while chunk := os.read(fd, 65536):
-            log_file.write(chunk)
-            log_file.flush()
-            with contextlib.suppress(OSError, ValueError):
-                if console is not None:
-                    console.write(chunk)
-                    console.flush()
-                else:
-                    sys.stderr.write(chunk.decode(errors="replace"))
-    source.close()
-
-
 def run_local(
     script: str | os.PathLike, argv: list[str], args: argparse.Namespace, part_config: str | os.PathLike | None
 ) -> int:
     """Run ``script`` (the caller, again, without ``--local``) as every trainer of a job on this host, on the
-    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`) served by a
-    :class:`LocalCluster`; with ``part_config`` None, trainers alone (jobs whose trainers read their data
-    themselves: event streams, snapshot sequences), given a job id and their machine (``DISTGNN_JOB_ID``,
-    ``DISTGNN_MACHINE_ID``) for what they share in shared memory, which is removed when the job ends.
+    partition ``part_config`` (e.g. of :func:`distgnn.partition.prepare.ensure_partition`) with
+    ``--servers-per-machine`` servers per simulated machine; with ``part_config`` None, trainers alone (jobs whose
+    trainers read their data themselves: event streams, snapshot sequences), given a job id and their machine
+    (``DISTGNN_JOB_ID``, ``DISTGNN_MACHINE_ID``) for what they share in shared memory.
 
-    ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit code of
-    the first process that failed (1 for a signal). After Ctrl-C or SIGTERM it stops the job and ends this process
-    at once with 130 or 143.
+    The job is ``distgnn-launch``'s :class:`~distgnn.launch.supervisor.Job` on this host: every process under
+    the launcher's wrapper, a failure named in one line (and the job stopped), the job's processes and shared
+    memory removed however it ends, and with ``--max-restarts R`` a failed job started again up to R times
+    (``DISTGNN_RESTART_COUNT``). Output streams to the console; each process's also into
+    ``<workdir>/runs/<run>/`` (``trainer-<rank>.log``, ``server-m<machine>-s<server>.log``).
+
+    ``args`` carries the job flags of :func:`add_job_args`. Returns 0 when every trainer succeeded, else the exit
+    code of the process that failed first (1 for a signal). After Ctrl-C or SIGTERM it stops the job and ends
+    this process at once with 130 or 143. Servers write only to their logs.
     """
-    previous = signal.getsignal(signal.SIGTERM)
-    # SIGTERM unwinds like Ctrl-C, so the trainers and the cluster are stopped on the way out.
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        return _run_local(Path(script), argv, args, None if part_config is None else Path(part_config))
-    except KeyboardInterrupt:
-        log.error("interrupted: stopped the job")
-        _exit_now(128 + signal.SIGINT)
-    except _Terminated:
-        log.error("terminated: stopped the job")
-        _exit_now(128 + signal.SIGTERM)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job_id, token = f"j{secrets.token_hex(4)}", secrets.token_hex(16)
+    for restart in range(args.max_restarts + 1):
+        attempt = _local_job(Path(script), argv, args, part_config, run_dir, job_id, token, restart)
+        code = attempt.run()
+        if attempt.signal_received is not None:
+            _exit_now(code)
+        if code == 0 or attempt.cause is None:
+            return code
+        if restart < args.max_restarts:
+            log.error("restarting the job (%d of %d); cause: %s", restart + 1, args.max_restarts, attempt.cause.who())
+    if args.max_restarts:
+        log.error("giving up after %d restarts", args.max_restarts)
+    return attempt.cause.returncode if attempt.cause.returncode > 0 else 1
 
 
-class _Terminated(BaseException):
-    """SIGTERM in :func:`run_local`: unwinds like KeyboardInterrupt, past ``except Exception``."""
+def _local_job(
+    script: Path,
+    argv: list[str],
+    args: argparse.Namespace,
+    part_config: str | os.PathLike | None,
+    run_dir: Path,
+    job_id: str,
+    token: str,
+    restart: int,
+) -> Job:
+    """One attempt of :func:`run_local`'s job, on fresh ports."""
+    threads = torch_threads(args, args.num_parts * args.trainers_per_machine)
+    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
+    num_servers = 0 if part_config is None else args.servers_per_machine
+    width, taken, bases = max(num_servers, 1), set(), []  # a trainers-alone job's machines get a port each
+    for _ in range(args.num_parts):
+        bases.append(free_port_block(width, taken))
+        taken.update(range(bases[-1], bases[-1] + width))
+    ip_config = run_dir / f"ip_config-{restart}.txt"
+    ip_config.write_text("".join(f"127.0.0.1 {base}\n" for base in bases))
+    opts = LaunchOptions(
+        ip_config=str(ip_config.resolve()),
+        part_config=None if part_config is None else str(Path(part_config).resolve()),
+        command=(sys.executable, str(script.resolve()), *trainer_argv),
+        num_trainers=args.trainers_per_machine,
+        num_servers=num_servers,
+        server_command=(sys.executable, "-m", "distgnn.server"),
+        local=True,
+    )
+    # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the host, so each one gets its
+    # own GPU.
+    trainer_env = {"OMP_NUM_THREADS": str(threads), **({STDERR_TTY_ENV: "1"} if sys.stderr.isatty() else {})}
+    plan = local_plan(read_ip_config(ip_config), opts, job_id, _free_port(taken), restart, trainer_env)
+    return Job(
+        plan,
+        LocalTransport(os.getcwd()),
+        sys.executable,
+        token,
+        args.trainers_per_machine,
+        out=sys.stdout,
+        err=sys.stderr,
+        log_dir=run_dir if restart == 0 else run_dir / f"attempt-{restart}",
+        name="",
+        labelled=False,
+        log_name=_log_name,
+        server_exit_grace_s=0.0,
+        quiet_roles=("server",),
+    )
 
 
-def _raise_terminated(*_: Any) -> None:
-    raise _Terminated
+def _log_name(label: str) -> str:
+    """``trainer-<rank>.log``, ``server-m<machine>-s<server>.log``."""
+    machine, role, index = label.split("/")
+    return f"trainer-{index}.log" if role == "trainer" else f"{role}-m{machine}-s{index}.log"
+
+
+def _free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -194,94 +243,6 @@ def _exit_now(code: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code)
-
-
-def _run_local(script: Path, argv: list[str], args: argparse.Namespace, part_config: Path | None) -> int:
-    world = args.num_parts * args.trainers_per_machine
-    threads = torch_threads(args, world)
-    # Without servers the trainers still get a job id: what they put in shared memory carries it (and their
-    # machine), and is removed below however the job ends.
-    serverless_job = f"j{secrets.token_hex(4)}" if part_config is None else None
-    trainer_argv = [a for a in argv if a != "--local"] + ["--num-threads", str(threads)]
-    run_dir = Path(args.workdir) / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trainers: list[subprocess.Popen] = []
-    streams: list[threading.Thread] = []
-    watch = ExitWatch()
-    servers = (
-        contextlib.nullcontext()
-        if part_config is None
-        else LocalCluster(
-            part_config, servers_per_machine=args.servers_per_machine, num_trainers=args.trainers_per_machine
-        )
-    )
-    with servers as cluster:
-        for (machine, server), proc in cluster.processes.items() if cluster else ():
-            watch.add(proc, "server", machine, server, cluster.server_log_path(machine, server))
-        # Chosen once the servers hold their ports, so that none of them can be handed this one.
-        port = _free_port()
-        try:
-            for rank in range(world):
-                machine = rank // args.trainers_per_machine
-                env = dict(os.environ)
-                if cluster:
-                    env.update(cluster.trainer_env(machine))
-                else:
-                    env.update({E.JOB_ID: serverless_job, E.MACHINE_ID: str(machine)})
-                env.update(
-                    RANK=str(rank),
-                    WORLD_SIZE=str(world),
-                    # Every simulated machine shares this host: LOCAL_RANK numbers the trainers of the host (as
-                    # torchrun would on one machine), so each one gets its own GPU.
-                    LOCAL_RANK=str(rank),
-                    LOCAL_WORLD_SIZE=str(world),
-                    GROUP_RANK=str(machine),
-                    MASTER_ADDR="127.0.0.1",
-                    MASTER_PORT=str(port),
-                    OMP_NUM_THREADS=str(threads),
-                )
-                if sys.stderr.isatty():
-                    env[STDERR_TTY_ENV] = "1"
-                proc = subprocess.Popen(
-                    [sys.executable, str(script.resolve()), *trainer_argv],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    preexec_fn=die_with_parent,
-                )
-                log_path = run_dir / f"trainer-{rank}.log"
-                trainers.append(proc)
-                watch.add(proc, "trainer", machine, rank, log_path)
-                streams.append(threading.Thread(target=_stream, args=(proc.stderr, log_path), daemon=True))
-                streams[-1].start()
-            return _wait_all(trainers, watch, run_dir)
-        finally:
-            watch.stopping()
-            _stop_all(trainers)
-            if serverless_job is not None:
-                shm.remove_segments(serverless_job)
-            for thread in streams:
-                thread.join(timeout=5)
-            watch.poll()
-            if watch.failed():
-                log.error(watch.report_lines(run_dir)[1])
-
-
-def _wait_all(trainers: list[subprocess.Popen], watch: ExitWatch, run_dir: Path) -> int:
-    """Wait for every trainer; at the first failure (a trainer's, or a server's), say which and return."""
-    while True:
-        watch.poll()
-        if watch.failed():
-            cause = watch.settle()
-            log.error("%s; stopping the job", watch.report_lines(run_dir)[0])
-            return cause.returncode if cause.returncode > 0 else 1
-        if all(proc.poll() == 0 for proc in trainers):
-            return 0
-        time.sleep(0.2)
-
-
-def _stop_all(trainers: list[subprocess.Popen]) -> None:
-    stop_processes(trainers, grace_s=10)
 
 
 # -- the trainer side --------------------------------------------------------------------------------
@@ -398,24 +359,28 @@ def main(
     script: str,
     argv: list[str] | None,
     parse_args: Callable[[list[str]], argparse.Namespace],
-    partition: Callable[[argparse.Namespace], Path],
-    run_trainer: Callable[[Trainer, argparse.Namespace], dict],
+    partition: Callable[[argparse.Namespace], Path | None],
+    run_trainer: Callable[[Any, argparse.Namespace], dict],
     single_graph: Callable[[argparse.Namespace], Any] | None = None,
     *,
     kind: str,
+    start: Callable[[argparse.Namespace], contextlib.AbstractContextManager] | None = None,
 ) -> int:
     """An example's ``main``: with ``--local`` the whole job on this host over ``partition(args)`` (made on the
-    first run, reused after), else this trainer (or ``--single``, over ``single_graph(args)`` if given) runs
-    ``run_trainer``; rank 0 prints ``RESULT {json}`` of the job ``kind`` (:mod:`distgnn.train.result`). Bad
+    first run, reused after; None for a job of trainers alone, which ``partition`` checks the input of), else
+    this trainer (or ``--single``, over ``single_graph(args)`` if given) runs ``run_trainer``; rank 0 prints
+    ``RESULT {json}`` of the job ``kind`` (:mod:`distgnn.train.result`). ``start(args)`` enters the trainer
+    (default :func:`start_trainer`: a DistGraph over the job's servers); what it yields has a ``rank``. Bad
     input or a failed job: one ``error:`` line and exit code 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     log_to_stderr()
+    enter = start or (lambda a: start_trainer(a, single_graph))
 
     def body() -> int:
         if args.local:
             return run_local(script, argv, args, partition(args))
-        with start_trainer(args, single_graph) as trainer:
+        with enter(args) as trainer:
             result = run_trainer(trainer, args)
         if trainer.rank == 0:
             print_result(result, kind)

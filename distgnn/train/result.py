@@ -1,7 +1,9 @@
 """What an example prints when it ends: one ``RESULT {json}`` line of a schema defined here, and its exit code.
 
 Every job kind prints :data:`SHARED_KEYS` first (what ran, where, and how long an epoch took), then its own
-keys (:data:`SCHEMAS`), then, unless ``--no-eval``, one of its sets of evaluation keys. ``epoch_time_s`` is
+keys (:data:`SCHEMAS`), then, unless ``--no-eval``, one of its sets of evaluation keys; a job that selected its
+model by a validation figure (:mod:`distgnn.train.selection`) adds :data:`SELECTION_KEYS` and the last epoch's
+``last_val_<metric>`` and ``last_test_<metric>`` (its kind's ``metric``). ``epoch_time_s`` is
 :func:`epoch_time_s` everywhere: the median of the epochs after the first (the first also pays for warm-up:
 allocations, caches, a CUDA graph's capture). :func:`print_result` checks a result against its kind's schema
 before printing it; :func:`exit_code` runs an example's body and turns a :class:`~distgnn.errors.DistGNNError`
@@ -33,15 +35,25 @@ SHARED_KEYS = (
     "epoch_times_s",  # every epoch this run trained, in order, seconds
 )
 
+# The epoch whose model the figures are of, and how many epochs ran (fewer than ``epochs`` after early stopping).
+SELECTION_KEYS = ("best_epoch", "epochs_trained")
+
 
 @dataclass(frozen=True)
 class ResultSchema:
     """The RESULT keys of one job kind: ``keys`` in every run after :data:`SHARED_KEYS`, and after an
-    evaluation every key of one set of ``evaluation`` (a kind whose task varies has one set per task)."""
+    evaluation every key of one set of ``evaluation`` (a kind whose task varies has one set per task); with model
+    selection also :data:`SELECTION_KEYS` and ``val_<m>``, ``test_<m>``, ``last_val_<m>``, ``last_test_<m>`` for
+    one ``m`` of ``metrics`` (what the kind selects on)."""
 
     kind: str
     keys: tuple[str, ...]
     evaluation: tuple[frozenset[str], ...]
+    metrics: tuple[str, ...] = ()
+
+    def selection_keys(self, metric: str) -> tuple[str, ...]:
+        """The keys a result selected on ``metric`` carries."""
+        return (*SELECTION_KEYS, f"val_{metric}", f"test_{metric}", f"last_val_{metric}", f"last_test_{metric}")
 
     def check(self, result: dict[str, Any]) -> None:
         """Raises ValueError naming the keys ``result`` lacks, or its evaluation keys when they complete no set."""
@@ -54,16 +66,20 @@ class ResultSchema:
                 f"{self.kind} RESULT has evaluation keys {sorted(named)}; expected one of "
                 f"{[sorted(s) for s in self.evaluation]}"
             )
+        if "best_epoch" in result and not any(set(self.selection_keys(m)) <= result.keys() for m in self.metrics):
+            raise ValueError(
+                f"{self.kind} RESULT has best_epoch; expected one of {[self.selection_keys(m) for m in self.metrics]}"
+            )
 
 
 _STATIC = ("batches_per_epoch", "train_loss", "seps", "stage_times_s", "stage_split_s")
 
 SCHEMAS = {
     # graphsage, rgcn
-    "node": ResultSchema("node", (*_STATIC, "model"), (frozenset({"val_acc", "test_acc", "eval_time_s"}),)),
+    "node": ResultSchema("node", (*_STATIC, "model"), (frozenset({"val_acc", "test_acc", "eval_time_s"}),), ("acc",)),
     # link_prediction: after an evaluation, mrr, hits@k, auc and num_pairs of each split that holds pairs
     # (val_*, test_*), as --val-fraction and --test-fraction leave them
-    "link": ResultSchema("link", (*_STATIC, "neg_sampler", "num_negs"), (frozenset({"eval_time_s"}),)),
+    "link": ResultSchema("link", (*_STATIC, "neg_sampler", "num_negs"), (frozenset({"eval_time_s"}),), ("mrr",)),
     # tgn: after an evaluation, the model of the best validation epoch's figures and the last epoch's
     "temporal": ResultSchema(
         "temporal",
@@ -74,12 +90,14 @@ SCHEMAS = {
                 | {"last_val_ap", "last_test_ap"}
             ),
         ),
+        ("ap",),
     ),
     # snapshot: node regression, or next-snapshot links
     "snapshot": ResultSchema(
         "snapshot",
         ("train_loss", "model", "sequence", "schedule", "window", "load_imbalance", "planned_imbalance"),
         (frozenset({"test_mse"}), frozenset({"test_mrr", "test_auc"})),
+        ("mse", "mrr"),
     ),
 }
 

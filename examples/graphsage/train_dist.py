@@ -17,7 +17,8 @@ Rank 0 prints one line per epoch (loss, train accuracy, time split into
 sampling / feature fetch / compute), a progress bar on a terminal, and finally
 ``RESULT {json}`` (:mod:`distgnn.train.result`; bad input: one ``error:`` line,
 exit code 2). Validation and test accuracy come from layer-wise inference
-over all nodes. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the
+over all nodes; ``--select best`` (or ``--patience N``) validates after every epoch and reports the
+model of the best validation accuracy (``distgnn.train.selection``). ``--checkpoint-dir D --checkpoint-every N`` saves the model, the
 optimizer, the loader's position and the RNG states; ``--resume auto`` continues
 from the latest (what ``distgnn-launch --max-restarts`` relies on); ``--run-dir``
 writes metrics as JSON lines (``distgnn-report RUN_DIR`` plots them). The job,
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 
 import torch
 
@@ -45,6 +45,7 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
 from distgnn.train.inference import accuracy_by_mask, layerwise_inference
+from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 from distgnn.train.step import TrainStep, add_step_args
 from distgnn.train.timeline import add_timeline_args, timeline_from_args
 
@@ -66,11 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--heads", type=int, default=4, help="gat: attention heads")
     add_step_args(p)
     add_bookkeeping_args(p)
+    add_selection_args(p, "accuracy")
     add_timeline_args(p)
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     check_feature_args(p, args)
     check_bookkeeping_args(p, args)
+    check_selection_args(p, args)
     if args.checkpoint_dir and args.pipeline:
         p.error("--checkpoint-dir and --pipeline exclude each other: the pipeline takes a batch ahead of the step")
     return args
@@ -134,6 +137,17 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     num_batches = len(loader) if not args.max_batches else min(len(loader), args.max_batches)
     log = TrainingLog()
     timeline = timeline_from_args(args, device, trainer.rank)
+
+    def evaluate() -> dict[str, float]:
+        """Validation and test accuracy from layer-wise inference over all nodes (collective)."""
+        logits = layerwise_inference(
+            raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, trainer.new_buffer
+        )
+        masks = {name: g.ndata[f"{name}_mask"][own] for name in ("val", "test")}
+        accuracy = accuracy_by_mask(logits, g.ndata["label"][own], masks)
+        return {"val_acc": accuracy["val"], "test_acc": accuracy["test"]}
+
+    selection = Selection(args, "acc", True, raw_model, evaluate)
     try:
         books = Bookkeeper(args, g, model=model, optimizer=optimizer, loader=loader, batches_per_epoch=num_batches)
         with books:  # resumes from --resume; saves and logs as the flags ask
@@ -155,6 +169,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 books.epoch_done(summary)
                 if trainer.rank == 0:
                     print(summary.line(), flush=True)
+                if selection.epoch_done(epoch):
+                    break
     finally:
         loader.close()
         sampler.close()
@@ -170,13 +186,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         **features.result_fields(),
     }
     if not args.no_eval:
-        start = time.perf_counter()
-        logits = layerwise_inference(
-            raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, trainer.new_buffer
-        )
-        masks = {name: g.ndata[f"{name}_mask"][own] for name in ("val", "test")}
-        accuracy = accuracy_by_mask(logits, g.ndata["label"][own], masks)
-        result.update(val_acc=accuracy["val"], test_acc=accuracy["test"], eval_time_s=time.perf_counter() - start)
+        result.update(selection.result())
     return result
 
 

@@ -16,8 +16,9 @@ reverse type, ``--reverse-etype`` or synthetic-mag's own, leave the training gra
 negatives are nodes of its destination type, and the model is an R-GCN over typed inputs with a scorer for
 that type; ``--exclude reverse_id`` means ``reverse_types``; held-out pairs are scored from sampled blocks.
 
-Rank 0 prints one line per epoch and finally ``RESULT {json}``; checkpoints (``--checkpoint-dir``, ``--resume``)
-hold the model, the optimizers, a typed graph's embeddings, the loader's position and the RNG states. The split,
+Rank 0 prints one line per epoch and finally ``RESULT {json}``; ``--select best`` (or ``--patience N``)
+validates after every epoch and reports the model of the best validation MRR; checkpoints (``--checkpoint-dir``,
+``--resume``) hold the model, the optimizers, a typed graph's embeddings, the loader's position and the RNG states. The split,
 evaluation, epoch accounting and checkpoints live in distgnn; this file is the models and their loop.
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import torch
@@ -56,6 +56,7 @@ from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bo
 from distgnn.train.epoch import TrainingLog
 from distgnn.train.evaluation import held_out_metrics
 from distgnn.train.inference import embedding_lookup, sampled_embedding_lookup
+from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -78,8 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     link.add_argument("--sparse-lr", type=float, default=0.01, help="learning rate of a typed graph's node embeddings")
     add_link_split_args(p)
     add_bookkeeping_args(p)
+    add_selection_args(p, "MRR")
     args = p.parse_args(argv)
     check_bookkeeping_args(p, args)
+    check_selection_args(p, args)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     if args.loss == "margin" and args.neg_sampler == "per_source":
         p.error("--loss margin pairs each edge with its own negatives; per_source negatives are shared (use bce)")
@@ -183,6 +186,18 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         x = batch.input_data.get("feat")
         return batch, g.ndata["feat"][batch[0].cpu()].to(device) if x is None else x, None
 
+    def evaluate() -> dict[str, float]:
+        raw.eval()
+        if target:  # an R-GCN over typed inputs has no layer-wise form here: each step's nodes are sampled
+            embed = sampled_embedding_lookup(raw.embed, g, args.fanouts, args.seed, device)
+        else:
+            nodes, feat = trainer.inference_nodes(), g.ndata["feat"]
+            embed = embedding_lookup(raw.encoder, g, nodes, feat, args.eval_batch_size, device, trainer.new_buffer)
+        # The held-out pairs: written beside the partition, or split again (the same, by seed) with --single.
+        held_out = load_link_partition(g.part_config) if trainer.distributed else load_link_split(args).held_out()
+        return held_out_metrics(embed, raw.predictor, held_out, rank, world, args.eval_batch_size)
+
+    selection = Selection(args, "mrr", True, raw, evaluate)
     log = TrainingLog()
     try:
         books = Bookkeeper(
@@ -214,6 +229,8 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 books.epoch_done(summary)
                 if rank == 0:
                     print(summary.line(), flush=True)
+                if selection.epoch_done(epoch):
+                    break
     finally:
         loader.close()
     result = {
@@ -227,17 +244,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         **log.result(),
     }
     if not args.no_eval:
-        start = time.perf_counter()
-        raw.eval()
-        if target:  # an R-GCN over typed inputs has no layer-wise form here: each step's nodes are sampled
-            embed = sampled_embedding_lookup(raw.embed, g, args.fanouts, args.seed, device)
-        else:
-            nodes, feat = trainer.inference_nodes(), g.ndata["feat"]
-            embed = embedding_lookup(raw.encoder, g, nodes, feat, args.eval_batch_size, device, trainer.new_buffer)
-        # The held-out pairs: written beside the partition, or split again (the same, by seed) with --single.
-        held_out = load_link_partition(g.part_config) if trainer.distributed else load_link_split(args).held_out()
-        result.update(held_out_metrics(embed, raw.predictor, held_out, rank, world, args.eval_batch_size))
-        result["eval_time_s"] = time.perf_counter() - start
+        result.update(selection.result())
     return result
 
 

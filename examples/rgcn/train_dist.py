@@ -10,8 +10,9 @@ no flag (one trainer of a job started by ``distgnn-launch``), or ``--single`` (t
 the target type's ``feat``, ``label``, ``train_mask``, ``val_mask``, ``test_mask``). ``--model mlp`` is the
 graph-free baseline (the target type's own features only). Validation and test accuracy come from sampled
 mini-batch inference over each trainer's share of the held-out nodes (``--eval sampled``, as DGL's example
-does), or from layer-wise inference over every node with all neighbours (``--eval layerwise``). Rank 0
-prints ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the optimizers, the
+does), or from layer-wise inference over every node with all neighbours (``--eval layerwise``); ``--select
+best`` (or ``--patience N``) validates after every epoch and reports the model of the best validation accuracy.
+Rank 0 prints ``RESULT {json}``. ``--checkpoint-dir D --checkpoint-every N`` saves the model, the optimizers, the
 node embeddings with their sparse optimizer state, the loader's position and the RNG states; ``--resume auto``
 continues from the latest (what ``distgnn-launch --max-restarts`` relies on). ``--run-dir`` writes metrics
 as JSON lines (``distgnn-report RUN_DIR`` plots them).
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,7 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
 from distgnn.train.inference import layerwise_inference, typed_input_rows
+from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,8 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sample-device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU samples the local partition"
     )
     add_bookkeeping_args(p)
+    add_selection_args(p, "accuracy")
     args = p.parse_args(argv)
     check_bookkeeping_args(p, args)
+    check_selection_args(p, args)
     if args.sample_device == "cuda" and (args.device != "cuda" or args.num_workers):
         p.error("--sample-device cuda needs --device cuda and --num-workers 0")
     return args
@@ -184,6 +187,15 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         input_nodes, output_nodes, _ = batch
         return batch, None, label[output_nodes[target].cpu()].to(device)
 
+    def figures() -> dict[str, float]:
+        if args.eval == "layerwise" and args.model == "rgcn":
+            val_acc, test_acc = evaluate_layerwise(net, trainer, target, args)
+        else:
+            eval_fanouts = [int(f) for f in (args.eval_fanouts or args.fanouts).split(",")]
+            val_acc, test_acc = evaluate(net, trainer, target, eval_fanouts, args)
+        return {"val_acc": val_acc, "test_acc": test_acc}
+
+    selection = Selection(args, "acc", True, net, figures)
     log = TrainingLog()
     try:
         books = Bookkeeper(
@@ -217,18 +229,14 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 books.epoch_done(summary)
                 if trainer.rank == 0:
                     print(summary.line(), flush=True)
+                if selection.epoch_done(epoch):
+                    break
     finally:
         loader.close()
         sampler.close()
     result = {**trainer.result_fields(args, num_batches), "model": args.model, "target_ntype": target, **log.result()}
     if not args.no_eval:
-        start = time.perf_counter()
-        if args.eval == "layerwise" and args.model == "rgcn":
-            val_acc, test_acc = evaluate_layerwise(net, trainer, target, args)
-        else:
-            eval_fanouts = [int(f) for f in (args.eval_fanouts or args.fanouts).split(",")]
-            val_acc, test_acc = evaluate(net, trainer, target, eval_fanouts, args)
-        result.update(val_acc=val_acc, test_acc=test_acc, eval_time_s=time.perf_counter() - start)
+        result.update(selection.result())
     return result
 
 

@@ -17,7 +17,8 @@ three train the same model to the same loss.
 
 Rank 0 prints one line per epoch and finally ``RESULT {json}`` (the ``snapshot`` keys of
 :mod:`distgnn.train.result`) with ``test_mse`` (node regression) or ``test_mrr``/``test_auc`` (links) and
-``load_imbalance`` (max over mean of the trainers' busy time); bad input ends in one ``error:`` line and exit
+``load_imbalance`` (max over mean of the trainers' busy time); ``--select best`` (or ``--patience N``) validates
+on ``--val-ratio`` of the samples after every epoch and reports the model of the best validation MSE (links: MRR); bad input ends in one ``error:`` line and exit
 code 2.
 """
 
@@ -35,12 +36,13 @@ from distgnn.errors import ConfigError
 from distgnn.nn.recurrent import CELLS, SnapshotModel
 from distgnn.snapshot import job as snapshot_job
 from distgnn.snapshot.schedule import SCHEDULES, idle_trainers_warning, make_plan, make_windows
-from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, evaluate, train_epoch
+from distgnn.snapshot.train import EpochPosition, SnapshotRunner, all_reduce_gradients, held_out_figures, train_epoch
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.collective import all_gather_arrays
 from distgnn.train.epoch import EpochSummary
-from distgnn.train.result import epoch_time_s, exit_code, print_result
+from distgnn.train.result import epoch_time_s
+from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,10 +58,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     model.add_argument("--lr", type=float, default=0.01)
     model.add_argument("--window", type=int, default=0, help="snapshots per training sample (0: the whole span)")
     model.add_argument("--train-ratio", type=float, default=0.8)
+    model.add_argument(
+        "--val-ratio",
+        type=float,
+        default=None,
+        help="share of the samples after the training span that validates (default 0; 0.1 with --select best);\n"
+        "the test span is the rest",
+    )
     model.add_argument("--procs-per-gpu", type=int, default=1, choices=(1, 2))
     add_bookkeeping_args(p)
+    add_selection_args(p, "MSE (links: MRR)")
     args = p.parse_args(argv)
     check_bookkeeping_args(p, args)
+    check_selection_args(p, args)
+    if args.val_ratio is None:
+        args.val_ratio = 0.1 if args.select == "best" else 0.0
+    if args.select == "best" and args.val_ratio <= 0:
+        p.error("--select best (or --patience) chooses by validation: give --val-ratio > 0")
     if args.procs_per_gpu > 1 and args.device != "cuda":
         p.error("--procs-per-gpu 2 shares a GPU between two trainers; it needs --device cuda")
     if args.single and args.procs_per_gpu > 1:
@@ -75,9 +90,11 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
     # Links: sample t predicts snapshot t + 1's edges, so there is one sample fewer than snapshots.
     samples = len(sequence) - (task == "link")
     num_train = int(args.train_ratio * samples)
-    if not 0 < num_train < samples:
+    num_val = int(args.val_ratio * samples)
+    if not 0 < num_train <= num_train + num_val < samples or (args.val_ratio > 0 and num_val == 0):
         raise ConfigError(
-            f"{sequence.name}: {samples} samples split {args.train_ratio:g} leave an empty side; give more snapshots"
+            f"{sequence.name}: {samples} samples split {args.train_ratio:g} / {args.val_ratio:g} leave an empty side; "
+            "give more snapshots"
         )
     windows = make_windows(num_train, args.window)
     costs = sequence.costs()[:num_train]
@@ -96,6 +113,12 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
         )
         if warning := idle_trainers_warning(plan, len(windows), num_train, args.window):
             print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+    def evaluate() -> dict[str, float] | None:
+        """Rank 0's validation and test figures (the others': None)."""
+        return held_out_figures(runner, args.window, num_train, num_val, samples) if rank == 0 else None
+
+    selection = Selection(args, "mse" if task == "node" else "mrr", task != "node", model, evaluate)
     epoch_times, imbalances, loss = [], [], float("nan")
     position = EpochPosition()
     with Bookkeeper(args, None, model=model, optimizer=optimizer, loader=position, batches_per_epoch=1) as books:
@@ -122,6 +145,8 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
                 print(f"epoch {epoch:4d} loss {loss:.4f} time {elapsed:.3f}s imbalance {imbalance:.3f}", flush=True)
             if epoch == 0 and args.cost == "measured" and args.schedule == "blad" and world > 1:
                 plan = _replan_on_measured(plan, result.segment_s, costs, windows, world, args.procs_per_gpu)
+            if selection.epoch_done(epoch):
+                break
     out = {
         "dataset": args.dataset,
         "device": str(device),
@@ -139,9 +164,8 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
         "load_imbalance": float(np.mean(imbalances[1:] or imbalances)),
         "planned_imbalance": plan.imbalance(),
     }
-    if not args.no_eval and rank == 0:
-        scores = evaluate(runner, args.window, num_train, samples)
-        out.update({f"test_{k}": v for k, v in scores.items()})
+    if not args.no_eval:
+        out.update(selection.result())
     return out
 
 
@@ -159,20 +183,10 @@ def _replan_on_measured(plan, segment_s, costs, windows, world, procs_per_gpu):
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-
-    def body() -> int:
-        if args.local:
-            job.log_to_stderr()
-            return job.run_local(__file__, argv, args, None)  # trainers alone: each reads the data itself
-        with snapshot_job.start_trainer(args) as trainer:
-            result = run(trainer, args)
-            if trainer.rank == 0:
-                print_result(result, "snapshot")
-        return 0
-
-    return exit_code(body)
+    # No graph servers: every trainer reads the sequence itself.
+    return job.main(
+        __file__, argv, parse_args, lambda args: None, run, kind="snapshot", start=snapshot_job.start_trainer
+    )
 
 
 if __name__ == "__main__":

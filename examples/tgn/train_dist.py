@@ -30,13 +30,11 @@ optimizer, node memory and mailbox; ``--resume auto`` continues; ``--run-dir`` w
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from distgnn.temporal import job as temporal_job
 from distgnn.train import job
 from distgnn.train.bookkeeping import add_bookkeeping_args
-from distgnn.train.result import exit_code, print_result
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,24 +46,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
-    job.log_to_stderr()
-
-    def body() -> int:
-        plan = temporal_job.prepare(args)  # bad files and bad i/j/k stop here, before any process starts
-        if args.local:
-            print(temporal_job.describe(plan, args), flush=True)
-            del plan  # checked; the trainers map their machine's copy of the stream (distgnn.temporal.shared)
-            return job.run_local(__file__, argv, args, None)  # trainers alone, no servers
-        if args.single:
-            print(temporal_job.describe(plan, args), flush=True)
-        result = temporal_job.run_trainer(args, plan)
-        if args.single or int(os.environ.get("RANK", "0")) == 0:
-            print_result(result, "temporal")
-        return 0
-
-    return exit_code(body)
+    # Bad files and bad i/j/k stop the --local job before any process starts; its trainers run alone.
+    return job.main(
+        __file__,
+        argv,
+        parse_args,
+        temporal_job.check_local,
+        temporal_job.run_trainer,
+        kind="temporal",
+        start=temporal_job.start_trainer,
+    )
 
 
 if __name__ == "__main__":

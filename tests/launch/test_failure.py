@@ -6,7 +6,6 @@ from distgnn.launch.failure import (
     SIGNAL_PRECEDENCE_S,
     ProcessExit,
     failure_report,
-    last_line_of,
     returncode_of_status,
     root_cause,
 )
@@ -62,47 +61,3 @@ def test_shell_statuses_of_signal_deaths_become_negative():
     assert returncode_of_status(137) == -9
     assert returncode_of_status(1) == 1
     assert returncode_of_status(255) == 255
-
-
-def test_last_line_of_reads_the_end_of_a_log(tmp_path):
-    log = tmp_path / "a.log"
-    log.write_text("".join(f"line {i}\n" for i in range(10_000)) + "\n  \n")
-    assert last_line_of(log) == "line 9999"
-    assert last_line_of(tmp_path / "missing.log") == ""
-
-
-def test_exit_watch_names_a_killed_server_even_when_a_trainer_failed_first(tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from distgnn.launch.failure import ExitWatch
-
-    def start(code: str, log: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-c", code], stderr=open(tmp_path / log, "w"))  # noqa: SIM115
-
-    server = start("import sys, time; print('serving', file=sys.stderr, flush=True); time.sleep(60)", "s.log")
-    failing = start("import sys; print('RpcError: boom', file=sys.stderr); sys.exit(1)", "t0.log")
-    waiting = start("import time; time.sleep(60)", "t1.log")
-    watch = ExitWatch()
-    watch.add(server, "server", 1, 0, tmp_path / "s.log")
-    watch.add(failing, "trainer", 0, 0, tmp_path / "t0.log")
-    watch.add(waiting, "trainer", 0, 1, tmp_path / "t1.log")
-    while not watch.failed():
-        watch.poll()
-        time.sleep(0.02)
-    server.send_signal(signal.SIGKILL)  # observed after the trainer's error, within the precedence window
-    cause = watch.settle()
-    assert (cause.role, cause.machine_id, cause.returncode, cause.pid) == ("server", 1, -9, server.pid)
-    watch.stopping()
-    waiting.terminate()
-    while not watch.all_ended():
-        watch.poll()
-        time.sleep(0.02)
-    first, summary = watch.report_lines(tmp_path)
-    assert (
-        first
-        == f"error: server 0 of machine 1 (partition 1, pid {server.pid}) was killed by SIGKILL; last stderr line: serving"
-    )
-    assert summary == f"1 trainer exited afterwards (codes 1); 1 trainer was stopped; full logs in {tmp_path}"

@@ -177,7 +177,7 @@ def test_local_job_shares_per_machine_and_leaves_no_segment_after_a_failure(tmp_
     script.write_text(FAKE_TRAINER)
     marks = tmp_path / "marks"
     marks.mkdir()
-    args = argparse.Namespace(num_parts=2, trainers_per_machine=2, num_threads=1, workdir=str(tmp_path))
+    args = argparse.Namespace(num_parts=2, trainers_per_machine=2, num_threads=1, workdir=str(tmp_path), max_restarts=0)
     assert run_local(script, ["--fail", str(marks)], args, None) != 0
     (log,) = tmp_path.glob("runs/*/trainer-3.log")
     assert "the last trainer fails once every trainer mapped" in log.read_text()
@@ -194,7 +194,7 @@ def test_local_job_shares_per_machine_and_leaves_no_segment_after_a_failure(tmp_
 def test_local_job_leaves_no_segment_when_it_ends_well(tmp_path, capfd):
     script = tmp_path / "trainer.py"
     script.write_text(FAKE_TRAINER)
-    args = argparse.Namespace(num_parts=1, trainers_per_machine=1, num_threads=1, workdir=str(tmp_path))
+    args = argparse.Namespace(num_parts=1, trainers_per_machine=1, num_threads=1, workdir=str(tmp_path), max_restarts=0)
     assert run_local(script, [], args, None) == 0
     (line,) = [json.loads(x.split(" ", 1)[1]) for x in capfd.readouterr().out.splitlines() if x.startswith("TRAINER ")]
     assert line[2] and line[3]  # it built and mapped the graph

@@ -1,5 +1,6 @@
 """train.collective over two gloo ranks: variable-length arrays gathered in rank order, to all or one rank, and
-scattered back; JSON objects broadcast and gathered; rows of different shapes refused on every rank."""
+scattered back; JSON objects broadcast and gathered; rows of different shapes refused on every rank; model
+selection (train.selection) taking rank 0's decision on both."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.multiprocessing as mp
 from netns_cluster import free_port
 
 from distgnn.train import collective
+from tests.train import test_selection
 
 
 def _rows(rank: int) -> np.ndarray:
@@ -33,6 +35,7 @@ def _member(rank: int, port: int, out) -> None:
         got["scatter"] = collective.scatter_arrays(replies, torch.empty(2 * rank + 1, 3), src=1).numpy()
         got["broadcast"] = collective.broadcast_object({"path": "/ckpt", "steps": (1, 2)} if rank == 0 else None)
         got["objects"] = collective.all_gather_objects({"rank": rank, "name": "é" * rank})
+        got["selection"] = test_selection.two_ranks_select(rank)
         try:
             collective.all_gather_arrays(np.zeros((2, 3 + rank)))
         except InputError as exc:
@@ -72,6 +75,7 @@ def test_two_ranks_gather_scatter_and_broadcast() -> None:
         assert got["broadcast"] == {"path": "/ckpt", "steps": [1, 2]}
         assert got["objects"] == [{"rank": 0, "name": ""}, {"rank": 1, "name": "é"}]
         assert "(2, 3), (2, 4)" in got["error"]
+    test_selection.check_two_ranks_selected_alike({rank: got["selection"] for rank, got in results.items()})
 
 
 def test_one_process_is_the_identity_and_objects_come_back_as_json_reads_them() -> None:

@@ -79,23 +79,33 @@ def test_local_job_runs_every_trainer_and_splits_the_nodes_among_them(tmp_path) 
 
 
 @pytest.mark.slow
-def test_a_failed_trainer_stops_the_job_with_one_line_naming_it(tmp_path) -> None:
-    proc = run_script(tmp_path, "--fail-rank=1")
+def test_a_failed_trainer_stops_the_job_with_one_line_naming_it_and_max_restarts_start_it_again(tmp_path) -> None:
+    proc = run_script(tmp_path, "--fail-rank=1", "--fail-times=2", "--max-restarts=1")
     assert proc.returncode == 3
-    (cause,) = [line for line in proc.stderr.splitlines() if line.endswith("stopping the job")]
-    assert cause.startswith("error: trainer 1 of machine 1 (partition 1, pid ")
-    assert cause.endswith("exited with code 3; last stderr line: trainer 1 gives up on purpose; stopping the job")
-    (summary,) = [line for line in proc.stderr.splitlines() if "full logs in" in line]
-    assert "1 trainer was stopped" in summary
-    run_dir = Path(summary.rsplit("full logs in ", 1)[1])
-    assert "trainer 1 gives up on purpose" in (run_dir / "trainer-1.log").read_text()
+    causes = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(causes) == 2, proc.stderr[-3000:]  # the first attempt and the restart
+    for attempt, cause in enumerate(causes):
+        assert cause.startswith("error: trainer 1 of machine 1 (partition 1, host 127.0.0.1, pid ")
+        assert cause.endswith(
+            f"exited with code 3; last stderr line: trainer 1 gives up on purpose in attempt {attempt}"
+        )
+    assert "restarting the job (1 of 1); cause: trainer 1 of machine 1" in proc.stderr
+    assert "giving up after 1 restarts" in proc.stderr
+    summaries = [line for line in proc.stderr.splitlines() if "full logs in" in line]
+    assert len(summaries) == 2 and "2 servers and 1 trainer were stopped" in summaries[0]
+    run_dir = Path(summaries[0].rsplit("full logs in ", 1)[1])
+    assert "gives up on purpose in attempt 0" in (run_dir / "trainer-1.log").read_text()
+    assert "gives up on purpose in attempt 1" in (run_dir / "attempt-1" / "trainer-1.log").read_text()
 
 
 @pytest.mark.slow
 def test_a_trainer_killed_outright_is_named_with_its_signal(tmp_path) -> None:
     proc = run_script(tmp_path, "--kill-rank=0")
     assert proc.returncode == 1
-    assert "error: trainer 0 of machine 0 (partition 0, pid " in proc.stderr and "was killed by SIGKILL" in proc.stderr
+    assert (
+        "error: trainer 0 of machine 0 (partition 0, host 127.0.0.1, pid " in proc.stderr
+        and "was killed by SIGKILL" in proc.stderr
+    )
 
 
 @pytest.mark.slow
