@@ -16,6 +16,7 @@ process(es), on the same chunked input; per run the table gives
         --parts 4 --workers 1,2,4 --methods random,range,metis --work /tmp/pdist
     python benchmarks/partition_dist.py --graph synthetic-mag --num-papers 100000 --parts 4 --workers 2,4
     python benchmarks/partition_dist.py --graph papers --num-nodes 10000000 --avg-degree 15 --workers 2,4
+    python benchmarks/partition_dist.py --input DIR/metadata.json --workers 2,4 --methods random
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CLI = [sys.executable, "-m", "distgnn.partition.cli"]
 
 
 def _make_graph(args: argparse.Namespace) -> Path:
+    if args.input is not None:
+        return args.input
     meta = args.work / "input" / "metadata.json"
     if meta.exists():
         return meta
@@ -131,13 +134,19 @@ def main() -> None:
     p.add_argument("--no-single", action="store_true", help="skip the single-process runs (too big for this box)")
     p.add_argument("--work", type=Path, default=Path("/tmp/partition_dist"))
     p.add_argument("--keep", action="store_true", help="keep the input and the partitions")
+    p.add_argument(
+        "--input", type=Path, help="an existing chunked graph's metadata.json (never removed); --graph is ignored"
+    )
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     meta = _make_graph(args)
     layout = json.loads(meta.read_text())
     nodes = sum(map(sum, layout["num_nodes_per_chunk"]))
     edges = sum(map(sum, layout["num_edges_per_chunk"]))
-    print(f"{args.graph}: {nodes:,} nodes, {edges:,} edges, {args.parts} parts, {args.chunks} chunks per type")
+    name = meta if args.input is not None else args.graph
+    print(
+        f"{name}: {nodes:,} nodes, {edges:,} edges, {len(layout['num_edges_per_chunk'][0])} edge chunks, {args.parts} parts"
+    )
     header = "method | run | s | time/single | peak GiB | peak/single | est/peak | cut | cut/single | balance | same"
     print(header)
     print("|".join("---" for _ in header.split("|")))
@@ -171,7 +180,7 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(single_out, ignore_errors=True)
-    if not args.keep:
+    if not args.keep and args.input is None:
         shutil.rmtree(args.work / "input", ignore_errors=True)
 
 
