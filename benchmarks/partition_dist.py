@@ -82,8 +82,11 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def _run(cmd: list[str]) -> tuple[str, float]:
+    """Run ``cmd``; its output (every rank's phase lines) also goes to ``OUT.log`` beside its ``--out``."""
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
+    out = Path(cmd[cmd.index("--out") + 1])
+    out.with_name(out.name + ".log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
     return done.stdout, time.perf_counter() - start

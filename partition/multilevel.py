@@ -43,7 +43,7 @@ CLUSTER_FRACTION = 1 / 16
 MIN_SHRINK = 0.85
 _HASH_BITS = 53
 # Adjacency entries one step of a pass over a level handles: bounds its scratch arrays.
-BLOCK_ENTRIES = 1 << 21
+BLOCK_ENTRIES = 1 << 20
 
 
 @dataclass
@@ -80,7 +80,8 @@ class Level:
         return np.searchsorted(self.bounds[1:], ids, side="right")
 
     def blocks(self, size: int = BLOCK_ENTRIES) -> list[tuple[int, int]]:
-        """Ranges ``(first, last)`` of owned vertices, each with about ``size`` entries (a vertex is never split)."""
+        """Ranges ``(first, last)`` of owned vertices covering them in order, each with fewer than
+        ``2 * size`` entries plus one vertex's (a vertex is never split)."""
         owned = self.vw.shape[0]
         cuts = np.searchsorted(self.indptr, np.arange(size, self.entries, size, dtype=np.int64), side="right") - 1
         edges = unique_sorted(np.concatenate([[0], cuts, [owned]]).astype(np.int64))

@@ -216,3 +216,24 @@ def test_a_job_larger_than_the_machine_refuses_to_start(tmp_path):
         r"--local with 2 ranks needs about [\d.]+ GiB but this machine has [\d.]+ GiB available", got.stderr
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_a_level_holds_its_adjacency_compactly_and_splits_into_blocks():
+    from distgnn.partition.multilevel import _level_from_keys
+
+    rng = np.random.default_rng(0)
+    n, bounds = 50, np.array([0, 20, 50], dtype=np.int64)
+    u = rng.integers(0, 30, 400)  # rank 1's 30 owned vertices (local ids)
+    v = rng.integers(0, n, 400)
+    keys = np.unique(u * n + v)
+    level = _level_from_keys(n, bounds, 1, np.ones(30, dtype=np.int64), keys.copy(), None)
+    assert level.index.dtype == np.int32 and level.entries == keys.size
+    au, index, aw = level.block(0, 30)
+    assert np.array_equal(au * n + level.nbr[index], keys) and (aw == 1).all()
+    assert np.array_equal(level.nbr, np.unique(keys % n))
+    blocks = level.blocks(size=37)
+    assert blocks[0][0] == 0 and blocks[-1][1] == 30
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+    degree = np.diff(level.indptr)
+    for first, last in blocks:  # under twice the block size, plus one vertex's entries
+        assert degree[first:last].sum() < 2 * 37 + degree[first:last].max()
