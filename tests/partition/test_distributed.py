@@ -237,3 +237,16 @@ def test_a_level_holds_its_adjacency_compactly_and_splits_into_blocks():
     degree = np.diff(level.indptr)
     for first, last in blocks:  # under twice the block size, plus one vertex's entries
         assert degree[first:last].sum() < 2 * 37 + degree[first:last].max()
+
+
+def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(homo):
+    from distgnn.data.chunked import read_chunked_layout
+    from distgnn.partition.memory import PER_COARSE_ENTRY, estimate_ranks
+
+    layout = read_chunked_layout(homo)
+    edges = sum(layout.num_edges(e) for e in layout.etypes)
+    random = estimate_ranks(layout, 2, 4, "random")
+    small = estimate_ranks(layout, 2, 4, "metis", coarse_edges=100)
+    whole = estimate_ranks(layout, 2, 4, "metis", coarse_edges=10**9)  # METIS on the whole graph: 2E entries
+    assert whole[0].peak_bytes - small[0].peak_bytes == PER_COARSE_ENTRY * (2 * edges - 100)
+    assert whole[1].peak_bytes == small[1].peak_bytes > random[1].peak_bytes
