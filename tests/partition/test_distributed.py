@@ -250,3 +250,14 @@ def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(ho
     whole = estimate_ranks(layout, 2, 4, "metis", coarse_edges=10**9)  # METIS on the whole graph: 2E entries
     assert whole[0].peak_bytes - small[0].peak_bytes == PER_COARSE_ENTRY * (2 * edges - 100)
     assert whole[1].peak_bytes == small[1].peak_bytes > random[1].peak_bytes
+
+
+@pytest.mark.parametrize("bound", [1, 3, 4, 5, 40_000])
+def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
+    from types import SimpleNamespace
+
+    from distgnn.partition.collective import RankGroup
+
+    keys = np.random.default_rng(bound).integers(0, bound, 5000)
+    order = RankGroup.order_by_rank(SimpleNamespace(world=2), keys)
+    assert np.array_equal(order, np.argsort(keys, kind="stable"))
