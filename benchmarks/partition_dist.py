@@ -5,6 +5,8 @@ process(es), on the same chunked input; per run the table gives
 
 * ``s``: the partition's own time (single: its ``total`` line; job: the slowest rank's seconds), and
   ``time/single``;
+* ``cpu s``: user + system CPU seconds of the whole command (every rank, its start-up included), and
+  ``cpu/single``: on a loaded machine the processes' share of the cores moves ``s``, not this;
 * ``peak GiB``: single: the peak RSS when the partition is written (before ``--check``); job: the largest
   rank's measured peak (ru_maxrss), ``peak/single``, and ``est/peak``: the ``--dry-run`` estimate of that
   rank over its measured peak;
@@ -16,6 +18,7 @@ process(es), on the same chunked input; per run the table gives
         --parts 4 --workers 1,2,4 --methods random,range,metis --work /tmp/pdist
     python benchmarks/partition_dist.py --graph synthetic-mag --num-papers 100000 --parts 4 --workers 2,4
     python benchmarks/partition_dist.py --graph papers --num-nodes 10000000 --avg-degree 15 --workers 2,4
+    python benchmarks/partition_dist.py --input DIR/metadata.json --workers 2,4 --methods random
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,8 @@ CLI = [sys.executable, "-m", "distgnn.partition.cli"]
 
 
 def _make_graph(args: argparse.Namespace) -> Path:
+    if args.input is not None:
+        return args.input
     meta = args.work / "input" / "metadata.json"
     if meta.exists():
         return meta
@@ -78,26 +84,36 @@ def _same(a: Path, b: Path) -> bool:
     return json.loads(ja.read_text()) == json.loads(jb.read_text())
 
 
-def _run(cmd: list[str]) -> tuple[str, float]:
-    start = time.perf_counter()
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(cmd: list[str]) -> tuple[str, float, float]:
+    """Run ``cmd``; returns its output, wall seconds and CPU seconds (user + system, every rank's).
+    The output (every rank's phase lines) also goes to ``OUT.log`` beside its ``--out``."""
+    start, cpu = time.perf_counter(), _cpu_of_children()
     done = subprocess.run(cmd, capture_output=True, text=True)
+    cpu = _cpu_of_children() - cpu
+    out = Path(cmd[cmd.index("--out") + 1])
+    out.with_name(out.name + ".log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
-    return done.stdout, time.perf_counter() - start
+    return done.stdout, time.perf_counter() - start, cpu
 
 
 def _single(meta: Path, out: Path, method: str, args: argparse.Namespace) -> dict:
-    stdout, wall = _run(
+    stdout, wall, cpu = _run(
         [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
          "--seed", str(args.seed), "--overwrite"]
     )  # fmt: skip
     seconds = float(re.search(r"^total ([\d.]+) s", stdout, re.MULTILINE).group(1))
     peak = float(re.findall(r"write done in [\d.]+ s \(peak RSS so far ([\d.]+) GiB\)", stdout)[-1])
-    return dict(seconds=seconds, wall=wall, peak=peak, estimate=None)
+    return dict(seconds=seconds, wall=wall, cpu=cpu, peak=peak, estimate=None)
 
 
 def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Namespace) -> dict:
-    stdout, wall = _run(
+    stdout, wall, cpu = _run(
         [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
          "--seed", str(args.seed), "--overwrite", "--workers", str(workers), "--local",
          "--coarse-edges", str(args.coarse_edges), "--message-mb", str(args.message_mb)]
@@ -108,6 +124,7 @@ def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Names
     return dict(
         seconds=max(float(r[5]) for r in rows),
         wall=wall,
+        cpu=cpu,
         peak=peaks[worst],
         estimate=float(rows[worst][2]),
         rounds=int(rows[0][3]),
@@ -131,14 +148,23 @@ def main() -> None:
     p.add_argument("--no-single", action="store_true", help="skip the single-process runs (too big for this box)")
     p.add_argument("--work", type=Path, default=Path("/tmp/partition_dist"))
     p.add_argument("--keep", action="store_true", help="keep the input and the partitions")
+    p.add_argument(
+        "--input", type=Path, help="an existing chunked graph's metadata.json (never removed); --graph is ignored"
+    )
     args = p.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     meta = _make_graph(args)
     layout = json.loads(meta.read_text())
     nodes = sum(map(sum, layout["num_nodes_per_chunk"]))
     edges = sum(map(sum, layout["num_edges_per_chunk"]))
-    print(f"{args.graph}: {nodes:,} nodes, {edges:,} edges, {args.parts} parts, {args.chunks} chunks per type")
-    header = "method | run | s | time/single | peak GiB | peak/single | est/peak | cut | cut/single | balance | same"
+    name = meta if args.input is not None else args.graph
+    print(
+        f"{name}: {nodes:,} nodes, {edges:,} edges, {len(layout['num_edges_per_chunk'][0])} edge chunks, {args.parts} parts"
+    )
+    header = (
+        "method | run | s | time/single | cpu s | cpu/single | peak GiB | peak/single | est/peak | cut | cut/single "
+        "| balance | same"
+    )
     print(header)
     print("|".join("---" for _ in header.split("|")))
     for method in args.methods.split(","):
@@ -148,7 +174,8 @@ def main() -> None:
             base = _single(meta, single_out, method, args)
             base["cut"], base["balance"] = _cut_and_balance(next(single_out.glob("*.json")))
             print(
-                f"{method} | single | {base['seconds']:.1f} | 1.00 | {base['peak']:.2f} | 1.00 | - | "
+                f"{method} | single | {base['seconds']:.1f} | 1.00 | {base['cpu']:.1f} | 1.00 | {base['peak']:.2f} | "
+                "1.00 | - | "
                 f"{base['cut']:,} | 1.00 | {base['balance']:.3f} | -",
                 flush=True,
             )
@@ -162,7 +189,8 @@ def main() -> None:
                 return f"{r[key] / base[key]:.2f}" if base else "-"
 
             print(
-                f"{method} | W={workers} | {r['seconds']:.1f} | {ratio('seconds')} | {r['peak']:.2f} | "
+                f"{method} | W={workers} | {r['seconds']:.1f} | {ratio('seconds')} | {r['cpu']:.1f} | {ratio('cpu')} | "
+                f"{r['peak']:.2f} | "
                 f"{ratio('peak')} | {r['estimate'] / r['peak']:.2f} | {r['cut']:,} | {ratio('cut')} | "
                 f"{r['balance']:.3f} | {same}",
                 flush=True,
@@ -171,7 +199,7 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
         if not args.keep:
             shutil.rmtree(single_out, ignore_errors=True)
-    if not args.keep:
+    if not args.keep and args.input is None:
         shutil.rmtree(args.work / "input", ignore_errors=True)
 
 

@@ -39,6 +39,8 @@ DEAD_AFTER_S = 20.0
 ENV_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # Exit status of a rank that stops because another one died.
 PEER_LOST_EXIT = 3
+# Up to this many distinct keys, ordering rows by destination scans once per key instead of sorting.
+FEW_KEYS = 4
 
 
 class RankFailure(DistGNNError):
@@ -255,8 +257,18 @@ class RankGroup:
         self.bytes_sent += int(send_bytes.sum())
 
     def order_by_rank(self, ranks: np.ndarray) -> np.ndarray:
-        """Stable order of positions by rank (numpy radix-sorts 16-bit keys)."""
-        small = np.int16 if self.world < (1 << 15) else np.int64
+        """Stable order of positions by ``ranks`` (any small non-negative keys: ranks, partitions): for a few
+        distinct keys one scan per key, else numpy's radix sort of 16-bit keys."""
+        bound = int(ranks.max(initial=-1)) + 1
+        if bound <= FEW_KEYS:
+            out = np.empty(ranks.shape[0], dtype=np.int64)
+            at = 0
+            for key in range(bound):
+                positions = np.flatnonzero(ranks == key)
+                out[at : at + positions.shape[0]] = positions
+                at += positions.shape[0]
+            return out
+        small = np.int16 if bound <= (1 << 15) else np.int64
         return np.argsort(ranks.astype(small, copy=False), kind="stable")
 
     def send_to(self, dest: np.ndarray, columns: np.ndarray, message_bytes: int) -> np.ndarray:

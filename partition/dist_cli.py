@@ -75,7 +75,7 @@ def _estimates(opts: DistOptions, workers: int):
 
     layout = read_chunked_layout(opts.input)
     check_chunking(layout)
-    return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method)
+    return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method, opts.coarse_edges)
 
 
 def _print_estimates(estimates) -> None:

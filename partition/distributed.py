@@ -479,8 +479,9 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
             np.lib.format.open_memmap(staging / "orig_nid.npy", mode="w+", dtype=np.int64, shape=(job.N,)).flush()
             np.lib.format.open_memmap(staging / "orig_eid.npy", mode="w+", dtype=np.int64, shape=(job.E,)).flush()
         job.edge_cut = None
-        _phase(group, "read edges", job.read_edges)
+        # The assignment first: METIS-based reads the edges itself, a piece at a time.
         _phase(group, f"{opts.method} assignment into {opts.num_parts}", job.assign)
+        _phase(group, "read edges", job.read_edges)
         _phase(group, "number nodes", job.number_nodes)
         group.barrier()  # orig_*.npy exist
         _phase(group, "dispatch edges and write partitions", lambda: job.dispatch_edges(staging))

@@ -22,9 +22,14 @@ BASE_BYTES = 235 << 20
 PER_EDGE_READ = 48
 # Bytes per edge of the partition being written (received rows, their sort, the CSC arrays).
 PER_EDGE_OF_PART = 56
-# --method metis: per edge read, the symmetrised adjacency of the owned vertices and a label propagation
-# round's arrays over it.
-PER_EDGE_READ_METIS = 200
+# --method metis, while the multilevel partition is computed (before the edges are read for dispatch): per
+# edge read, the symmetrised adjacency entries received (two per edge) and kept distinct; per owned node,
+# the label propagation arrays and the lookups of the neighbours' labels; the scratch arrays of one block of
+# entries; on rank 0, the coarsest graph gathered for METIS and METIS's copy of it, per adjacency entry.
+PER_EDGE_READ_METIS = 36
+PER_NODE_OWNED_METIS = 160
+METIS_BLOCK_BYTES = 160 << 20
+PER_COARSE_ENTRY = 96
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
 # One feature chunk as loaded, packed with its ids, sent and received.
@@ -41,12 +46,15 @@ class RankEstimate:
     peak_bytes: int
 
 
-def estimate_ranks(layout: ChunkedLayout, workers: int, num_parts: int, method: str) -> list[RankEstimate]:
+def estimate_ranks(
+    layout: ChunkedLayout, workers: int, num_parts: int, method: str, coarse_edges: int = 50_000_000
+) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
     Edges read follow the job's split (edge chunk ``j`` to rank ``j % W``); a writer holds one partition's
     edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
-    close to it). The peak is the larger of the edge phase and the feature phase.
+    close to it). The peak is the largest of the edge phase, the feature phase and, for ``metis``, the
+    multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0).
     """
     total_nodes = sum(layout.num_nodes.values())
     total_edges = sum(layout.num_edges(e) for e in layout.etypes)
@@ -67,10 +75,14 @@ def estimate_ranks(layout: ChunkedLayout, workers: int, num_parts: int, method: 
     out = []
     for r in range(workers):
         owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
-        per_read = PER_EDGE_READ_METIS if method == "metis" else PER_EDGE_READ
-        edge_phase = per_read * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
+        edge_phase = PER_EDGE_READ * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
         feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
-        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase)
+        metis_phase = 0
+        if method == "metis":
+            metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
+            if r == 0:
+                metis_phase += PER_COARSE_ENTRY * min(int(coarse_edges), 2 * total_edges)
+        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase, metis_phase)
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
     return out
 

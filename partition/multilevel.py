@@ -30,7 +30,6 @@ import numpy as np
 
 from distgnn.partition.assign import hash_ids, unique_sorted
 from distgnn.partition.metis import metis_kway
-from distgnn.partition.reshuffle import distinct_with_index
 
 logger = logging.getLogger(__name__)
 
@@ -43,32 +42,74 @@ CLUSTER_FRACTION = 1 / 16
 # Contraction stops when a level keeps more than this fraction of its vertices.
 MIN_SHRINK = 0.85
 _HASH_BITS = 53
+# Adjacency entries one step of a pass over a level handles: bounds its scratch arrays.
+BLOCK_ENTRIES = 1 << 20
 
 
 @dataclass
 class Level:
-    """One level's graph, as this rank holds it.
+    """One level's graph, as this rank holds it: the adjacency of its owned vertices in CSR form, each
+    entry's neighbour stored as an index into the sorted distinct neighbours.
 
     Attributes:
         n: vertex count of the level; bounds: ``(W+1,)`` owner ranges of its ids.
         vw: ``(owned,)`` int64 vertex weights.
-        au: ``(entries,)`` int64 owned vertex (local index) of each adjacency entry, sorted.
-        av: ``(entries,)`` int64 neighbour (level id); aw: ``(entries,)`` int64 edge weight.
+        indptr: ``(owned + 1,)`` int64; the entries of owned vertex ``i`` (local index) are
+            ``indptr[i]:indptr[i + 1]``, sorted by neighbour.
+        nbr: sorted distinct neighbours (level ids) of the owned vertices.
+        index: ``(entries,)`` int32 (int64 past 2**31 neighbours): each entry's neighbour in ``nbr``.
+        aw: ``(entries,)`` int64 edge weights, or None where every weight is 1 (level 0).
     """
 
     n: int
     bounds: np.ndarray
     vw: np.ndarray
-    au: np.ndarray
-    av: np.ndarray
-    aw: np.ndarray
-    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # distinct av and each entry's index in it
+    indptr: np.ndarray
+    nbr: np.ndarray
+    index: np.ndarray
+    aw: np.ndarray | None
+
+    @property
+    def entries(self) -> int:
+        return int(self.index.shape[0])
 
     def lo(self, rank: int) -> int:
         return int(self.bounds[rank])
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.bounds[1:], ids, side="right")
+
+    def blocks(self, size: int = BLOCK_ENTRIES) -> list[tuple[int, int]]:
+        """Ranges ``(first, last)`` of owned vertices covering them in order, each with fewer than
+        ``2 * size`` entries plus one vertex's (a vertex is never split)."""
+        owned = self.vw.shape[0]
+        cuts = np.searchsorted(self.indptr, np.arange(size, self.entries, size, dtype=np.int64), side="right") - 1
+        edges = unique_sorted(np.concatenate([[0], cuts, [owned]]).astype(np.int64))
+        return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
+
+    def block(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(owned vertex (local index), neighbour index into nbr, weight)`` of the entries of ``first:last``."""
+        e0, e1 = int(self.indptr[first]), int(self.indptr[last])
+        au = np.repeat(np.arange(first, last, dtype=np.int64), np.diff(self.indptr[first : last + 1]))
+        aw = np.ones(e1 - e0, dtype=np.int64) if self.aw is None else self.aw[e0:e1]
+        return au, self.index[e0:e1], aw
+
+
+def _level_from_keys(n: int, bounds: np.ndarray, rank: int, vw: np.ndarray, keys: np.ndarray, aw) -> Level:
+    """The level from sorted distinct ``keys`` = local vertex * n + neighbour (consumed) and their weights."""
+    owned = int(bounds[rank + 1] - bounds[rank])
+    degree = np.zeros(owned, dtype=np.int64)
+    for start in range(0, keys.shape[0], BLOCK_ENTRIES):
+        degree += np.bincount(keys[start : start + BLOCK_ENTRIES] // n, minlength=owned)
+    indptr = np.zeros(owned + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    del degree
+    np.remainder(keys, n, out=keys)  # now the neighbours
+    nbr = unique_sorted(keys.copy())
+    index = np.empty(keys.shape[0], dtype=np.int32 if nbr.shape[0] < (1 << 31) else np.int64)
+    for start in range(0, keys.shape[0], BLOCK_ENTRIES):
+        index[start : start + BLOCK_ENTRIES] = np.searchsorted(nbr, keys[start : start + BLOCK_ENTRIES])
+    return Level(n, bounds, vw, indptr, nbr, index, aw)
 
 
 def _bounds(n: int, world: int) -> np.ndarray:
@@ -94,6 +135,17 @@ def _pair_key(a: np.ndarray, b: np.ndarray, b_bound: int) -> np.ndarray:
     return a * np.int64(b_bound) + b
 
 
+def _join(pieces: list[np.ndarray], dtype) -> np.ndarray:
+    """The concatenation of ``pieces``, each freed once copied (the list is emptied)."""
+    out = np.empty(sum(p.shape[0] for p in pieces), dtype=dtype)
+    at = 0
+    while pieces:
+        piece = pieces.pop(0)
+        out[at : at + piece.shape[0]] = piece
+        at += piece.shape[0]
+    return out
+
+
 class Multilevel:
     """The multilevel partition of a job's graph (see the module docstring)."""
 
@@ -106,64 +158,101 @@ class Multilevel:
 
     # -- collectives over a level --------------------------------------------------------------
 
+    def agreed(self, count: int) -> int:
+        """The largest ``count`` over the ranks: the number of steps of a blocked collective."""
+        return int(self.group.allreduce(np.array([count], dtype=np.int64), "max")[0])
+
     def lookup(self, level: Level, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """``values`` (aligned with the owned vertices) of any level ids, from their owners."""
+        """``values`` (aligned with the owned vertices) of any level ids, from their owners,
+        ``BLOCK_ENTRIES`` ids at a time."""
         lo = level.lo(self.rank)
-        return self.group.lookup(ids, level.owner(ids), lambda asked: values[asked - lo], self.msg)
+        out = np.empty(ids.shape[0], dtype=np.int64)
+        for k in range(self.agreed(-(-ids.shape[0] // BLOCK_ENTRIES))):
+            piece = ids[k * BLOCK_ENTRIES : (k + 1) * BLOCK_ENTRIES]
+            out[k * BLOCK_ENTRIES : k * BLOCK_ENTRIES + piece.shape[0]] = self.group.lookup(
+                piece, level.owner(piece), lambda asked: values[asked - lo], self.msg
+            )
+        return out
 
     def neighbour_values(self, level: Level, values: np.ndarray) -> np.ndarray:
-        """``values`` of every adjacency entry's neighbour, each distinct neighbour asked once."""
-        if level.neighbours is None:
-            level.neighbours = distinct_with_index(level.av)
-        distinct, index = level.neighbours
-        return self.lookup(level, distinct, values)[index]
+        """``values`` of each distinct neighbour (aligned with ``level.nbr``): index with ``level.index``."""
+        return self.lookup(level, level.nbr, values)
+
+    def _edge_blocks(self):
+        """This rank's edges, chunk by chunk, in pieces of at most ``BLOCK_ENTRIES // 2``: ``(src, dst)``
+        homogeneous ids; and the number of pieces."""
+        job, layout = self.job, self.job.layout
+        step = max(1, BLOCK_ENTRIES // 2)
+        pieces = [(t, j) for t, etype in enumerate(job.etypes) for j in job.my_chunks(len(layout.edge_chunks[etype]))]
+        count = sum(-(-layout.edge_chunks[job.etypes[t]][j] // step) for t, j in pieces)
+
+        def generate():
+            for t, j in pieces:
+                etype = job.etypes[t]
+                s, d = layout.read_edge_chunk(etype, j)
+                s += job.node_offsets[job.ntypes.index(etype[0])]
+                d += job.node_offsets[job.ntypes.index(etype[2])]
+                for start in range(0, s.shape[0], step):
+                    yield s[start : start + step], d[start : start + step]
+
+        return generate(), count
 
     def level0(self) -> Level:
-        """The symmetrised simple graph of the job's edges (read by this rank) over its owned nodes."""
+        """The symmetrised simple graph of the job's edges over the owned nodes, built from this rank's
+        edge chunks piece by piece (each piece's entries go to their owners, which keep them distinct)."""
         job = self.job
-        keep = job.src != job.dst
-        u = np.concatenate([job.src[keep], job.dst[keep]])
-        v = np.concatenate([job.dst[keep], job.src[keep]])
-        del keep
-        bounds = job.owner_bounds
-        got = self.group.send_to(np.searchsorted(bounds[1:], u, side="right"), np.stack([u, v], axis=1), self.msg)
-        del u, v
+        N, bounds = job.N, job.owner_bounds
+        pieces, count = self._edge_blocks()
+        got: list[np.ndarray] = []
+        for _ in range(self.agreed(count)):
+            s, d = next(pieces, (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)))
+            keep = s != d
+            u = np.concatenate([s[keep], d[keep]])
+            v = np.concatenate([d[keep], s[keep]])
+            del s, d, keep
+            keys = unique_sorted(_pair_key(u, v, N))
+            del u, v
+            received = self.group.send_to(np.searchsorted(bounds[1:], keys // N, side="right"), keys, self.msg)
+            del keys
+            got.append(unique_sorted(received))
+        keys = unique_sorted(_join(got, np.int64))
         lo = int(bounds[self.rank])
-        keys = unique_sorted(_pair_key(got[:, 0] - lo, got[:, 1], job.N))
-        del got
+        keys -= lo * N
         owned = int(bounds[self.rank + 1]) - lo
-        return Level(
-            job.N,
-            bounds,
-            np.ones(owned, dtype=np.int64),
-            keys // job.N,
-            keys % job.N,
-            np.ones(keys.shape[0], dtype=np.int64),
-        )
+        return _level_from_keys(N, bounds, self.rank, np.ones(owned, dtype=np.int64), keys, None)
 
     # -- coarsening -------------------------------------------------------------------------------
 
     def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None):
         """Per owned vertex with a neighbour: ``(vertex, best target, its connection, connection to current)``.
 
-        ``targets``: per adjacency entry the neighbour's label (or part); ``allowed(entries mask)``: which
-        (vertex, target) pairs may be chosen (besides the current one).
+        ``targets``: per distinct neighbour (``level.nbr``) its label (or part); ``allowed(vertices,
+        targets)``: which (vertex, target) pairs may be chosen besides the current one (no collective).
+        Runs over blocks of owned vertices, so its scratch arrays are bounded by ``BLOCK_ENTRIES``.
         """
         bound = max(level.n, self.P)
-        keys, conn = _sum_by_key(_pair_key(level.au, targets, bound), level.aw)
-        gu, gt = keys // bound, keys % bound
-        is_current = gt == current[gu]
         cur_conn = np.zeros(current.shape[0], dtype=np.int64)
-        cur_conn[gu[is_current]] = conn[is_current]
-        ok = ~is_current
-        if allowed is not None:
-            ok &= allowed(gu, gt)
-        gu, gt, conn = gu[ok], gt[ok], conn[ok]
-        tie = _unit(gt, self.seed, salt)
-        order = np.lexsort((tie, -conn, gu))
-        gu, gt, conn = gu[order], gt[order], conn[order]
-        first = np.concatenate([[True], gu[1:] != gu[:-1]]) if gu.size else np.zeros(0, dtype=bool)
-        return gu[first], gt[first], conn[first], cur_conn
+        out_u, out_t, out_c = [], [], []
+        for first, last in level.blocks():
+            au, index, aw = level.block(first, last)
+            keys, conn = _sum_by_key(_pair_key(au, targets[index], bound), aw)
+            del au, index, aw
+            gu, gt = keys // bound, keys % bound
+            del keys
+            is_current = gt == current[gu]
+            cur_conn[gu[is_current]] = conn[is_current]
+            ok = ~is_current
+            if allowed is not None:
+                ok &= allowed(gu, gt)
+            gu, gt, conn = gu[ok], gt[ok], conn[ok]
+            tie = _unit(gt, self.seed, salt)
+            order = np.lexsort((tie, -conn, gu))
+            gu, gt, conn = gu[order], gt[order], conn[order]
+            first_of = np.concatenate([[True], gu[1:] != gu[:-1]]) if gu.size else np.zeros(0, dtype=bool)
+            out_u.append(gu[first_of])
+            out_t.append(gt[first_of])
+            out_c.append(conn[first_of])
+        return _join(out_u, np.int64), _join(out_t, np.int64), _join(out_c, np.int64), cur_conn
 
     def _accept(
         self,
@@ -208,11 +297,11 @@ class Multilevel:
             salt = 1000 * depth + rnd
             nbr_label = self.neighbour_values(level, label)
             active = _unit(ids, self.seed, salt) < 0.5
+            labels = unique_sorted(nbr_label.copy())
+            label_weight = self.lookup(level, labels, cweight)
 
-            def allowed(gu, gt, level=level, cweight=cweight, active=active):
-                uniq = unique_sorted(gt.copy())
-                weights = self.lookup(level, uniq, cweight)
-                room = weights[np.searchsorted(uniq, gt)] + level.vw[gu] <= max_cluster
+            def allowed(gu, gt, level=level, labels=labels, label_weight=label_weight, active=active):
+                room = label_weight[np.searchsorted(labels, gt)] + level.vw[gu] <= max_cluster
                 return room & active[gu]
 
             gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed)
@@ -238,23 +327,35 @@ class Multilevel:
         coarse = self.lookup(level, label, coarse_of_label)
         nbr_coarse = self.neighbour_values(level, coarse)
         cbounds = _bounds(n_coarse, self.world)
-        cu = coarse[level.au]
-        keep = cu != nbr_coarse
-        edges = self.group.send_to(
-            np.searchsorted(cbounds[1:], cu[keep], side="right"),
-            np.stack([cu[keep], nbr_coarse[keep], level.aw[keep]], axis=1),
-            self.msg,
-        )
-        del keep, cu, nbr_coarse
         clo = int(cbounds[self.rank])
-        keys, w = _sum_by_key(_pair_key(edges[:, 0] - clo, edges[:, 1], n_coarse), edges[:, 2])
-        del edges
+        # Contraction, block by block: each block's coarse entries summed here, sent to their owners and
+        # summed there again.
+        blocks = level.blocks()
+        got_keys, got_w = [], []
+        for k in range(self.agreed(len(blocks))):
+            first, last = blocks[k] if k < len(blocks) else (0, 0)
+            au, index, aw = level.block(first, last)
+            cu, cv = coarse[au], nbr_coarse[index]
+            keep = cu != cv
+            keys, w = _sum_by_key(_pair_key(cu[keep], cv[keep], n_coarse), aw[keep])
+            del au, index, aw, cu, cv, keep
+            edges = self.group.send_to(
+                np.searchsorted(cbounds[1:], keys // n_coarse, side="right"), np.stack([keys, w], axis=1), self.msg
+            )
+            del keys, w
+            keys, w = _sum_by_key(edges[:, 0], edges[:, 1])
+            got_keys.append(keys)
+            got_w.append(w)
+            del edges, keys, w
+        del nbr_coarse
+        keys, w = _sum_by_key(_join(got_keys, np.int64), _join(got_w, np.int64))
+        keys -= clo * n_coarse
         vws = self.group.send_to(
             np.searchsorted(cbounds[1:], coarse, side="right"), np.stack([coarse, level.vw], axis=1), self.msg
         )
         vw = np.zeros(int(cbounds[self.rank + 1]) - clo, dtype=np.int64)
         np.add.at(vw, vws[:, 0] - clo, vws[:, 1])
-        return Level(n_coarse, cbounds, vw, keys // n_coarse, keys % n_coarse, w), coarse
+        return _level_from_keys(n_coarse, cbounds, self.rank, vw, keys, w), coarse
 
     # -- initial partition and refinement ------------------------------------------------------------
 
@@ -263,8 +364,12 @@ class Multilevel:
         lo = level.lo(self.rank)
         owned = level.vw.shape[0]
         to_root = np.zeros(self.world, dtype=np.int64)
-        to_root[0] = level.au.shape[0]
-        adj, _ = self.group.alltoallv(np.stack([level.au + lo, level.av, level.aw], axis=1), to_root, self.msg)
+        to_root[0] = level.entries
+        au, index, aw = level.block(0, owned)
+        rows = np.stack([au + lo, level.nbr[index], aw], axis=1)
+        del au, index, aw
+        adj, _ = self.group.alltoallv(rows, to_root, self.msg)
+        del rows
         to_root[0] = owned
         vw, _ = self.group.alltoallv(level.vw, to_root, self.msg)
         if self.rank == 0:
@@ -317,7 +422,10 @@ class Multilevel:
 
     def edge_cut(self, level: Level, part: np.ndarray) -> int:
         nbr_part = self.neighbour_values(level, part)
-        cut = int(np.sum(level.aw[part[level.au] != nbr_part]))
+        cut = 0
+        for first, last in level.blocks():
+            au, index, aw = level.block(first, last)
+            cut += int(np.sum(aw[part[au] != nbr_part[index]]))
         return int(self.group.allreduce(np.array([cut], dtype=np.int64))[0]) // 2
 
     def run(self) -> tuple[np.ndarray, int]:
@@ -327,7 +435,7 @@ class Multilevel:
         max_cluster = max(1, int(total / self.P * CLUSTER_FRACTION))
         while True:
             level = levels[-1]
-            entries = int(self.group.allreduce(np.array([level.au.shape[0]], dtype=np.int64))[0])
+            entries = int(self.group.allreduce(np.array([level.entries], dtype=np.int64))[0])
             if entries <= self.coarse_edges or level.n <= 2 * self.P:
                 break
             coarse, mapping = self.coarsen(level, len(levels), max_cluster)

@@ -1,7 +1,7 @@
 """An ogbn-papers100M-shaped graph written straight to disk in DGL's chunked format, chunk by chunk.
 
     python -m distgnn.data.papers_like --num-nodes N --out DIR [--avg-degree D] [--feat-dim F]
-                                       [--num-classes C] [--nodes-per-chunk K] [--seed S]
+                                       [--num-classes C] [--nodes-per-chunk K] [--seed S] [--jobs J]
 
 One node type ``paper`` and one edge type ``paper:cites:paper`` (directed, as papers100M), ``feat``
 float32 ``(N, F)`` (default 128), ``label`` int64, and ``train_mask`` / ``val_mask`` / ``test_mask``
@@ -22,6 +22,8 @@ import math
 import os
 import shutil
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
@@ -94,8 +96,9 @@ def write_papers_like(
     skew: float = 2.0,
     signal: float = 1.4,
     overwrite: bool = False,
+    jobs: int = 1,
 ) -> Path:
-    """Write the graph under ``out_dir``; returns its ``metadata.json``. Peak memory is one chunk.
+    """Write the graph under ``out_dir``; returns its ``metadata.json``. Peak memory is one chunk per job.
 
     Args:
         num_nodes: N (>= 2); the graph has ``round(N * avg_degree)`` directed edges (self loops and
@@ -105,11 +108,13 @@ def write_papers_like(
         intra: probability that an edge stays in its source's community; skew: > 1 concentrates the
             draws on a community's first members (the degree tail); signal: class centroid scale of the
             features against unit noise.
+        jobs: processes writing chunks at once (the files are the same for any number).
     """
-    if num_nodes < 2 or avg_degree <= 0 or feat_dim < 1 or num_classes < 1 or nodes_per_chunk < 1:
+    if num_nodes < 2 or avg_degree <= 0 or feat_dim < 1 or num_classes < 1 or nodes_per_chunk < 1 or jobs < 1:
         raise InputError(
             "papers_like needs num_nodes >= 2, avg_degree > 0, feat_dim >= 1, num_classes >= 1, "
-            f"nodes_per_chunk >= 1; got {num_nodes}, {avg_degree}, {feat_dim}, {num_classes}, {nodes_per_chunk}"
+            f"nodes_per_chunk >= 1, jobs >= 1; got {num_nodes}, {avg_degree}, {feat_dim}, {num_classes}, "
+            f"{nodes_per_chunk}, {jobs}"
         )
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
@@ -127,12 +132,17 @@ def write_papers_like(
     try:
         for sub in ("edge_index", "node_data/paper"):
             (staging / sub).mkdir(parents=True)
-        _write_node_chunks(staging, layout, node_rows, centroids, seed, names)
-        for j, rows in enumerate(edge_rows):
-            _save(
-                staging / "edge_index" / f"paper:cites:paper{j}.npy",
-                _edges(layout, rows, np.random.default_rng([seed, j, 2]), intra, skew),
-            )
+        firsts = np.concatenate([[0], np.cumsum(node_rows)[:-1]]).tolist()
+        tasks = [
+            (staging, layout, j, firsts[j], node_rows[j], edge_rows[j], centroids, seed, names, intra, skew)
+            for j in range(num_chunks)
+        ]
+        if jobs > 1:
+            with ProcessPoolExecutor(min(jobs, num_chunks), mp_context=get_context("fork")) as pool:
+                list(pool.map(_write_chunk, tasks))
+        else:
+            for task in tasks:
+                _write_chunk(task)
         metadata = _metadata(node_rows, edge_rows, names, num_classes)
         (staging / "metadata.json").write_text(json.dumps(metadata, sort_keys=True, indent=4))
         if out_dir.exists():
@@ -146,30 +156,31 @@ def write_papers_like(
 NODE_DATA = ("feat", "label", "train_mask", "val_mask", "test_mask")
 
 
-def _write_node_chunks(
-    staging: Path, layout: _Layout, node_rows: list[int], centroids: np.ndarray, seed: int, names: tuple[str, ...]
-) -> None:
-    """Each node chunk's features (class centroid plus unit noise), labels and masks, one chunk in memory."""
+def _write_chunk(task: tuple) -> None:
+    """Node chunk ``j`` (features: class centroid plus unit noise, labels, masks) and edge chunk ``j``;
+    a function of (seed, j) alone."""
+    staging, layout, j, first, rows, num_edges, centroids, seed, names, intra, skew = task
     num_classes = centroids.shape[0]
-    first = 0
-    for j, rows in enumerate(node_rows):
-        rng = np.random.default_rng([seed, j, 1])
-        ids = np.arange(first, first + rows, dtype=np.int64)
-        label = layout.community_of_position(layout.position_of(ids)) % num_classes
-        feat = rng.standard_normal((rows, centroids.shape[1]), dtype=np.float32)
-        feat += centroids[label]
-        split = rng.random(rows)
-        arrays = {
-            "feat": feat,
-            "label": label,
-            "train_mask": split < TRAIN_FRAC,
-            "val_mask": (split >= TRAIN_FRAC) & (split < TRAIN_FRAC + VAL_FRAC),
-            "test_mask": (split >= TRAIN_FRAC + VAL_FRAC) & (split < TRAIN_FRAC + VAL_FRAC + TEST_FRAC),
-        }
-        for name in names:
-            _save(staging / "node_data/paper" / f"{name}-{j}.npy", arrays[name])
-        del arrays, feat
-        first += rows
+    rng = np.random.default_rng([seed, j, 1])
+    ids = np.arange(first, first + rows, dtype=np.int64)
+    label = layout.community_of_position(layout.position_of(ids)) % num_classes
+    feat = rng.standard_normal((rows, centroids.shape[1]), dtype=np.float32)
+    feat += centroids[label]
+    split = rng.random(rows)
+    arrays = {
+        "feat": feat,
+        "label": label,
+        "train_mask": split < TRAIN_FRAC,
+        "val_mask": (split >= TRAIN_FRAC) & (split < TRAIN_FRAC + VAL_FRAC),
+        "test_mask": (split >= TRAIN_FRAC + VAL_FRAC) & (split < TRAIN_FRAC + VAL_FRAC + TEST_FRAC),
+    }
+    for name in names:
+        _save(staging / "node_data/paper" / f"{name}-{j}.npy", arrays[name])
+    del arrays, feat
+    _save(
+        staging / "edge_index" / f"paper:cites:paper{j}.npy",
+        _edges(layout, num_edges, np.random.default_rng([seed, j, 2]), intra, skew),
+    )
 
 
 def _metadata(node_rows: list[int], edge_rows: list[int], names: tuple[str, ...], num_classes: int) -> dict:
@@ -210,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-classes", type=int, default=172)
     p.add_argument("--nodes-per-chunk", type=int, default=NODES_PER_CHUNK)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1, help="processes writing chunks at once (the same files)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
     try:
@@ -222,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             args.nodes_per_chunk,
             args.seed,
             overwrite=args.overwrite,
+            jobs=args.jobs,
         )
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -33,8 +33,11 @@ def test_writes_a_chunked_graph_of_the_requested_size(tmp_path):
     src, dst = graph.edges[("paper", "cites", "paper")]
     in_degree = np.bincount(dst, minlength=3000)
     assert in_degree.max() > 8 * np.median(in_degree)  # a heavy tail
-    again = write_papers_like(tmp_path / "b", 3000, avg_degree=12, feat_dim=8, num_classes=5, nodes_per_chunk=1000)
-    for rel in ("edge_index/paper:cites:paper2.npy", "node_data/paper/feat-1.npy"):
+    # Two processes writing the chunks write the same files.
+    again = write_papers_like(
+        tmp_path / "b", 3000, avg_degree=12, feat_dim=8, num_classes=5, nodes_per_chunk=1000, jobs=2
+    )
+    for rel in ("edge_index/paper:cites:paper2.npy", "node_data/paper/feat-1.npy", "node_data/paper/label-0.npy"):
         assert np.array_equal(np.load(meta_path.parent / rel), np.load(again.parent / rel))
     with pytest.raises(InputError, match="already exists"):
         write_papers_like(tmp_path / "a", 3000)

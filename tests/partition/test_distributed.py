@@ -216,3 +216,48 @@ def test_a_job_larger_than_the_machine_refuses_to_start(tmp_path):
         r"--local with 2 ranks needs about [\d.]+ GiB but this machine has [\d.]+ GiB available", got.stderr
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_a_level_holds_its_adjacency_compactly_and_splits_into_blocks():
+    from distgnn.partition.multilevel import _level_from_keys
+
+    rng = np.random.default_rng(0)
+    n, bounds = 50, np.array([0, 20, 50], dtype=np.int64)
+    u = rng.integers(0, 30, 400)  # rank 1's 30 owned vertices (local ids)
+    v = rng.integers(0, n, 400)
+    keys = np.unique(u * n + v)
+    level = _level_from_keys(n, bounds, 1, np.ones(30, dtype=np.int64), keys.copy(), None)
+    assert level.index.dtype == np.int32 and level.entries == keys.size
+    au, index, aw = level.block(0, 30)
+    assert np.array_equal(au * n + level.nbr[index], keys) and (aw == 1).all()
+    assert np.array_equal(level.nbr, np.unique(keys % n))
+    blocks = level.blocks(size=37)
+    assert blocks[0][0] == 0 and blocks[-1][1] == 30
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+    degree = np.diff(level.indptr)
+    for first, last in blocks:  # under twice the block size, plus one vertex's entries
+        assert degree[first:last].sum() < 2 * 37 + degree[first:last].max()
+
+
+def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(homo):
+    from distgnn.data.chunked import read_chunked_layout
+    from distgnn.partition.memory import PER_COARSE_ENTRY, estimate_ranks
+
+    layout = read_chunked_layout(homo)
+    edges = sum(layout.num_edges(e) for e in layout.etypes)
+    random = estimate_ranks(layout, 2, 4, "random")
+    small = estimate_ranks(layout, 2, 4, "metis", coarse_edges=100)
+    whole = estimate_ranks(layout, 2, 4, "metis", coarse_edges=10**9)  # METIS on the whole graph: 2E entries
+    assert whole[0].peak_bytes - small[0].peak_bytes == PER_COARSE_ENTRY * (2 * edges - 100)
+    assert whole[1].peak_bytes == small[1].peak_bytes > random[1].peak_bytes
+
+
+@pytest.mark.parametrize("bound", [1, 3, 4, 5, 40_000])
+def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
+    from types import SimpleNamespace
+
+    from distgnn.partition.collective import RankGroup
+
+    keys = np.random.default_rng(bound).integers(0, bound, 5000)
+    order = RankGroup.order_by_rank(SimpleNamespace(world=2), keys)
+    assert np.array_equal(order, np.argsort(keys, kind="stable"))
