@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 from dataclasses import dataclass
 
@@ -17,6 +18,13 @@ from distgnn.launch.plan import LaunchError, remote_shell_command
 SSH_CONNECT_TIMEOUT_S = 5
 #: ssh's own exit status when the connection (not the remote command) failed.
 SSH_FAILED = 255
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the rendezvous port of a job whose machines all are this host)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

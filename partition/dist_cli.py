@@ -1,29 +1,31 @@
 """``distgnn-partition --workers W``: the distributed job's command line (one rank, or ``--local``'s W ranks).
 
-``--local`` checks the input and the memory, then starts W copies of the same command as ranks 0..W-1
-with torchrun's environment on this host and watches them: when one fails, the others (whose watchdog
-names the dead rank) get ``--peer-timeout`` and ``STOP_EXTRA_S`` to exit before they are killed; Ctrl-C stops them all.
+``--local`` checks the input and the memory, then runs W copies of the same command as ranks 0..W-1 with
+torchrun's environment on this host, under the launcher's supervisor (:mod:`distgnn.launch.supervisor`, as
+every ``--local`` job): when one fails, the others are stopped; Ctrl-C and SIGTERM stop them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
-import socket
-import subprocess
 import sys
-import time
 
 import numpy as np
 
 from distgnn.errors import ConfigError, InputError
+from distgnn.launch.ip_config import Machine
+from distgnn.launch.plan import LaunchOptions, local_plan
+from distgnn.launch.supervisor import Job
+from distgnn.launch.transport import LocalTransport, free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import check_output_dir
 from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
 
-# After a rank fails, the others' watchdogs need up to --peer-timeout to name it and exit.
-STOP_EXTRA_S = 10.0
+# How long a rank gets to remove its staging directory after it is told to stop.
+STOP_GRACE_S = 10.0
 GIB = float(1 << 30)
 
 
@@ -108,66 +110,43 @@ def run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     return _run_rank(opts, workers, args)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> int:
+    """The W ranks on this host as ``distgnn-launch``'s :class:`~distgnn.launch.supervisor.Job` (trainers alone,
+    torchrun's environment): a failed rank named in one line and every other stopped (each removes its staging
+    directory), Ctrl-C and SIGTERM stop them all."""
     layout, estimates = _estimates(opts, workers)
     check_output_dir(opts.out.resolve(), opts.graph_name or layout.graph_name, opts.overwrite)
     _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
     child_argv = [a for a in argv if a != "--local"]
-    port = _free_port()
-    signal.signal(signal.SIGTERM, _terminate)
-    procs = []
-    for rank in range(workers):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(workers),
-            LOCAL_WORLD_SIZE=str(workers),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "distgnn.partition.cli", *child_argv], env=env))
-    try:
-        return _watch(procs, args.peer_timeout + STOP_EXTRA_S)
-    except KeyboardInterrupt:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        _reap(procs, 10.0)
+    launch_opts = LaunchOptions(
+        ip_config="",
+        part_config=None,
+        command=(sys.executable, "-m", "distgnn.partition.cli", *child_argv),
+        num_trainers=workers,
+        num_servers=0,
+        local=True,
+    )
+    job_id = f"p{secrets.token_hex(4)}"
+    plan = local_plan([Machine("127.0.0.1", 0)], launch_opts, job_id, free_port())
+    job = Job(
+        plan,
+        LocalTransport(os.getcwd()),
+        sys.executable,
+        secrets.token_hex(16),
+        workers,
+        grace_s=STOP_GRACE_S,
+        name="",
+        labelled=False,
+        server_exit_grace_s=0.0,
+    )
+    code = job.run()
+    if job.signal_received is not None:
         print("error: interrupted; no partition was written", file=sys.stderr)
-        return 130
-
-
-def _reap(procs: list[subprocess.Popen], grace: float) -> None:
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _watch(procs: list[subprocess.Popen], grace: float) -> int:
-    while True:
-        codes = [proc.poll() for proc in procs]
-        failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-        if failed:
-            rank, code = failed[0]
-            _reap(procs, grace)
-            how = f"signal {-code}" if code < 0 else f"exit status {code}"
-            print(f"error: rank {rank} failed ({how}); every rank stopped, no partition was written", file=sys.stderr)
-            return 2 if code == 2 else 1
-        if all(code == 0 for code in codes):
-            return 0
-        time.sleep(0.2)
+        return code
+    if job.cause is not None:
+        print(f"error: rank {job.cause.index} failed; every rank stopped, no partition was written", file=sys.stderr)
+        return job.cause.returncode if job.cause.returncode > 0 else 1
+    return code
 
 
 def _terminate(signum, frame) -> None:

@@ -39,7 +39,7 @@ ALLOWED: dict[str, set[str]] = {
     "native": {"errors"},
     "store": {"errors"},
     "data": {"errors"},
-    "partition": {"errors", "data"},
+    "partition": {"errors", "launch", "data"},
     "rpc": {"errors", "config"},
     "sampling": {"errors", "native", "data", "partition"},
     "server": {"errors", "config", "native", "store", "data", "partition", "rpc", "sampling"},

@@ -160,6 +160,48 @@ def test_a_killed_rank_stops_every_rank_naming_it_and_leaves_no_partition(hetero
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
 
 
+def _rank_pid(marker: str, rank: int) -> int | None:
+    """The pid of the partition rank ``rank`` whose command line holds ``marker`` (not its launcher wrapper)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        ours = marker.encode() in argv and b"distgnn.partition.cli" in argv and b"distgnn.launch.remote" not in argv
+        if ours and f"RANK={rank}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_path):
+    out = tmp_path / "out"
+    args = [
+        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
+        "--message-mb", 0.00005,
+    ]  # fmt: skip
+    job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in job.stdout:
+            if "number nodes done" in line:
+                break
+        pid = _rank_pid(str(out), 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = job.communicate(timeout=30)
+        assert time.monotonic() - killed_at < 30
+    finally:
+        if job.poll() is None:
+            job.kill()
+        job.wait()
+    assert job.returncode != 0
+    assert "rank 1 failed; every rank stopped, no partition was written" in err
+    assert _rank_pid(str(out), 0) is None
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
+
+
 def test_bad_input_is_one_line(homo, tmp_path):
     src = homo.parent
     broken = tmp_path / "g"
