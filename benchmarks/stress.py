@@ -3,6 +3,7 @@ Prints a table.
 
     python benchmarks/stress.py --runs 30                      # every kind 30 times, 2 busy processes per core
     python benchmarks/stress.py --runs 5 --kinds tgn-memory2 launch-tgn --log-dir /tmp/stress
+    python benchmarks/stress.py --runs 2 --first-run 8                         # runs 8 and 9 of a count in chunks
 
 Kinds (each a small job of a few seconds of training, 2 machines x 1 trainer, CPU, one thread per trainer):
 
@@ -285,6 +286,12 @@ def stop_load(load: list[subprocess.Popen]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of each kind")
+    parser.add_argument(
+        "--first-run",
+        type=int,
+        default=0,
+        help="number of the first run, to continue a count in chunks (even runs of a signal kind send SIGINT, odd SIGTERM)",
+    )
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--load-per-core", type=int, default=2, help="busy processes per core beside the jobs")
     parser.add_argument("--log-dir", type=Path, default=None, help="keep each failed run's output here")
@@ -295,7 +302,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="stress-") as tmp:
             tmp = Path(tmp)
-            for run in range(args.runs):
+            for run in range(args.first_run, args.first_run + args.runs):
                 for kind in args.kinds:
                     workdir = tmp / kind
                     workdir.mkdir(exist_ok=True)
