@@ -3,6 +3,7 @@ Prints a table.
 
     python benchmarks/stress.py --runs 30                      # every kind 30 times, 2 busy processes per core
     python benchmarks/stress.py --runs 5 --kinds tgn-memory2 launch-tgn --log-dir /tmp/stress
+    python benchmarks/stress.py --runs 2 --first-run 8                         # runs 8 and 9 of a count in chunks
 
 Kinds (each a small job of a few seconds of training, 2 machines x 1 trainer, CPU, one thread per trainer):
 
@@ -14,10 +15,10 @@ Kinds (each a small job of a few seconds of training, 2 machines x 1 trainer, CP
 * ``signal-static``, ``signal-tgn``, ``signal-snapshot``: a ``--local`` job sent SIGINT (even runs) or SIGTERM
   (odd runs) once rank 0 ends its first epoch; it must exit with 128 + the signal within 10 s.
 
-A run passes when it exits as expected (0 and a ``RESULT`` line; 128 + the signal), leaves no process of its
-process group and no /dev/shm segment of its job. The load is ``--load-per-core`` busy processes per core,
-started before the first run and stopped after the last (also on Ctrl-C). Kinds take turns, so a change in the
-machine's other load spreads over all of them. ``--log-dir`` keeps each failed run's output.
+A run passes when it exits as expected (0 and a ``RESULT`` line; 128 + the signal), leaves no process of its process
+group and no /dev/shm segment of its job. The load is ``--load-per-core`` busy processes per core, started before
+the first run and stopped after the last; Ctrl-C or SIGTERM stops the load and the job running. Kinds take turns, so
+a change in the machine's other load spreads over all of them. ``--log-dir`` keeps each failed run's output.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ def job_ids_of(pids: list[int]) -> set[str]:
 class Watched:
     """A job in its own process group, its output collected, the job ids its processes carry noted."""
 
+    live: set[Watched] = set()  # started and not yet stopped: what the harness stops when it is interrupted
+
     def __init__(self, argv: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
             argv,
@@ -145,6 +148,7 @@ class Watched:
         self.lines: list[str] = []
         self.first_epoch = threading.Event()
         self.job_ids: set[str] = set()
+        Watched.live.add(self)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._watcher = threading.Thread(target=self._watch, daemon=True)
@@ -181,6 +185,7 @@ class Watched:
     def stop(self) -> None:
         """Kills what is left of the job (after a failure) and removes its segments, which its parent, killed
         too, cannot."""
+        Watched.live.discard(self)
         if self.proc.poll() is None or group_members(self.proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -285,17 +290,24 @@ def stop_load(load: list[subprocess.Popen]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of each kind")
+    parser.add_argument(
+        "--first-run",
+        type=int,
+        default=0,
+        help="number of the first run, to continue a count in chunks (even runs of a signal kind send SIGINT, odd SIGTERM)",
+    )
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--load-per-core", type=int, default=2, help="busy processes per core beside the jobs")
     parser.add_argument("--log-dir", type=Path, default=None, help="keep each failed run's output here")
     args = parser.parse_args()
     tallies = {kind: Tally() for kind in args.kinds}
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # the cleanup below runs
     load = start_load(args.load_per_core)
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="stress-") as tmp:
             tmp = Path(tmp)
-            for run in range(args.runs):
+            for run in range(args.first_run, args.first_run + args.runs):
                 for kind in args.kinds:
                     workdir = tmp / kind
                     workdir.mkdir(exist_ok=True)
@@ -312,6 +324,8 @@ def main() -> None:
                         args.log_dir.mkdir(parents=True, exist_ok=True)
                         (args.log_dir / f"{kind}-{run}.log").write_text(outcome.output)
     finally:
+        for job in list(Watched.live):  # a job in its own process group outlives an interrupted harness
+            job.stop()
         stop_load(load)
     cores = os.cpu_count()
     print(

@@ -458,9 +458,12 @@ def _parquet_shape(file: Path, metadata: dict | None) -> tuple[int, ...] | None:
         return None
     try:
         shape = ast.literal_eval(raw.decode())
-        return tuple(int(d) for d in (shape if isinstance(shape, tuple | list) else (shape,)))
-    except (ValueError, TypeError, SyntaxError, UnicodeDecodeError):
-        raise InputError(f"{file}: parquet 'shape' metadata {raw!r} is not a tuple of integers") from None
+    except (ValueError, TypeError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
+        shape = None
+    dims = shape if isinstance(shape, tuple | list) else (shape,)
+    if not all(type(d) is int and d >= 0 for d in dims):
+        raise InputError(f"{file}: parquet 'shape' metadata {raw!r} is not a tuple of integers >= 0")
+    return tuple(dims)
 
 
 def _read_parquet(file: Path) -> np.ndarray:

@@ -71,14 +71,34 @@ def _series(records: list[dict], key: str) -> tuple[list, list]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def loss_series(records: dict[str, list[dict]]) -> dict[str, dict[str, tuple[list, list]]]:
+    """What ``loss.png`` draws: for ``"loss"`` and ``"acc"``, the ``"step"`` and ``"epoch"`` lines as
+    ``(optimizer steps, values)``, records without the value left out."""
+    return {key: {kind: _series(records.get(kind, []), key) for kind in ("step", "epoch")} for key in ("loss", "acc")}
+
+
+def stage_bars(epochs: list[dict]) -> tuple[list, dict[str, tuple[list, list]], list]:
+    """What ``stages.png`` draws: the epochs, each stage's ``(heights, bottoms)`` stacked in ``STAGES`` order (a
+    missing stage counts 0), and each epoch's wall time."""
+    xs = [r["epoch"] for r in epochs]
+    bottom = [0.0] * len(epochs)
+    bars = {}
+    for stage in STAGES:
+        heights = [r.get(stage) or 0.0 for r in epochs]
+        bars[stage] = (heights, bottom)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    return xs, bars, [r.get("epoch_s") or 0.0 for r in epochs]
+
+
 def plot_loss(records: dict[str, list[dict]], out: Path, title: str) -> Path:
     plt = _pyplot()
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    series = loss_series(records)
     for key, ax, label in (("loss", ax_loss, "training loss"), ("acc", ax_acc, "training accuracy")):
-        steps, values = _series(records.get("step", []), key)
+        steps, values = series[key]["step"]
         if steps:
             ax.plot(steps, values, color="#999999", linewidth=1, label="per step")
-        steps, values = _series(records.get("epoch", []), key)
+        steps, values = series[key]["epoch"]
         if steps:
             ax.plot(steps, values, "o-", color="#C44E52", label="epoch (all trainers)")
         ax.set_xlabel("optimizer step")
@@ -96,13 +116,10 @@ def plot_loss(records: dict[str, list[dict]], out: Path, title: str) -> Path:
 def plot_stages(epochs: list[dict], out: Path, title: str) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(8.5, 0.6 * len(epochs) + 4), 4.8))
-    xs = [r["epoch"] for r in epochs]
-    bottom = [0.0] * len(epochs)
-    for stage in STAGES:
-        heights = [r.get(stage) or 0.0 for r in epochs]
+    xs, bars, epoch_s = stage_bars(epochs)
+    for stage, (heights, bottom) in bars.items():
         ax.bar(xs, heights, bottom=bottom, color=_STAGE_COLOURS[stage], label=stage.removesuffix("_s"), width=0.7)
-        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.plot(xs, [r.get("epoch_s") or 0.0 for r in epochs], "k_", markersize=28, markeredgewidth=2, label="epoch time")
+    ax.plot(xs, epoch_s, "k_", markersize=28, markeredgewidth=2, label="epoch time")
     ax.set_xlabel("epoch")
     ax.set_ylabel("seconds (slowest trainer)")
     ax.set_xticks(xs)

@@ -228,9 +228,50 @@ def read_timeline(path: str | Path) -> dict:
     return document
 
 
+def timeline_panels(document: dict, clock: str = "auto") -> dict:
+    """What :func:`plot_timeline` draws, as data: ``use_gpu`` (the clock used), ``stages`` (in first-seen
+    order), ``lanes`` (per stage, every span as ``(begin_ms, length_ms)``), ``per_batch`` (per stage, its
+    milliseconds in each batch) and ``ylim`` (the per-batch panel's top: 3x the 99th percentile, so warm-up
+    batches do not flatten the rest; None without spans).
+
+    Raises:
+        InputError: ``clock`` is not ``"auto"``, ``"gpu"`` or ``"host"``.
+    """
+    if clock not in ("auto", "gpu", "host"):
+        raise InputError(f"clock must be 'auto', 'gpu' or 'host', got {clock!r}")
+    batches = document["batches"]
+    has_gpu = any(span["gpu_ms"] is not None for record in batches for span in record["spans"])
+    use_gpu = clock == "gpu" or (clock == "auto" and has_gpu)
+    stages = list(dict.fromkeys(span["stage"] for record in batches for span in record["spans"]))
+
+    def interval(span: dict) -> list[float]:
+        return span["gpu_ms"] if use_gpu and span["gpu_ms"] is not None else span["host_ms"]
+
+    lanes = {
+        stage: [
+            (begin, end - begin)
+            for record in batches
+            for span in record["spans"]
+            if span["stage"] == stage
+            for begin, end in [interval(span)]
+        ]
+        for stage in stages
+    }
+    per_batch = {
+        stage: [
+            sum(interval(s)[1] - interval(s)[0] for s in record["spans"] if s["stage"] == stage) for record in batches
+        ]
+        for stage in stages
+    }
+    every = sorted(ms for ys in per_batch.values() for ms in ys)
+    ylim = (3 * every[min(len(every) - 1, int(0.99 * len(every)))] or None) if every else None
+    return {"use_gpu": use_gpu, "stages": stages, "lanes": lanes, "per_batch": per_batch, "ylim": ylim}
+
+
 def plot_timeline(document: dict, path: str | Path, *, clock: str = "auto") -> None:
     """Draws a timeline document: the top panel places every span on the time axis (one lane per stage, so gaps
-    are stalls), the bottom panel plots each stage's milliseconds per batch.
+    are stalls), the bottom panel plots each stage's milliseconds per batch (:func:`timeline_panels` gives
+    the data).
 
     Args:
         document: what :func:`read_timeline` returns (or the same dict built in memory).
@@ -241,8 +282,7 @@ def plot_timeline(document: dict, path: str | Path, *, clock: str = "auto") -> N
     Raises:
         ConfigError: matplotlib is not installed (``pip install matplotlib``).
     """
-    if clock not in ("auto", "gpu", "host"):
-        raise InputError(f"clock must be 'auto', 'gpu' or 'host', got {clock!r}")
+    panels = timeline_panels(document, clock)
     try:
         import matplotlib
 
@@ -250,38 +290,19 @@ def plot_timeline(document: dict, path: str | Path, *, clock: str = "auto") -> N
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ConfigError("plotting a timeline needs matplotlib: pip install matplotlib") from exc
-    batches = document["batches"]
-    has_gpu = any(span["gpu_ms"] is not None for record in batches for span in record["spans"])
-    use_gpu = clock == "gpu" or (clock == "auto" and has_gpu)
-    stages = list(dict.fromkeys(span["stage"] for record in batches for span in record["spans"]))
+    stages = panels["stages"]
     colors = {stage: plt.get_cmap("tab10")(k % 10) for k, stage in enumerate(stages)}
-
-    def interval(span: dict) -> list[float]:
-        return span["gpu_ms"] if use_gpu and span["gpu_ms"] is not None else span["host_ms"]
-
     figure, (lanes, per_batch) = plt.subplots(2, 1, figsize=(12, 6), gridspec_kw={"height_ratios": [1, 1.4]})
     for lane, stage in enumerate(stages):
-        bars = [
-            (begin, end - begin)
-            for record in batches
-            for span in record["spans"]
-            if span["stage"] == stage
-            for begin, end in [interval(span)]
-        ]
-        lanes.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colors[stage])
+        lanes.broken_barh(panels["lanes"][stage], (lane - 0.4, 0.8), facecolors=colors[stage])
     lanes.set_yticks(range(len(stages)), stages)
-    lanes.set_xlabel(f"ms since start ({'GPU events' if use_gpu else 'host clock'})")
+    lanes.set_xlabel(f"ms since start ({'GPU events' if panels['use_gpu'] else 'host clock'})")
     lanes.set_title("stage spans (gaps in a lane are time that stage was not running)")
-    every = []
     for stage in stages:
-        ys = [
-            sum(interval(s)[1] - interval(s)[0] for s in record["spans"] if s["stage"] == stage) for record in batches
-        ]
-        every += ys
+        ys = panels["per_batch"][stage]
         per_batch.plot(range(len(ys)), ys, label=stage, color=colors[stage], linewidth=1)
-    if every:  # warm-up batches (extension builds, first allocations) would flatten the rest: clip at 3x the 99th %
-        every.sort()
-        per_batch.set_ylim(0, 3 * every[min(len(every) - 1, int(0.99 * len(every)))] or None)
+    if panels["ylim"] is not None:
+        per_batch.set_ylim(0, panels["ylim"])
     per_batch.set_xlabel("batch (in recorded order)")
     per_batch.set_ylabel("ms")
     per_batch.legend(loc="upper right", ncol=len(stages))

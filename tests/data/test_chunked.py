@@ -395,6 +395,19 @@ def test_error_parquet_without_pyarrow(tmp_path, monkeypatch):
     _assert_error(meta_path, "label-0.parquet", "needs pyarrow")
 
 
+def test_parquet_shape_metadata_as_dgl_writes_it(tmp_path):
+    """DGL's parquet writer stores ``str(shape)`` in the schema metadata; reading it needs no pyarrow."""
+    from distgnn.data.chunked import _parquet_shape
+
+    file = tmp_path / "feat-0.parquet"
+    assert _parquet_shape(file, {b"shape": b"(5, 2, 3)"}) == (5, 2, 3)
+    assert _parquet_shape(file, {b"shape": b"[7]"}) == (7,) and _parquet_shape(file, {b"shape": b"4"}) == (4,)
+    assert _parquet_shape(file, None) is None and _parquet_shape(file, {b"pandas": b"{}"}) is None
+    for bad in (b"(5, 'x')", b"five", b"\xff", b"(2.5,)", b"(-1, 2)", b"(True,)", b"None"):
+        with pytest.raises(InputError, match=f"{file}: parquet 'shape' metadata .* is not a tuple of integers >= 0"):
+            _parquet_shape(file, {b"shape": bad})
+
+
 @pytest.mark.skipif(not HAVE_PYARROW, reason="pyarrow is not installed")
 def test_parquet_without_shape_metadata(tmp_path):
     """Parquet from other tools: plain columns side by side, or one list column as rows of vectors."""

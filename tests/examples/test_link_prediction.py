@@ -87,7 +87,9 @@ def test_bad_flags_fail_before_any_process_starts() -> None:
 def test_synthetic_on_a_two_machine_cluster(tmp_path) -> None:
     result = run([*SMALL, "--local", "--num-parts=2", "--epochs=3", f"--workdir={tmp_path}"], timeout=300)
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
-    assert result["test_auc"] >= 0.65 and result["epoch_time_s"] > 0 and result["seps"] > 0
+    # Untrained (--epochs=0) the same job scores AUC 0.50, after 3 epochs 0.67 (docs/BENCHMARKS.md, "Reliability,
+    # round two"): the bound sits between them.
+    assert result["test_auc"] >= 0.6 and result["epoch_time_s"] > 0 and result["seps"] > 0
     assert (tmp_path / next(p.name for p in tmp_path.iterdir() if p.name.startswith("split-"))).is_dir()
 
 
@@ -100,7 +102,7 @@ def test_typed_target_learns_in_process_with_its_reverse_type_excluded() -> None
     argv = [*MAG, "--target-etype=author:writes:paper"]
     untrained, trained = train_single(example, [*argv, "--epochs=0"]), train_single(example, [*argv, "--epochs=4"])
     assert trained["exclude"] == "reverse_types" and trained["test_num_pairs"] == untrained["test_num_pairs"] > 0
-    assert trained["test_auc"] > 0.6 and trained["test_auc"] > untrained["test_auc"] + 0.05, (untrained, trained)
+    assert trained["test_auc"] > 0.6 and trained["test_auc"] > untrained["test_auc"] + 0.1, (untrained, trained)
     assert trained["target_etype"] == "author:writes:paper" and len(trained["stage_times_s"]) == 4
 
 
@@ -131,7 +133,8 @@ def test_typed_target_on_a_two_machine_cluster(tmp_path) -> None:
     argv = [*MAG, "--target-etype=author:writes:paper", "--local", "--num-parts=2", "--epochs=3"]
     result = run([*argv, f"--workdir={tmp_path}"], timeout=300)
     assert result["num_trainers"] == 2 and result["exclude"] == "reverse_types"
-    assert result["test_auc"] > 0.55 and result["epoch_time_s"] > 0, result
+    # Untrained (--epochs=0) 0.50, after 3 epochs 0.63 (docs/BENCHMARKS.md, "Reliability, round two").
+    assert result["test_auc"] > 0.58 and result["epoch_time_s"] > 0, result
 
 
 # 8 epochs: both sides are well inside the bounds below and within 0.01 AUC of each other (benchmarks-history.md

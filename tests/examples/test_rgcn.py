@@ -47,8 +47,8 @@ def test_rgcn_reads_dgl_chunked_format(tmp_path) -> None:
 
     metadata = write_chunked(synthetic_mag(2000, seed=2, feat_dim=8, num_classes=4), tmp_path / "chunked", 3)
     result = train_single(load_example(), [*SMALL, f"--dataset=chunked:{metadata}", "--epochs=2"])
-    # 4 classes: chance is 0.25; the bound sits well below what data and weight seeds reach (docs/BENCHMARKS.md,
-    # "Reliability").
+    # 4 classes: chance is 0.25; the bound sits well below what data and weight seeds reach and above the
+    # features-only MLP's 0.48-0.50 (docs/BENCHMARKS.md, "Reliability" and "Reliability, round two").
     assert result["target_ntype"] == "paper" and result["test_acc"] > 0.6
 
 
@@ -65,4 +65,6 @@ def test_rgcn_local_job_on_two_machines(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
-    assert result["test_acc"] > 0.5
+    # The same job reaches 0.86; untrained (--epochs=0) 0.21, the features-only --model=mlp 0.51, which the bound
+    # tells apart (docs/BENCHMARKS.md, "Reliability, round two").
+    assert result["test_acc"] > 0.7

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from netns_cluster import free_port
 
 from distgnn.data import synthetic
 from distgnn.loader.node import DistNodeDataLoader
@@ -55,11 +56,7 @@ def _trainer(rank: int, config, json_path, port: int, seeds: np.ndarray, num_wor
 
 
 def run_two_trainers(cluster, json_path, seeds_per_rank, num_workers, drop_last):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [

@@ -56,8 +56,6 @@ def test_a_server_that_answers_slowly_is_not_lost(cluster):
         server = cluster.process(1)
         os.kill(server.pid, signal.SIGSTOP)
         rid = client.send(1, "meta")
-        time.sleep(
-            1.0
-        )  # shorter than the heartbeat timeout: the connection stays up  # shorter than the heartbeat timeout: the connection stays up
+        time.sleep(1.0)  # shorter than the heartbeat timeout: the connection stays up
         os.kill(server.pid, signal.SIGCONT)
         assert client.wait([rid])[0].header["ok"]

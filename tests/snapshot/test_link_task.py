@@ -36,6 +36,7 @@ def test_link_training_ranks_the_next_edges_above_negatives():
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     runner = SnapshotRunner(model, seq, num_train, torch.device("cpu"), seed=0)
     plan = make_plan("blad", seq.costs()[:num_train], make_windows(num_train, 0), 1)
+    untrained = evaluate(runner, 0, num_train, samples)
     losses = []
     for epoch in range(40):
         optimizer.zero_grad()
@@ -43,6 +44,8 @@ def test_link_training_ranks_the_next_edges_above_negatives():
         optimizer.step()
     scores = evaluate(runner, 0, num_train, samples)
     # The bounds sit well below what seeds 0-2 reach (docs/BENCHMARKS.md, "Reliability"); an untrained model
-    # starts at the loss of chance, log 2.
+    # starts at the loss of chance, log 2. Its AUC depends on the initial weights (far below chance here, above
+    # the bound for some seeds), so the gain over the same model before training is asserted too.
     assert losses[0] > 0.65 and losses[-1] < 0.55, losses
     assert scores["auc"] > 0.85 and scores["mrr"] > 0.5, scores
+    assert scores["auc"] > untrained["auc"] + 0.5 and scores["mrr"] > untrained["mrr"] + 0.3, (untrained, scores)

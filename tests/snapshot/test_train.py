@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from netns_cluster import free_port
 
 from distgnn.nn.recurrent import SnapshotModel
 from distgnn.snapshot import synthetic_sequence
@@ -152,11 +153,7 @@ def _trainer(rank: int, port: int, out: str) -> None:
 def test_every_schedule_trains_the_same_model_to_the_same_loss(tmp_path):
     # Chebyshev order 2: the vertex schedule exchanges rows; windows of 3 over 16 training snapshots on 2
     # trainers: the contiguous schedule hands a window's state across its boundary.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = tmp_path / "results.pt"
     mp.spawn(_trainer, args=(port, str(out)), nprocs=2, join=True)
     torch.set_num_threads(1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from netns_cluster import free_port
 from serving_graphs import child_processes, job_files, small_graph
 
 from distgnn.client.context import connect
@@ -322,14 +323,10 @@ def _rank_main(rank: int, graph, config, port: int, root: str, out) -> None:
 
 @pytest.mark.slow
 def test_two_ranks_save_and_resume_through_torch_distributed(job, tmp_path):
-    import socket
-
     import torch.multiprocessing as mp
 
     graph, ctx = job
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     spawn = mp.get_context("spawn")
     out = spawn.Queue()
     configs = [ctx.config.with_(machine_id=r) for r in range(2)]

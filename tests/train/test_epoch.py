@@ -11,6 +11,7 @@ import torch.multiprocessing as mp
 
 from distgnn.errors import InputError
 from distgnn.loader.node import MiniBatch
+from distgnn.train import epoch as epoch_module
 from distgnn.train.epoch import EpochMeter, EpochSummary, TrainingLog, all_reduce
 from distgnn.train.timeline import Timeline
 
@@ -59,19 +60,34 @@ def test_an_epoch_sums_the_loaders_stage_times_and_the_mean_loss_and_accuracy() 
     assert float(line.split("|")[1].split()[1]) == pytest.approx(summary.loss, abs=1e-4)
 
 
-def test_marks_split_the_compute_into_forward_backward_and_optimizer() -> None:
+class _Clock:
+    """``time.perf_counter`` that moves only when told: timings exact however loaded the machine is."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_marks_split_the_compute_into_forward_backward_and_optimizer(monkeypatch) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(epoch_module, "time", clock)
     meter = EpochMeter(0, 2, torch.device("cpu"))
     for _, _, y in meter.steps(batches(2, []), inputs):
-        time.sleep(0.02)
+        clock.sleep(0.02)
         meter.mark("forward")
-        time.sleep(0.04)
+        clock.sleep(0.04)
         meter.mark("backward")
-        time.sleep(0.01)
+        clock.sleep(0.01)
         meter.step_done(torch.tensor(1.0), len(y), edges=1)
     summary = meter.finish()
-    assert summary.forward_s == pytest.approx(0.04, abs=0.015)
-    assert summary.backward_s == pytest.approx(0.08, abs=0.015)
-    assert summary.optimizer_s == pytest.approx(0.02, abs=0.015)
+    assert summary.forward_s == pytest.approx(0.04, abs=1e-9)
+    assert summary.backward_s == pytest.approx(0.08, abs=1e-9)
+    assert summary.optimizer_s == pytest.approx(0.02, abs=1e-9)
     parts = summary.forward_s + summary.backward_s + summary.optimizer_s
     assert parts == pytest.approx(summary.compute_s, abs=1e-6)
     split = TrainingLog()

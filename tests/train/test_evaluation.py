@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from netns_cluster import free_port
 
 from distgnn.errors import InputError
 from distgnn.nn import DotPredictor
@@ -48,14 +49,10 @@ def _trainer(rank, port, pos, neg, out):
 
 
 def test_metrics_over_two_trainers_equal_those_of_all_pairs():
-    import socket
-
     rng = np.random.default_rng(3)
     pos, neg = torch.from_numpy(rng.random(25)).float(), torch.from_numpy(rng.random((25, 10))).float()
     shares = [(pos[:10], neg[:10]), (pos[10:], neg[10:])]  # unequal shares
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_trainer, args=(r, port, *shares[r], out)) for r in range(2)]

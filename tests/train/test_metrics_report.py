@@ -22,8 +22,8 @@ from distgnn.train.metrics import (
     epoch_record,
     metrics_from_args,
 )
+from distgnn.train.report import loss_series, read_records, stage_bars
 from distgnn.train.report import main as report_main
-from distgnn.train.report import read_records
 
 
 class _FakeClient:
@@ -132,6 +132,30 @@ def test_records_keep_the_last_of_each_step_and_skip_a_cut_line(tmp_path):
     assert [r["step"] for r in steps] == list(range(1, 41))
     assert steps[-1]["loss"] == 0.123
     assert [r["epoch"] for r in records["epoch"]] == [0, 1, 2, 3]
+
+
+def test_report_plots_the_last_record_of_each_step_and_stacks_the_stages(tmp_path):
+    """The data the two PNGs draw (the drawing itself needs matplotlib, not in the test extra)."""
+    _write_run(tmp_path)
+    records = read_records(tmp_path)
+    series = loss_series(records)
+    steps, losses = series["loss"]["step"]
+    assert steps == list(range(1, 41)) and losses[-1] == 0.123  # the resumed run's value of step 40
+    assert losses[:39] == pytest.approx([2.0 / (1 + 0.1 * step) for step in range(1, 40)])
+    assert series["acc"]["step"][0] == list(range(1, 40))  # step 40's repeat has no accuracy
+    assert series["loss"]["epoch"][0] == [10, 20, 30, 40] and series["acc"]["epoch"][1] == [0.5] * 4
+    epochs, bars, epoch_s = stage_bars(records["epoch"])
+    assert epochs == [0, 1, 2, 3] and epoch_s == [1.7] * 4
+    assert list(bars) == ["sample_s", "fetch_s", "compute_s", "wait_s"]
+    fetch = [0.2 + 0.05 * epoch for epoch in epochs]
+    assert bars["sample_s"] == ([0.3] * 4, [0.0] * 4)
+    assert bars["fetch_s"][0] == pytest.approx(fetch) and bars["fetch_s"][1] == pytest.approx([0.3] * 4)
+    assert bars["compute_s"][1] == pytest.approx([0.3 + f for f in fetch])
+    heights, bottoms = bars["wait_s"]
+    assert [b + h for b, h in zip(bottoms, heights, strict=True)] == pytest.approx(
+        [1.4 + f for f in fetch]
+    )  # 0.3 + f + 1.0 + 0.1
+    assert stage_bars([{"epoch": 0, "step": 1}]) == ([0], {s: ([0.0], [0.0]) for s in bars}, [0.0])
 
 
 def test_report_draws_loss_and_stage_pngs(tmp_path, capsys):

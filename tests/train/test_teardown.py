@@ -11,12 +11,12 @@ job's group is made, so the check runs through it, with an optimizer built after
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from netns_cluster import free_port
 
 # One trainer of a two-trainer job: join through the library, build an optimizer (the first torch.optim use in
 # the process), exchange a tensor both ways and by collective, leave, then list the threads still running.
@@ -49,17 +49,11 @@ TRAINER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc to list a process's threads")
 def test_leaving_the_job_ends_every_backend_thread(tmp_path) -> None:
     script = tmp_path / "trainer.py"
     script.write_text(TRAINER)
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(2):
         env = dict(

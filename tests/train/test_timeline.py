@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from distgnn.errors import InputError
-from distgnn.train.timeline import Timeline, plot_timeline, read_timeline, summarize
+from distgnn.train.timeline import Timeline, plot_timeline, read_timeline, summarize, timeline_panels
 
 
 def busy(seconds: float) -> None:
@@ -108,6 +108,32 @@ def test_profiler_trace_names_the_stages(tmp_path):
             torch.randn(64, 64) @ torch.randn(64, 64)
     names = {event.get("name") for event in json.loads(trace.read_text())["traceEvents"]}
     assert "distgnn.compute" in names
+
+
+def _span(stage: str, host: list[float], gpu: list[float] | None = None) -> dict:
+    return {"stage": stage, "host_ms": host, "gpu_ms": gpu}
+
+
+def test_plot_data_places_spans_by_the_chosen_clock_and_sums_each_stage_per_batch():
+    """What the timeline image draws (the drawing itself needs matplotlib, not in the test extra)."""
+    document = {
+        "batches": [
+            {"spans": [_span("fetch", [0, 2]), _span("compute", [2, 5], [2.5, 4.5]), _span("fetch", [5, 6])]},
+            {"spans": [_span("compute", [6, 16], [7, 15])]},
+        ]
+    }
+    gpu = timeline_panels(document)
+    assert gpu["use_gpu"] and gpu["stages"] == ["fetch", "compute"]
+    assert gpu["lanes"] == {"fetch": [(0, 2), (5, 1)], "compute": [(2.5, 2.0), (7, 8)]}  # no GPU interval: host
+    assert gpu["per_batch"] == {"fetch": [3, 0], "compute": [2.0, 8]}
+    assert gpu["ylim"] == 24  # 3 x the 99th percentile of every stage's per-batch ms
+    host = timeline_panels(document, clock="host")
+    assert not host["use_gpu"] and host["lanes"]["compute"] == [(2, 3), (6, 10)]
+    assert host["per_batch"]["compute"] == [3, 10] and host["ylim"] == 30
+    assert not timeline_panels({"batches": [{"spans": [_span("fetch", [0, 1])]}]})["use_gpu"]
+    assert timeline_panels({"batches": []})["ylim"] is None
+    with pytest.raises(InputError, match="clock must be 'auto', 'gpu' or 'host', got 'wall'"):
+        timeline_panels(document, clock="wall")
 
 
 def test_plot_draws_an_image(tmp_path):
