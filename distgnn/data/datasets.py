@@ -140,14 +140,25 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     return group
 
 
+def canonical_etype_arg(value: str) -> str:
+    """An argparse ``type``: ``value`` if it reads ``src:rel:dst``, else a usage error saying so."""
+    if len(value.split(":")) != 3:
+        raise argparse.ArgumentTypeError(f"must be a canonical edge type src:rel:dst, got {value!r}")
+    return value
+
+
 def add_link_split_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The flags of a link-prediction split of the dataset (:func:`load_link_split`)."""
     group = parser.add_argument_group("link split")
     group.add_argument("--val-fraction", type=float, default=0.05)
     group.add_argument("--test-fraction", type=float, default=0.1)
     group.add_argument("--eval-negatives", type=int, default=100, help="negatives per held-out pair (fixed by seed)")
-    group.add_argument("--target-etype", help="edge type to predict, src:rel:dst (a typed dataset needs it)")
-    group.add_argument("--reverse-etype", help="its reverse edge type (default: synthetic-mag's, if any)")
+    group.add_argument(
+        "--target-etype", type=canonical_etype_arg, help="edge type to predict, src:rel:dst (a typed dataset needs it)"
+    )
+    group.add_argument(
+        "--reverse-etype", type=canonical_etype_arg, help="its reverse edge type (default: synthetic-mag's, if any)"
+    )
     return group
 
 

@@ -1,25 +1,21 @@
 """Distributed GraphSAGE link prediction with distgnn and torch DDP.
 
-The dataset's undirected pairs are split (``--val-fraction`` / ``--test-fraction`` held out, both
-directions removed from the training graph, fixed by ``--seed``); the model learns to score the
-training edges above negative pairs (``--neg-sampler``, ``--num-negs`` per edge), never seeing the
-edge it scores (``--exclude``). Evaluation scores every held-out pair against the same
-``--eval-negatives`` random destinations, with embeddings from layer-wise inference: each trainer
-scores its share of the pairs; MRR, hits@k and AUC are over all of them.
+The dataset's undirected pairs are split (``--val-fraction`` / ``--test-fraction`` held out, both directions
+removed from the training graph, fixed by ``--seed``); the model learns to score the training edges above negative
+pairs (``--neg-sampler``, ``--num-negs`` per edge), never seeing the edge it scores (``--exclude``). Evaluation
+scores every held-out pair against the same ``--eval-negatives`` random destinations, with embeddings from
+layer-wise inference; each trainer scores its share of the pairs, MRR, hits@k and AUC are over all of them.
+Job flags as in every example (``--local`` splits and partitions the training graph once into ``--workdir``).
 
-The job flags are every example's (``--local`` splits and partitions the training graph once into ``--workdir``;
-``--single`` runs the whole training graph in this process; no flag: a trainer of ``distgnn-launch``).
+On a typed graph (``--dataset synthetic-mag`` or ``chunked:...``) ``--target-etype src:rel:dst`` names the edge
+type to predict: a fraction of its edges is held out (their reverse-type twins, ``--reverse-etype`` or
+synthetic-mag's own, leave the training graph too), negatives are nodes of its destination type, the model is an
+R-GCN over typed inputs, and held-out pairs are scored from sampled blocks (``--exclude reverse_id`` means
+``reverse_types``).
 
-On a heterogeneous graph (``--dataset synthetic-mag`` or ``chunked:...``) ``--target-etype src:rel:dst``
-names the edge type to predict: a fraction of its edges is held out (directed pairs; their twins of the
-reverse type, ``--reverse-etype`` or synthetic-mag's own, leave the training graph too), evaluation
-negatives are nodes of its destination type, and the model is an R-GCN over typed inputs with a scorer for
-that type; ``--exclude reverse_id`` means ``reverse_types``; held-out pairs are scored from sampled blocks.
-
-Rank 0 prints one line per epoch and finally ``RESULT {json}``; ``--select best`` (or ``--patience N``)
-validates after every epoch and reports the model of the best validation MRR; checkpoints (``--checkpoint-dir``,
-``--resume``) hold the model, the optimizers, a typed graph's embeddings, the loader's position and the RNG states. The split,
-evaluation, epoch accounting and checkpoints live in distgnn; this file is the models and their loop.
+Rank 0 prints a line per epoch and ``RESULT {json}``; ``--select best`` (or ``--patience N``) reports the model of
+the best validation MRR; checkpoints hold the model, the optimizers, a typed graph's embeddings, the loader's
+position and the RNG states. Split, evaluation and checkpoints live in distgnn; this file is the models and loop.
 """
 
 from __future__ import annotations
@@ -87,9 +83,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.loss == "margin" and args.neg_sampler == "per_source":
         p.error("--loss margin pairs each edge with its own negatives; per_source negatives are shared (use bce)")
     negative_sampler(args.neg_sampler, args.num_negs)  # a bad k fails here, before any process starts
-    for flag, value in (("--target-etype", args.target_etype), ("--reverse-etype", args.reverse_etype)):
-        if value is not None and len(value.split(":")) != 3:
-            p.error(f"{flag} must be a canonical edge type src:rel:dst, got {value!r}")
     return args
 
 
