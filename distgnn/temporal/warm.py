@@ -172,8 +172,8 @@ class StreamReplay:
             for chunk in window.chunks:
                 if chunk.read_end > chunk.read:
                     pending = self.pending[chunk.read : chunk.read_end]
-                    delta = encoded[chunk.read - window.read : chunk.read_end - window.read]
-                    inputs = torch.cat([memory.mail.index_select(0, pending), delta], 1)
+                    encoding = encoded[chunk.read - window.read : chunk.read_end - window.read]
+                    inputs = torch.cat([memory.mail.index_select(0, pending), encoding], 1)
                     memory.memory.index_copy_(0, pending, gru(inputs, memory.memory.index_select(0, pending)))
                 # Each node's last event of the chunk: its own memory, the other endpoint's, the event's features.
                 message = memory.memory.index_select(0, self.pairs[2 * chunk.mail : 2 * chunk.mail_end]).view(-1, width)
