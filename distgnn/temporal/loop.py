@@ -8,6 +8,7 @@ epoch. :func:`distgnn.temporal.job.run_trainer` runs a :class:`TemporalLoop` in 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import time
 from collections.abc import Iterable
@@ -31,6 +32,13 @@ from distgnn.train.result import epoch_time_s
 from distgnn.train.selection import BestEpoch, copy_weights
 
 log = logging.getLogger(__name__)
+
+# DDP's flag that stops the buffers' broadcast before every forward: torch 2.13 renamed it (the old name warns).
+NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, step: str) -> torch.optim.Adam:
@@ -81,7 +89,7 @@ class TemporalLoop:
                 )
             # The buffers (the fixed time frequencies) never change: no broadcast of them before every forward.
             self.net = DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+                self.model, device_ids=[device.index] if device.type == "cuda" else None, **NO_BUFFER_SYNC
             )
         step_mode = args.step if world == 1 or self.grad_sync is not None else "eager"
         lr = args.lr * parallel.lr_multiplier(par, args.lr_scaling)
