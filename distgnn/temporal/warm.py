@@ -129,10 +129,10 @@ class StreamReplay:
         return len(self.pending)
 
     @torch.no_grad()
-    def replay(self, model: TGN, memory: NodeMemory) -> None:
-        """Empties ``memory`` and replays the events into it (on a GPU: eagerly at the first call with this
-        memory, from the captured graph after)."""
-        if self.device.type != "cuda":
+    def replay(self, model: TGN, memory: NodeMemory, graph: bool = True) -> None:
+        """Empties ``memory`` and replays the events into it; on a GPU with ``graph`` eagerly at the first call
+        with this memory and from the captured graph after, without ``graph`` eagerly."""
+        if self.device.type != "cuda" or not graph:
             self._apply(model, memory)
             return
         if memory is not self._memory:
