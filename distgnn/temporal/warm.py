@@ -97,6 +97,7 @@ class StreamReplay:
     ``replay(model, memory)`` empties ``memory`` and applies the events with ``model``'s GRU as its weights
     stand: the memory :func:`replay_memory` of the same chunks leaves in an emptied memory, up to the order of
     float additions. The graph holds ``memory``'s tensors: a call with another memory runs eagerly again first.
+    The plan keeps up to 96 bytes per replayed event on the device (indices and times of the reads and mail).
     """
 
     def __init__(
@@ -128,6 +129,10 @@ class StreamReplay:
         """Memory reads through the GRU over the whole replay."""
         return len(self.pending)
 
+    @property
+    def num_chunks(self) -> int:
+        return sum(len(window.chunks) for window in self.windows)
+
     @torch.no_grad()
     def replay(self, model: TGN, memory: NodeMemory, graph: bool = True) -> None:
         """Empties ``memory`` and replays the events into it; on a GPU with ``graph`` eagerly at the first call
@@ -145,14 +150,6 @@ class StreamReplay:
                 self._apply(model, memory)
             log.info("memory replay of %d events (%d chunks) captured in a CUDA graph", self.stop, self.num_chunks)
         self._graph.replay()
-
-    def release(self) -> None:
-        """Drops the captured graph (and the memory it holds)."""
-        self._graph, self._memory = None, None
-
-    @property
-    def num_chunks(self) -> int:
-        return sum(len(window.chunks) for window in self.windows)
 
     def _eager(self, model: TGN, memory: NodeMemory) -> None:
         """A run on a side stream, as a capture wants before it (cuBLAS's handles and workspaces made)."""
