@@ -7,8 +7,9 @@ training events before its segment (batches of 200) with the current weights. ``
 :func:`~distgnn.temporal.warm.replay_memory` (each chunk's distinct endpoints and mail found on the device: a
 host sync per chunk on a GPU); ``planned`` is :class:`~distgnn.temporal.warm.StreamReplay` (indices found once
 on the host, then per call only the GRU and the writes; on a GPU from a CUDA graph after its first call;
-``planned eager`` is that replay without the graph). Each is timed ``--repeats`` times after one warm-up call
-(on a GPU synchronised around each call); the weights move a little between calls, as an epoch moves them.
+``planned eager`` is that replay without the graph). Each is timed ``--repeats`` times, interleaved, after a
+warm-up call (the planned replay's two on a GPU: its eager first call and its capture), on a GPU synchronised
+around each call; the weights move a little between calls, as an epoch moves them.
 The table gives the median, fastest and slowest call, the ratio of medians against ``chunked``, and the
 largest difference of the replayed memory from ``chunked``'s.
 """
