@@ -10,8 +10,8 @@ bash with ``OUT`` (the log folder: ``$OUT``, else /tmp/distgnn-gpu-session), ``s
 ``here_cache`` (the extension cache) and the ``train1`` helper (one ``scaling.py --gpus 1`` run of a checkout) set;
 a stage fails when its body exits non-zero (``status=1`` in it) or runs past its limit (its processes are then
 killed). Stages run in the order named; the exit status is 1 when any failed. Keep one call under 10 minutes.
-Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, BASE, TIMELINE, TGN_SEEDS, DATA, DATA_ROOT,
-STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
+Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, BASE, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
+TGN_VARIANTS, TGN_DEADLINE, DATA, DATA_ROOT, STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
 """
 
 from __future__ import annotations
@@ -112,18 +112,60 @@ done
     Stage(
         "tgngpus",
         590,
-        "TGN memory copies on two GPUs: the CUDA tests of the captured TGN and GraphSAGE steps across GPUs, then "
-        "benchmarks/scaling_tgn.py on CollegeMsg (one GPU vs two memory copies on two GPUs, captured and eager "
-        "DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS; data from DATA_ROOT (default "
-        "../shared/data)",
+        "TGN memory copies on two GPUs: the memory replay's cost (benchmarks/tgn_replay.py), then "
+        "benchmarks/scaling_tgn.py on CollegeMsg (one GPU vs two memory copies on "
+        "two GPUs, captured and eager DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS; data "
+        "from DATA_ROOT (default ../shared/data); the CUDA tests are stage tgncuda",
         r"""
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/temporal/test_temporal_gpus.py \
-  tests/temporal/test_temporal_step.py tests/train/test_step_gpus.py >"$OUT/pytest_tgngpus.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgngpus.log" | tail -15
+timeout 60 python3 benchmarks/tgn_replay.py --device cuda --repeats 20 \
+  --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" 2>&1 | tee "$OUT/tgn_replay.log" || status=1
 seeds=${TGN_SEEDS:-0}
-timeout 480 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
+timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
   --seeds "${seeds// /,}" --epochs "${TGN_EPOCHS:-10}" --variants "${TGN_VARIANTS:-single,graph,eager}" \
   --json "$OUT/scaling_tgn.json" 2>&1 | tee "$OUT/scaling_tgn.log" || status=1
+""",
+    ),
+    Stage(
+        "tgncuda",
+        300,
+        "the temporal CUDA tests (pytest -m cuda tests/temporal: the captured TGN step on one and two GPUs, the "
+        "captured memory replay, the CUDA sampler, shared streams on a GPU)",
+        r"""
+timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda tests/temporal >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
+grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -15
+""",
+    ),
+    Stage(
+        "tgnpyg",
+        590,
+        "benchmarks/train_tgn.py --device cuda (distgnn vs PyG's TGN, one GPU, same process) on CollegeMsg and on "
+        "Bitcoin OTC, one seed a run, the two streams side by side on two GPUs (one after the other on one): "
+        "TGN_SEEDS (default 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX seconds; default "
+        "560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
+        r"""
+deadline=${TGN_DEADLINE:-$(($(date +%s) + 560))}
+snap=${DATA_ROOT:-../shared/data}/snap
+lane() {  # GPU, log name, train_tgn.py flags: one run per seed until the deadline
+  local gpu=$1 name=$2 failed=0 seed left
+  shift 2
+  for seed in ${TGN_SEEDS:-0}; do
+    left=$((deadline - $(date +%s)))
+    if ((left < 20)); then echo "tgnpyg $name: no time left for seed $seed"; break; fi
+    CUDA_VISIBLE_DEVICES=$gpu timeout "$left" python3 benchmarks/train_tgn.py --device cuda \
+      --epochs "${TGN_EPOCHS:-10}" --seeds "$seed" "$@" >>"$OUT/tgn_pyg_$name.log" 2>&1 || failed=1
+  done
+  return $failed
+}
+if (($(nvidia-smi -L | wc -l) > 1)); then
+  lane 0 collegemsg --dataset "events:$snap/CollegeMsg.txt" & first=$!
+  lane 1 bitcoinotc --dataset "events:$snap/soc-sign-bitcoinotc.csv" --columns src,dst,rating,time & second=$!
+  wait $first || status=1
+  wait $second || status=1
+else
+  lane 0 collegemsg --dataset "events:$snap/CollegeMsg.txt" || status=1
+  lane 0 bitcoinotc --dataset "events:$snap/soc-sign-bitcoinotc.csv" --columns src,dst,rating,time || status=1
+fi
+grep -hE "^(stream|system|distgnn|PyG)" "$OUT"/tgn_pyg_*.log
 """,
     ),
     Stage(

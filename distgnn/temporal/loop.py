@@ -8,6 +8,7 @@ epoch. :func:`distgnn.temporal.job.run_trainer` runs a :class:`TemporalLoop` in 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import time
 from collections.abc import Iterable
@@ -24,7 +25,6 @@ from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_stagger
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.plan import Plan
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
-from distgnn.temporal.warm import replay_memory
 from distgnn.train.checkpoint import Position
 from distgnn.train.grad_sync import GradSync
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
@@ -32,6 +32,13 @@ from distgnn.train.result import epoch_time_s
 from distgnn.train.selection import BestEpoch, copy_weights
 
 log = logging.getLogger(__name__)
+
+# DDP's flag that stops the buffers' broadcast before every forward: torch 2.13 renamed it (the old name warns).
+NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, device: torch.device, step: str) -> torch.optim.Adam:
@@ -82,7 +89,7 @@ class TemporalLoop:
                 )
             # The buffers (the fixed time frequencies) never change: no broadcast of them before every forward.
             self.net = DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+                self.model, device_ids=[device.index] if device.type == "cuda" else None, **NO_BUFFER_SYNC
             )
         step_mode = args.step if world == 1 or self.grad_sync is not None else "eager"
         lr = args.lr * parallel.lr_multiplier(par, args.lr_scaling)
@@ -337,18 +344,15 @@ def _evaluate_best(
 def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batch_size: int) -> None:
     """The memory of this trainer's copy (on its owner) as the segment's first batch should find it, in every
     epoch: empty at the stream's start (segment 0); else the events before the segment replayed through an
-    empty memory with the current weights (:func:`~distgnn.temporal.warm.replay_memory`). A copy does not go
-    on from the memory its previous segment left: that memory was written by the weights of an epoch before,
-    and training on it gave two-copy runs more and deeper epochs whose test AP falls far below what their
-    validation AP promises (docs/BENCHMARKS.md)."""
-    if runner.memory is None:
-        return
-    runner.reset_memory()
-    if segment > 0:
-        began = time.perf_counter()
-        before = batch_ranges(0, plan.segment(segment)[0][0], batch_size)
-        replay_memory(runner.model, runner.memory, runner.src, runner.dst, runner.time, runner.feat, before)
-        log.info("memory warmed over %d events in %.2f s (epoch %d)", before[-1][1], time.perf_counter() - began, epoch)
+    empty memory with the current weights (:meth:`~distgnn.temporal.train.TGNRunner.warm_memory`). A copy does
+    not go on from the memory its previous segment left: that memory was written by the weights of an epoch
+    before, and training on it gave two-copy runs more and deeper epochs whose test AP falls far below what
+    their validation AP promises (docs/BENCHMARKS.md)."""
+    stop = plan.segment(segment)[0][0] if segment > 0 else 0
+    began = time.perf_counter()
+    runner.warm_memory(stop, batch_size)
+    if stop and runner.memory is not None:
+        log.info("memory warmed over %d events in %.2f s (epoch %d)", stop, time.perf_counter() - began, epoch)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import torch
 from distgnn.errors import ConfigError
 from distgnn.native.cpu import extension
 from distgnn.temporal.graph import TemporalCSR
+from distgnn.temporal.shared import host_tensor
 
 STRATEGIES = ("recent", "uniform")
 
@@ -73,9 +74,8 @@ class TemporalSampler:
             from distgnn.native.cuda import temporal_kernels
 
             self._kernel = temporal_kernels().temporal_sample
-            self._csr = tuple(
-                torch.from_numpy(a).to(self.device) for a in (csr.indptr, csr.neighbors, csr.times, csr.eids)
-            )
+            # The CSR may be a read-only shared-memory view: copied to the GPU without torch's warning about it.
+            self._csr = tuple(host_tensor(a).to(self.device) for a in (csr.indptr, csr.neighbors, csr.times, csr.eids))
             self._run = self._run_cuda
         else:
             self._kernel = extension().temporal_sample

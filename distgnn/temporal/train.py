@@ -35,7 +35,7 @@ from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
 from distgnn.temporal.shared import host_tensor
 from distgnn.temporal.step import STEP_MODES, BatchOutput, DenseStep, graph_unsupported, link_loss
-from distgnn.temporal.warm import replay_memory
+from distgnn.temporal.warm import StreamReplay, replay_memory
 from distgnn.train.evaluation import auc, ranks
 from distgnn.train.grad_sync import GradSync
 
@@ -137,14 +137,30 @@ class TGNRunner:
             raise ConfigError(f"--step graph cannot run: {why_not}; pass --step eager or --step auto")
         self.graphed = step == "graph" or (step == "auto" and why_not is None)
         self._dense_steps: dict[tuple[int, int], DenseStep] = {}
+        self._replays: dict[tuple[int, int], StreamReplay] = {}
 
     def release_steps(self) -> None:
-        """Drops the captured training steps (their CUDA graphs), after the GPU has finished them. Call it before
-        destroying the process group whose all-reduce a graph holds: NCCL's teardown waits forever on a
-        communicator a live graph still uses."""
-        if self._dense_steps and self.device.type == "cuda":
+        """Drops the captured training steps and memory replays (their CUDA graphs), after the GPU has finished
+        them. Call it before destroying the process group whose all-reduce a graph holds: NCCL's teardown waits
+        forever on a communicator a live graph still uses."""
+        if (self._dense_steps or self._replays) and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._dense_steps.clear()
+        self._replays.clear()
+
+    def warm_memory(self, stop: int, batch_size: int) -> None:
+        """Empties the memory and replays events ``[0, stop)`` through it in chunks of ``batch_size`` with the
+        current weights (:class:`~distgnn.temporal.warm.StreamReplay`, planned once per ``(stop, batch_size)``;
+        on a GPU captured at its second use). Nothing on a trainer that does not hold the memory."""
+        if self.memory is None:
+            return
+        if stop == 0:
+            self.memory.reset()
+            return
+        key = (stop, batch_size)
+        if key not in self._replays:
+            self._replays[key] = StreamReplay(self.src, self.dst, self.time, self.feat, stop, batch_size, self.device)
+        self._replays[key].replay(self.model, self.memory)
 
     def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from distgnn.data.events import synthetic_events
 from distgnn.nn.temporal import TGN
 from distgnn.temporal import build_temporal_csr
+from distgnn.temporal.loop import NO_BUFFER_SYNC
 from distgnn.temporal.step import DenseStep
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
 from distgnn.train.grad_sync import GradSync
@@ -41,7 +42,7 @@ def _train(rank: int, mode: str) -> tuple[list[float], torch.Tensor]:
     torch.manual_seed(0)
     model = TGN(events.num_nodes, events.feat_dim, memory_dim=16, time_dim=8, embedding_dim=16).to(device)
     sync = GradSync(model.parameters()) if mode == "graph" else None
-    net = DistributedDataParallel(model, device_ids=[rank], broadcast_buffers=False) if sync is None else None
+    net = DistributedDataParallel(model, device_ids=[rank], **NO_BUFFER_SYNC) if sync is None else None
     runner = TGNRunner(model, events, build_temporal_csr(events), device, k=5, seed=3 + rank, step=mode, grad_sync=sync)
     assert runner.graphed == (mode == "graph")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
