@@ -139,32 +139,29 @@ grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -
         "tgnpyg",
         590,
         "benchmarks/train_tgn.py --device cuda (distgnn vs PyG's TGN, one GPU, same process) on CollegeMsg and on "
-        "Bitcoin OTC, one seed a run, the two streams side by side on two GPUs (one after the other on one): "
+        "Bitcoin OTC, one seed a run, every run at once (CollegeMsg's on GPU 0, Bitcoin OTC's on GPU 1 where "
+        "there are two): "
         "TGN_SEEDS (default 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX seconds; default "
         "560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
         r"""
 deadline=${TGN_DEADLINE:-$(($(date +%s) + 560))}
 snap=${DATA_ROOT:-../shared/data}/snap
-lane() {  # GPU, log name, train_tgn.py flags: one run per seed until the deadline
-  local gpu=$1 name=$2 failed=0 seed left
-  shift 2
-  for seed in ${TGN_SEEDS:-0}; do
-    left=$((deadline - $(date +%s)))
-    if ((left < 20)); then echo "tgnpyg $name: no time left for seed $seed"; break; fi
-    CUDA_VISIBLE_DEVICES=$gpu timeout "$left" python3 benchmarks/train_tgn.py --device cuda \
-      --epochs "${TGN_EPOCHS:-10}" --seeds "$seed" "$@" >>"$OUT/tgn_pyg_$name.log" 2>&1 || failed=1
-  done
-  return $failed
+run_one() {  # GPU, log name, seed, train_tgn.py flags: one run, stopped at the deadline
+  local gpu=$1 name=$2 seed=$3 left
+  shift 3
+  left=$((deadline - $(date +%s)))
+  if ((left < 20)); then echo "tgnpyg $name: no time left for seed $seed"; return 1; fi
+  CUDA_VISIBLE_DEVICES=$gpu timeout "$left" python3 benchmarks/train_tgn.py --device cuda \
+    --epochs "${TGN_EPOCHS:-10}" --seeds "$seed" "$@" >"$OUT/tgn_pyg_${name}_$seed.log" 2>&1
 }
-if (($(nvidia-smi -L | wc -l) > 1)); then
-  lane 0 collegemsg --dataset "events:$snap/CollegeMsg.txt" & first=$!
-  lane 1 bitcoinotc --dataset "events:$snap/soc-sign-bitcoinotc.csv" --columns src,dst,rating,time & second=$!
-  wait $first || status=1
-  wait $second || status=1
-else
-  lane 0 collegemsg --dataset "events:$snap/CollegeMsg.txt" || status=1
-  lane 0 bitcoinotc --dataset "events:$snap/soc-sign-bitcoinotc.csv" --columns src,dst,rating,time || status=1
-fi
+second_gpu=$(($(nvidia-smi -L | wc -l) > 1 ? 1 : 0))
+pids=()
+for seed in ${TGN_SEEDS:-0}; do
+  run_one 0 collegemsg "$seed" --dataset "events:$snap/CollegeMsg.txt" & pids+=($!)
+  run_one "$second_gpu" bitcoinotc "$seed" --dataset "events:$snap/soc-sign-bitcoinotc.csv" \
+    --columns src,dst,rating,time & pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 grep -hE "^(stream|system|distgnn|PyG)" "$OUT"/tgn_pyg_*.log
 """,
     ),
