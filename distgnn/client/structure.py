@@ -1,0 +1,106 @@
+"""The whole graph's structure in one trainer: every partition's CSC, read from the partition folder and joined
+into one CSC over global node ids (:func:`replicated_csc`), so that a sampler samples every layer where it runs
+and sends no ``sample`` request to another machine. Only the structure is replicated; features stay with their
+owners (read through the feature path and its GPU cache).
+
+Partitions own contiguous, ascending ranges of global ids (the partition format), so the joined CSC's row ``v``
+(``v * R + t`` on a typed CSC with R edge types) is global node ``v``'s in-edges, in the same order as in the
+partition that owns ``v``; its ``indices`` are global ids (int32 when the graph has fewer than 2^31 nodes) and
+``local2global`` is the identity. The picks are uniform as on the partitioned path, from one random stream per
+layer instead of one per owner, so the blocks differ from the partitioned run's for the same seed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distgnn.errors import ConfigError
+from distgnn.partition.format import PartitionMeta, load_part_array
+from distgnn.sampling.source import LocalCSC, range_offset
+
+# Edges converted from local to global ids per slice (bounds the int64 temporary to 64 MiB).
+_EDGE_SLICE = 8 << 20
+
+
+def structure_bytes(num_nodes: int, num_edges: int, num_etypes: int = 1) -> int:
+    """Bytes of the joined CSC in host memory: row offsets, global indices, edge ids, the identity map."""
+    index_bytes = 4 if num_nodes < 2**31 else 8
+    return 8 * (num_nodes * num_etypes + 1) + index_bytes * num_edges + 8 * num_edges + 8 * num_nodes
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, or None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> LocalCSC:
+    """Every partition of ``meta`` joined into one :class:`LocalCSC` of the whole graph (``replicated=True``),
+    named as partition ``part_id`` (this machine's).
+
+    Raises:
+        ConfigError: the joined structure would not fit in the host's available memory (with its size and the
+            memory available), or the partitions' node ranges do not tile ``[0, num_nodes)``.
+        PartitionFormatError: a partition's file is missing or unreadable (every machine needs every
+            partition's ``indptr``, ``indices``, ``eids`` and ``local2global``).
+    """
+    num_nodes, num_edges = meta.num_nodes, meta.num_edges
+    needed = structure_bytes(num_nodes, num_edges, num_etypes)
+    available = available_host_bytes()
+    if available is not None and needed > available:
+        raise ConfigError(
+            f"the replicated structure of {meta.graph_name!r} ({num_nodes} nodes, {num_edges} edges) needs "
+            f"{needed / 2**30:.2f} GiB of host memory, {available / 2**30:.2f} GiB available; sample the "
+            "partitioned structure instead (--structure partitioned)"
+        )
+    ranges = np.asarray(meta.node_map, dtype=np.int64).reshape(-1, 2)
+    order = np.argsort(ranges[:, 0], kind="stable")
+    starts, ends = ranges[order, 0], ranges[order, 1]
+    if starts[0] != 0 or ends[-1] != num_nodes or not np.array_equal(starts[1:], ends[:-1]):
+        raise ConfigError(f"{meta.json_path}: partition node ranges {ranges.tolist()} do not tile [0, {num_nodes})")
+    index_dtype = np.int32 if num_nodes < 2**31 else np.int64
+    indptr = np.empty(num_nodes * num_etypes + 1, dtype=np.int64)
+    indices = np.empty(num_edges, dtype=index_dtype)
+    eids = np.empty(num_edges, dtype=np.int64)
+    contiguous = True
+    row = pos = 0
+    for part in order.tolist():
+        part_indptr = load_part_array(meta, part, "indptr")
+        part_indices = load_part_array(meta, part, "indices")
+        part_eids = load_part_array(meta, part, "eids")
+        local2global = np.asarray(load_part_array(meta, part, "local2global"), dtype=np.int64)
+        rows, edges = len(part_indptr) - 1, len(part_indices)
+        expected_rows = int(ranges[part, 1] - ranges[part, 0]) * num_etypes
+        if rows != expected_rows or pos + edges > num_edges:
+            raise ConfigError(
+                f"{meta.json_path}: partition {part} has {rows} CSC rows and {edges} edges, expected "
+                f"{expected_rows} rows and at most {num_edges - pos} edges"
+            )
+        indptr[row : row + rows] = np.asarray(part_indptr[:-1]) - int(part_indptr[0]) + pos
+        for start in range(0, edges, _EDGE_SLICE):
+            stop = min(start + _EDGE_SLICE, edges)
+            indices[pos + start : pos + stop] = local2global[np.asarray(part_indices[start:stop], dtype=np.int64)]
+        eids[pos : pos + edges] = part_eids
+        contiguous = contiguous and (edges == 0 or range_offset(eids[pos : pos + edges]) == pos)
+        row, pos = row + rows, pos + edges
+    if row != len(indptr) - 1 or pos != num_edges:
+        raise ConfigError(f"{meta.json_path}: the partitions hold {row} rows and {pos} edges, the graph {num_edges}")
+    indptr[-1] = num_edges
+    return LocalCSC(
+        part_id=part_id,
+        node_start=0,
+        indptr=indptr,
+        indices=indices,
+        eids=eids,
+        local2global=np.arange(num_nodes, dtype=np.int64),
+        edge_weights={},
+        num_etypes=num_etypes,
+        eid_offset=0 if contiguous else None,
+        replicated=True,
+    )

@@ -1,0 +1,86 @@
+"""The replicated structure: every partition's CSC joined into one (``distgnn.client.structure``), and a
+NeighborSampler with ``structure="replicated"`` sampling every layer from it with no ``sample`` request.
+
+The joined CSC is checked edge by edge against the original graph (through the partition's id maps), on a
+homogeneous and a typed graph. The cases on a 2-machine LocalCluster (CPU and CUDA) sit beside the other cluster
+cases in test_device.py, which share its cluster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn.client import structure
+from distgnn.data import synthetic, synthetic_mag
+from distgnn.data.hetero import HeteroGraph
+from distgnn.errors import ConfigError
+from distgnn.partition import partition_graph
+from distgnn.partition.format import load_orig_ids, read_meta
+from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.source import InProcessGraph
+
+
+def joined_edges_match(graph_src, graph_dst, meta, csc, num_etypes=1, edge_types=None) -> None:
+    """Every position of the joined CSC is an edge of the original graph into its row's node (and of its row's
+    edge type), with its source; every edge appears once."""
+    orig_nid, orig_eid = (np.asarray(a) for a in load_orig_ids(meta))
+    rows = np.repeat(np.arange(len(csc.indptr) - 1), np.diff(csc.indptr))
+    assert csc.node_start == 0 and csc.replicated and len(csc.indices) == meta.num_edges
+    np.testing.assert_array_equal(np.sort(csc.eids), np.arange(meta.num_edges))
+    edges = orig_eid[csc.eids]
+    np.testing.assert_array_equal(graph_dst[edges], orig_nid[rows // num_etypes])
+    np.testing.assert_array_equal(graph_src[edges], orig_nid[csc.indices])
+    if edge_types is not None:
+        np.testing.assert_array_equal(edge_types[edges], rows % num_etypes)
+
+
+def test_the_joined_csc_holds_every_edge_of_a_partitioned_graph(tmp_path) -> None:
+    graph = synthetic(2000, 6, feat_dim=2, num_classes=2, seed=1)
+    meta = read_meta(partition_graph(graph, 3, tmp_path / "g", graph_name="g", method="random"))
+    csc = structure.replicated_csc(meta, part_id=2)
+    assert csc.part_id == 2 and csc.indices.dtype == np.int32 and csc.eid_offset == 0
+    joined_edges_match(graph.src, graph.dst, meta, csc)
+    np.testing.assert_array_equal(csc.local2global, np.arange(graph.num_nodes))
+
+
+def test_the_joined_csc_of_a_typed_graph_keeps_the_edge_type_rows(tmp_path) -> None:
+    graph: HeteroGraph = synthetic_mag(num_papers=300, seed=2)
+    meta = read_meta(partition_graph(graph, 2, tmp_path / "mag", graph_name="mag", method="random"))
+    k = len(meta.etypes)
+    csc = structure.replicated_csc(meta, part_id=0, num_etypes=k)
+    offsets = dict(zip(graph.ntypes, np.cumsum([0] + [graph.num_nodes[t] for t in graph.ntypes])[:-1], strict=False))
+    etypes = graph.canonical_etypes
+    src = np.concatenate([graph.edges[e][0] + offsets[e[0]] for e in etypes])
+    dst = np.concatenate([graph.edges[e][1] + offsets[e[2]] for e in etypes])
+    types = np.repeat(np.arange(k), [graph.num_edges(e) for e in etypes])
+    joined_edges_match(src, dst, meta, csc, k, types)
+
+
+def test_a_structure_larger_than_the_host_memory_is_refused_with_its_size(tmp_path, monkeypatch) -> None:
+    graph = synthetic(500, 4, feat_dim=2, num_classes=2, seed=1)
+    meta = read_meta(partition_graph(graph, 2, tmp_path / "g", graph_name="g", method="random"))
+    monkeypatch.setattr(structure, "available_host_bytes", lambda: 1000)
+    with pytest.raises(ConfigError, match=r"needs 0\.00 GiB of host memory, 0\.00 GiB available.*partitioned"):
+        structure.replicated_csc(meta, 0)
+
+
+def test_the_sampler_checks_the_structure_option() -> None:
+    with pytest.raises(ConfigError, match="structure must be one of"):
+        NeighborSampler([3], structure="everywhere")
+    with pytest.raises(ConfigError, match="edge arrays"):
+        NeighborSampler([3], prob="w", structure="replicated")
+    spec = NeighborSampler([3, 2], structure="replicated").spec()
+    assert NeighborSampler.from_spec(spec).structure == "replicated"
+
+
+def test_an_in_process_graph_samples_the_same_blocks_replicated() -> None:
+    g = InProcessGraph(synthetic(1500, 6, feat_dim=2, num_classes=2, seed=4))
+    seeds = np.arange(0, 1500, 11)
+    for device in (None, "cpu"):
+        want = NeighborSampler([4, 3], device=device).sample_blocks(g, seeds, rng_seed=7)
+        got = NeighborSampler([4, 3], device=device, structure="replicated").sample_blocks(g, seeds, rng_seed=7)
+        for a, b in zip(got[2], want[2], strict=True):
+            torch.testing.assert_close(a.eids, b.eids)
+            torch.testing.assert_close(a.src_nids, b.src_nids)
