@@ -51,6 +51,8 @@ def layerwise_inference_on_device(
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # as the tensors on it name it
+        device = torch.device("cuda", torch.cuda.current_device())
     num_nodes = int(g.num_nodes())
     sampler = NeighborSampler([-1], device=device if device.type == "cuda" else None)
     whole: WholeCSC | None = None
