@@ -6,7 +6,8 @@ owners (read through the feature path and its GPU cache).
 Partitions own contiguous, ascending ranges of global ids (the partition format), so the joined CSC's row ``v``
 (``v * R + t`` on a typed CSC with R edge types) is global node ``v``'s in-edges, in the same order as in the
 partition that owns ``v``; its ``indices`` are global ids (int32 when the graph has fewer than 2^31 nodes) and
-``local2global`` is the identity. The picks are uniform as on the partitioned path, from one random stream per
+``local2global`` is the identity. Where the partitions number their edges in CSC order (a reshuffled partition
+does), the edge ids are the range ``0 .. num_edges - 1`` and are not held (``eid_offset`` 0, ``eids`` empty). The picks are uniform as on the partitioned path, from one random stream per
 layer instead of one per owner, so the blocks differ from the partitioned run's for the same seed.
 """
 
@@ -22,10 +23,12 @@ from distgnn.sampling.source import LocalCSC, range_offset
 _EDGE_SLICE = 8 << 20
 
 
-def structure_bytes(num_nodes: int, num_edges: int, num_etypes: int = 1) -> int:
-    """Bytes of the joined CSC in host memory: row offsets, global indices, edge ids, the identity map."""
+def structure_bytes(num_nodes: int, num_edges: int, num_etypes: int = 1, edge_ids: bool = True) -> int:
+    """Bytes of the joined CSC in host memory: row offsets, global indices, the identity map, and the edge ids
+    where they are held."""
     index_bytes = 4 if num_nodes < 2**31 else 8
-    return 8 * (num_nodes * num_etypes + 1) + index_bytes * num_edges + 8 * num_edges + 8 * num_nodes
+    held = 8 * num_edges if edge_ids else 0
+    return 8 * (num_nodes * num_etypes + 1) + index_bytes * num_edges + held + 8 * num_nodes
 
 
 def available_host_bytes() -> int | None:
@@ -51,7 +54,18 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> Lo
             partition's ``indptr``, ``indices``, ``eids`` and ``local2global``).
     """
     num_nodes, num_edges = meta.num_nodes, meta.num_edges
-    needed = structure_bytes(num_nodes, num_edges, num_etypes)
+    ranges = np.asarray(meta.node_map, dtype=np.int64).reshape(-1, 2)
+    order = np.argsort(ranges[:, 0], kind="stable")
+    starts, ends = ranges[order, 0], ranges[order, 1]
+    if starts[0] != 0 or ends[-1] != num_nodes or not np.array_equal(starts[1:], ends[:-1]):
+        raise ConfigError(f"{meta.json_path}: partition node ranges {ranges.tolist()} do not tile [0, {num_nodes})")
+    # Edge ids in CSC order across the partitions (in node order): the range 0 .. num_edges - 1, not held.
+    contiguous, pos = True, 0
+    for part in order.tolist():
+        part_eids = load_part_array(meta, part, "eids")
+        contiguous = contiguous and (len(part_eids) == 0 or range_offset(part_eids) == pos)
+        pos += len(part_eids)
+    needed = structure_bytes(num_nodes, num_edges, num_etypes, edge_ids=not contiguous)
     available = available_host_bytes()
     if available is not None and needed > available:
         raise ConfigError(
@@ -59,16 +73,10 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> Lo
             f"{needed / 2**30:.2f} GiB of host memory, {available / 2**30:.2f} GiB available; sample the "
             "partitioned structure instead (--structure partitioned)"
         )
-    ranges = np.asarray(meta.node_map, dtype=np.int64).reshape(-1, 2)
-    order = np.argsort(ranges[:, 0], kind="stable")
-    starts, ends = ranges[order, 0], ranges[order, 1]
-    if starts[0] != 0 or ends[-1] != num_nodes or not np.array_equal(starts[1:], ends[:-1]):
-        raise ConfigError(f"{meta.json_path}: partition node ranges {ranges.tolist()} do not tile [0, {num_nodes})")
     index_dtype = np.int32 if num_nodes < 2**31 else np.int64
     indptr = np.empty(num_nodes * num_etypes + 1, dtype=np.int64)
     indices = np.empty(num_edges, dtype=index_dtype)
-    eids = np.empty(num_edges, dtype=np.int64)
-    contiguous = True
+    eids = np.empty(0 if contiguous else num_edges, dtype=np.int64)
     row = pos = 0
     for part in order.tolist():
         part_indptr = load_part_array(meta, part, "indptr")
@@ -86,8 +94,8 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> Lo
         for start in range(0, edges, _EDGE_SLICE):
             stop = min(start + _EDGE_SLICE, edges)
             indices[pos + start : pos + stop] = local2global[np.asarray(part_indices[start:stop], dtype=np.int64)]
-        eids[pos : pos + edges] = part_eids
-        contiguous = contiguous and (edges == 0 or range_offset(eids[pos : pos + edges]) == pos)
+        if not contiguous:
+            eids[pos : pos + edges] = part_eids
         row, pos = row + rows, pos + edges
     if row != len(indptr) - 1 or pos != num_edges:
         raise ConfigError(f"{meta.json_path}: the partitions hold {row} rows and {pos} edges, the graph {num_edges}")

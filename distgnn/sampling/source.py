@@ -37,7 +37,8 @@ class LocalCSC:
         node_start: global id of local node 0 (owned nodes are a contiguous range).
         indptr, indices: CSC of the in-edges of the owned nodes (local ids); with ``num_etypes`` R > 1
             row ``v * R + t`` holds owned node ``v``'s in-edges of edge type ``t`` (see docs/partition-format.md).
-        eids: global edge id of each CSC position.
+        eids: global edge id of each CSC position (may be empty where ``eid_offset`` gives them: the replicated
+            structure holds no range).
         local2global: global id of each local node.
         edge_weights: optional edge arrays by name, one value per CSC position.
         num_etypes: R, the number of edge types.

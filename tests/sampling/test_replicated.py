@@ -28,19 +28,27 @@ def joined_edges_match(graph_src, graph_dst, meta, csc, num_etypes=1, edge_types
     orig_nid, orig_eid = (np.asarray(a) for a in load_orig_ids(meta))
     rows = np.repeat(np.arange(len(csc.indptr) - 1), np.diff(csc.indptr))
     assert csc.node_start == 0 and csc.replicated and len(csc.indices) == meta.num_edges
-    np.testing.assert_array_equal(np.sort(csc.eids), np.arange(meta.num_edges))
-    edges = orig_eid[csc.eids]
+    eids = csc.eids if csc.eid_offset is None else csc.eid_offset + np.arange(meta.num_edges)
+    np.testing.assert_array_equal(np.sort(eids), np.arange(meta.num_edges))
+    edges = orig_eid[eids]
     np.testing.assert_array_equal(graph_dst[edges], orig_nid[rows // num_etypes])
     np.testing.assert_array_equal(graph_src[edges], orig_nid[csc.indices])
     if edge_types is not None:
         np.testing.assert_array_equal(edge_types[edges], rows % num_etypes)
 
 
-def test_the_joined_csc_holds_every_edge_of_a_partitioned_graph(tmp_path) -> None:
+@pytest.mark.parametrize("edge_ids", ["a range", "held"])
+def test_the_joined_csc_holds_every_edge_of_a_partitioned_graph(tmp_path, monkeypatch, edge_ids) -> None:
     graph = synthetic(2000, 6, feat_dim=2, num_classes=2, seed=1)
     meta = read_meta(partition_graph(graph, 3, tmp_path / "g", graph_name="g", method="random"))
+    if edge_ids == "held":  # as where a partition numbers its edges otherwise than in CSC order
+        monkeypatch.setattr(structure, "range_offset", lambda ids: None)
     csc = structure.replicated_csc(meta, part_id=2)
-    assert csc.part_id == 2 and csc.indices.dtype == np.int32 and csc.eid_offset == 0
+    assert csc.part_id == 2 and csc.indices.dtype == np.int32
+    if edge_ids == "a range":  # a reshuffled partition's: not held
+        assert csc.eid_offset == 0 and len(csc.eids) == 0
+    else:
+        assert csc.eid_offset is None and len(csc.eids) == meta.num_edges
     joined_edges_match(graph.src, graph.dst, meta, csc)
     np.testing.assert_array_equal(csc.local2global, np.arange(graph.num_nodes))
 
