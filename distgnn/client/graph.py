@@ -24,7 +24,7 @@ import torch
 
 from distgnn.client.context import DistContext, get_context
 from distgnn.client.sampling import RpcSampling, sampling_view
-from distgnn.client.structure import replicated_csc
+from distgnn.client.structure import machine_structure
 from distgnn.client.tensor import DistTensor, as_ids, positions_by_owner
 from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, CanonicalEtype
 from distgnn.errors import ConfigError
@@ -179,11 +179,14 @@ class DistGraph:
         return sampling_view(self)
 
     def replicated_structure(self) -> LocalCSC:
-        """The whole graph's CSC, every partition's read from the partition folder and joined once per DistGraph
-        (:func:`distgnn.client.structure.replicated_csc`: its size is checked against the host's memory)."""
+        """The whole graph's CSC, every partition's read from the partition folder and joined once per machine
+        into the job's shared memory (:func:`distgnn.client.structure.machine_structure`: its size is checked
+        against the host's memory), mapped read-only here."""
         with self._structure_lock:
             if self._replicated is None:
-                self._replicated = replicated_csc(self._meta, self.machine_id, self.local_partition.num_etypes)
+                self._replicated = machine_structure(
+                    self.context.config.job_id, self.machine_id, self._meta, self.local_partition.num_etypes
+                )
             return self._replicated
 
     def get_partition_book(self) -> RangePartitionBook:

@@ -7,17 +7,32 @@ Partitions own contiguous, ascending ranges of global ids (the partition format)
 (``v * R + t`` on a typed CSC with R edge types) is global node ``v``'s in-edges, in the same order as in the
 partition that owns ``v``; its ``indices`` are global ids (int32 when the graph has fewer than 2^31 nodes) and
 ``local2global`` is the identity. Where the partitions number their edges in CSC order (a reshuffled partition
-does), the edge ids are the range ``0 .. num_edges - 1`` and are not held (``eid_offset`` 0, ``eids`` empty). The picks are uniform as on the partitioned path, from one random stream per
-layer instead of one per owner, so the blocks differ from the partitioned run's for the same seed.
+does), the edge ids are the range ``0 .. num_edges - 1`` and are not held (``eid_offset`` 0, ``eids`` empty).
+The picks are uniform as on the partitioned path, from one random stream per layer instead of one per owner, so
+the blocks differ from the partitioned run's for the same seed.
+
+In a job the structure is joined once per machine (:func:`machine_structure`): the first trainer of the machine
+that asks joins it and publishes it in the job's shared memory (segments ``distgnn-<job>-p<machine>-structure.*``,
+removed with the machine's other segments), the machine's other trainers map it read-only.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+
 import numpy as np
 
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, SharedMemoryError
 from distgnn.partition.format import PartitionMeta, load_part_array
 from distgnn.sampling.source import LocalCSC, range_offset
+from distgnn.store import shm
+
+log = logging.getLogger(__name__)
+
+GROUP = "structure"  # the shared-memory group of a machine's joined structure
+WAIT_S = 600.0  # how long a trainer waits for the machine's builder (alive) to publish it
 
 # Edges converted from local to global ids per slice (bounds the int64 temporary to 64 MiB).
 _EDGE_SLICE = 8 << 20
@@ -43,9 +58,10 @@ def available_host_bytes() -> int | None:
     return None
 
 
-def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> LocalCSC:
+def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1, copies: int = 1) -> LocalCSC:
     """Every partition of ``meta`` joined into one :class:`LocalCSC` of the whole graph (``replicated=True``),
-    named as partition ``part_id`` (this machine's).
+    named as partition ``part_id`` (this machine's); ``copies``: how many copies of it the caller will hold at
+    once (2 where it is then copied into shared memory), for the memory check.
 
     Raises:
         ConfigError: the joined structure would not fit in the host's available memory (with its size and the
@@ -65,7 +81,7 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> Lo
         part_eids = load_part_array(meta, part, "eids")
         contiguous = contiguous and (len(part_eids) == 0 or range_offset(part_eids) == pos)
         pos += len(part_eids)
-    needed = structure_bytes(num_nodes, num_edges, num_etypes, edge_ids=not contiguous)
+    needed = copies * structure_bytes(num_nodes, num_edges, num_etypes, edge_ids=not contiguous)
     available = available_host_bytes()
     if available is not None and needed > available:
         raise ConfigError(
@@ -112,3 +128,91 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1) -> Lo
         eid_offset=0 if contiguous else None,
         replicated=True,
     )
+
+
+def machine_structure(
+    job_id: str, machine: int, meta: PartitionMeta, num_etypes: int = 1, wait_s: float = WAIT_S
+) -> LocalCSC:
+    """This machine's joined structure in the job's shared memory: joined and published by the first caller of
+    the machine, mapped read-only by the others (and by the first from then on).
+
+    Raises:
+        ConfigError: as :func:`replicated_csc` (the first caller; it holds two copies while it publishes).
+        SharedMemoryError: the builder died before publishing or did not publish within ``wait_s``, the
+            machine's published structure is of another graph, or a segment is missing or corrupt.
+    """
+    key = f"{meta.json_path.resolve()}:{meta.num_nodes}:{meta.num_edges}:{num_etypes}"
+    start = time.monotonic()
+    built = shm.claim(job_id, machine, GROUP)
+    if built:
+        csc = replicated_csc(meta, machine, num_etypes, copies=2)
+        arrays = {"indptr": csc.indptr, "indices": csc.indices}
+        if csc.eid_offset is None:
+            arrays["eids"] = csc.eids
+        shm.publish_group(job_id, machine, GROUP, arrays, {"key": key, "eid_offset": csc.eid_offset})
+        del csc, arrays  # this process maps the shared copy from here on, as the others do
+    published, arrays = _wait_for(job_id, machine, wait_s)
+    where = f"the joined structure of job {job_id} machine {machine} in shared memory"
+    if published.get("key") != key:
+        raise SharedMemoryError(f"{where} is of {published.get('key')!r}, this trainer's graph is {key!r}")
+    indptr, indices = arrays.get("indptr"), arrays.get("indices")
+    if indptr is None or indices is None or len(indptr) != meta.num_nodes * num_etypes + 1:
+        raise SharedMemoryError(f"{where} lacks its row offsets or indices, or has the wrong number of rows")
+    if len(indices) != meta.num_edges or int(indptr[0]) != 0 or int(indptr[-1]) != meta.num_edges:
+        raise SharedMemoryError(f"{where} is corrupt: its indices or row offsets disagree with the graph's edges")
+    eid_offset = published.get("eid_offset")
+    log.info(
+        "structure of all %d partitions %s in shared memory on machine %d (%.2f s)",
+        meta.num_parts,
+        "joined" if built else "mapped",
+        machine,
+        time.monotonic() - start,
+    )
+    return LocalCSC(
+        part_id=machine,
+        node_start=0,
+        indptr=indptr,
+        indices=indices,
+        eids=arrays.get("eids", np.empty(0, dtype=np.int64)),
+        local2global=np.arange(meta.num_nodes, dtype=np.int64),
+        edge_weights={},
+        num_etypes=num_etypes,
+        eid_offset=None if eid_offset is None else int(eid_offset),
+        replicated=True,
+    )
+
+
+def _wait_for(job_id: str, machine: int, wait_s: float) -> tuple[dict, dict[str, np.ndarray]]:
+    """The published group, waiting while its builder lives."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        group = shm.attach_group(job_id, machine, GROUP)
+        if group is not None:
+            return group
+        holder = shm.claim_holder(job_id, machine, GROUP)
+        if holder is None and not shm.segment_path(job_id, machine, GROUP + ".claim").exists():
+            raise SharedMemoryError(
+                f"the joined structure of job {job_id} machine {machine} was removed from shared memory while this "
+                "trainer waited for it; start the job again"
+            )
+        if holder is not None and not _alive(holder):
+            raise SharedMemoryError(
+                f"trainer pid {holder}, which was joining the structure of job {job_id} machine {machine}, exited "
+                "before publishing it; see that trainer's log"
+            )
+        if time.monotonic() >= deadline:
+            raise SharedMemoryError(
+                f"trainer pid {holder} has not published the joined structure of job {job_id} machine {machine} "
+                f"after {wait_s:.0f} s"
+            )
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

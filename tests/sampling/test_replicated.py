@@ -2,11 +2,16 @@
 NeighborSampler with ``structure="replicated"`` sampling every layer from it with no ``sample`` request.
 
 The joined CSC is checked edge by edge against the original graph (through the partition's id maps), on a
-homogeneous and a typed graph. The cases on a 2-machine LocalCluster (CPU and CUDA) sit beside the other cluster
+homogeneous and a typed graph; in a job it is joined once per machine into shared memory. The cases on a 2-machine LocalCluster (CPU and CUDA) sit beside the other cluster
 cases in test_device.py, which share its cluster.
 """
 
 from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,11 +20,12 @@ import torch
 from distgnn.client import structure
 from distgnn.data import synthetic, synthetic_mag
 from distgnn.data.hetero import HeteroGraph
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, SharedMemoryError
 from distgnn.partition import partition_graph
 from distgnn.partition.format import load_orig_ids, read_meta
 from distgnn.sampling.neighbor import NeighborSampler
 from distgnn.sampling.source import InProcessGraph
+from distgnn.store import shm
 
 
 def joined_edges_match(graph_src, graph_dst, meta, csc, num_etypes=1, edge_types=None) -> None:
@@ -92,3 +98,36 @@ def test_an_in_process_graph_samples_the_same_blocks_replicated() -> None:
         for a, b in zip(got[2], want[2], strict=True):
             torch.testing.assert_close(a.eids, b.eids)
             torch.testing.assert_close(a.src_nids, b.src_nids)
+
+
+@pytest.fixture
+def job_id():
+    job = f"jst{secrets.token_hex(4)}"
+    yield job
+    shm.remove_segments(job)
+
+
+def test_a_machine_joins_the_structure_once_and_its_trainers_map_it(tmp_path, job_id) -> None:
+    graph = synthetic(800, 5, feat_dim=2, num_classes=2, seed=6)
+    meta = read_meta(partition_graph(graph, 2, tmp_path / "g", graph_name="g", method="random"))
+    first = structure.machine_structure(job_id, 1, meta)
+    second = structure.machine_structure(job_id, 1, meta)  # another trainer of machine 1: maps the same pages
+    assert shm.claim_holder(job_id, 1, structure.GROUP) == os.getpid()
+    assert first.replicated and first.part_id == 1 and first.eid_offset == 0 and len(first.eids) == 0
+    # Both map the shared copy read-only, the builder too (its private join is gone).
+    assert not first.indices.flags.writeable and not second.indices.flags.writeable
+    np.testing.assert_array_equal(first.indptr, second.indptr)
+    joined_edges_match(graph.src, graph.dst, meta, second)
+    other = read_meta(partition_graph(graph, 2, tmp_path / "h", graph_name="h", method="random"))
+    with pytest.raises(SharedMemoryError, match="is of"):  # machine 1 holds g's structure, not h's
+        structure.machine_structure(job_id, 1, other)
+
+
+def test_a_trainer_waiting_for_a_dead_builder_names_it(tmp_path, job_id) -> None:
+    graph = synthetic(300, 4, feat_dim=2, num_classes=2, seed=6)
+    meta = read_meta(partition_graph(graph, 2, tmp_path / "g", graph_name="g", method="random"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    shm.segment_path(job_id, 0, f"{structure.GROUP}.claim").write_text(str(dead.pid))
+    with pytest.raises(SharedMemoryError, match=f"pid {dead.pid}.*exited before publishing"):
+        structure.machine_structure(job_id, 0, meta, wait_s=10)
