@@ -11,8 +11,9 @@ A GraphSAGE layer (mean aggregation) whose input is a whole tensor on the device
 graph's CSC (``g.replicated_structure()``) is placed on the device once, a batch of consecutive destinations is a
 slice of it whose indices are global ids, and the mean kernel reads the neighbours' rows straight from the
 previous layer's output; the layer gets ``[x_dst | mean]`` (:class:`~distgnn.sampling.block.SelfAndMean`). No
-relabel, no gather of the sources' rows, no host sync per batch. Other layers (GAT, features read through a
-cache) take the sampled full-neighbour blocks.
+relabel, no gather of the sources' rows, no host sync per batch. Input features held elsewhere (a cache, a
+DistTensor) are first read onto the device whole for a GraphSAGE model (``num_nodes * F * 4`` bytes). Other
+layers (GAT) take the sampled full-neighbour blocks.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def layerwise_inference_on_device(
     model.eval()
     try:
         with torch.no_grad():
+            if _is_sage(model, 0) and not _whole_tensor(x, device, num_nodes):
+                # Every node's input row on the device once (as a hidden layer's output is), read in batches.
+                ids = torch.arange(num_nodes, device=device)
+                x = torch.cat([_rows(features, part, device).float() for part in ids.split(batch_size)])
             for layer in range(model.num_layers):
                 out = torch.empty((num_nodes, model.layer_dims[layer]), dtype=torch.float32, device=device)
                 if _aggregates_whole(model, layer, x, device, num_nodes):
@@ -84,11 +89,18 @@ def layerwise_inference_on_device(
 def _aggregates_whole(model: torch.nn.Module, layer: int, x: Any, device: torch.device, num_nodes: int) -> bool:
     """Whether ``layer`` can read its neighbours straight from ``x``: a SAGE layer over a whole float32 tensor
     of every node's rows on ``device``."""
+    return _is_sage(model, layer) and _whole_tensor(x, device, num_nodes)
+
+
+def _is_sage(model: torch.nn.Module, layer: int) -> bool:
     layers = getattr(model, "layers", None)
+    return layers is not None and isinstance(layers[layer], SAGEConv)
+
+
+def _whole_tensor(x: Any, device: torch.device, num_nodes: int) -> bool:
+    """Whether ``x`` is every node's float32 rows in one tensor on ``device``."""
     return (
-        layers is not None
-        and isinstance(layers[layer], SAGEConv)
-        and isinstance(x, torch.Tensor)
+        isinstance(x, torch.Tensor)
         and x.device == device
         and x.dtype == torch.float32
         and x.dim() == 2
