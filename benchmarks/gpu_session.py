@@ -252,15 +252,17 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
         "the old path), the sampling thread (--prefetch 1), 2 simulated machines x 1 GPU, and on request: "
         "deep (--prefetch 4), replicate (every GPU caches the whole hot set: no peer reads), timeline "
         "(inline, rank 0's per-batch stage spans and their plots under $OUT), repeats (inline, 1 and 2 "
-        "GPUs run 3 times each, interleaved); SCALING_EPOCHS epochs a run (default 8)",
+        "GPUs run 3 times each, interleaved), replicated (2 machines x 1 GPU, partitioned and with the structure "
+        "replicated on every trainer, 2 interleaved repeats); SCALING_EPOCHS epochs a run (default 8)",
         r"""
 epochs=${SCALING_EPOCHS:-8}
 for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
-  "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json" "repeats:--repeats 3"; do
+  "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json" "repeats:--repeats 3" \
+  "replicated:--machines many --replicated-rows --repeats 2"; do
   name=${variant%%:*}
   [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086
-  timeout 300 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" ${variant#*:} \
+  timeout 450 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" ${variant#*:} \
     >"$OUT/scaling_$name.log" 2>&1 || status=1
   echo "scaling $name:"; sed -n '/^ *GPUs/,$p' "$OUT/scaling_$name.log"; grep -E "Error|failed" "$OUT/scaling_$name.log" | tail -3
 done

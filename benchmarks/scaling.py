@@ -4,7 +4,8 @@ Runs ``examples/graphsage/train_dist.py --local`` on one partition (the whole gr
 one graph server) with 1, then n trainers, one per GPU, the gradients averaged over NCCL (inside the captured
 step, or by DDP with ``--step eager``); by default local sampling on the GPU and a clique feature cache. With
 ``--machines many`` the n trainers are n simulated machines of one trainer each (n partitions, one server each).
-``--ddp-rows`` adds each n > 1 with ``--step eager`` (DDP) against the same baseline. Every run of a layout reads
+``--ddp-rows`` adds each n > 1 with ``--step eager`` (DDP) against the same baseline; ``--replicated-rows`` adds each
+n > 1 with ``--structure replicated`` (every trainer samples the whole graph's structure itself, no sampling RPC). Every run of a layout reads
 the same partition (made once in ``--workdir``). Prints a table (a run's time is its median epoch after the
 first; with ``--repeats`` the median over the runs, the spread their fastest and slowest, and each repeat's
 efficiency against the baseline run of the same repeat) and writes the RESULT lines as JSON.
@@ -44,6 +45,11 @@ def parse_args() -> argparse.Namespace:
         help="one: n trainers on one simulated machine; many: n machines of one trainer (the baseline stays 1x1)",
     )
     p.add_argument("--ddp-rows", action="store_true", help="also run each count > 1 with --step eager (DDP)")
+    p.add_argument(
+        "--replicated-rows",
+        action="store_true",
+        help="also run each count > 1 with --structure replicated (the structure on every trainer)",
+    )
     p.add_argument(
         "--repeats", type=int, default=1, help="runs of every row, interleaved; the table's spread is theirs"
     )
@@ -138,6 +144,8 @@ def main() -> None:
     rows = [(str(gpus), gpus, []) for gpus in counts]
     if args.ddp_rows:
         rows += [(f"{gpus} ddp", gpus, ["--step=eager"]) for gpus in counts if gpus > 1]
+    if args.replicated_rows:
+        rows += [(f"{gpus} repl", gpus, ["--structure=replicated"]) for gpus in counts if gpus > 1]
     results: dict[str, list[dict]] = {label: [] for label, _, _ in rows}
     for _ in range(args.repeats):  # interleaved, so that a slow spell of the host touches every row
         for label, gpus, more in rows:

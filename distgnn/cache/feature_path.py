@@ -29,7 +29,7 @@ from distgnn.sampling.neighbor import derive_seed
 
 def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The GPU feature path's flags (``--cache-gb --cache-policy --hot-set --presample-batches
-    --host-cpu-share --pipeline --sample-device --graph-memory``); check them with :func:`check_feature_args`."""
+    --host-cpu-share --pipeline --sample-device --graph-memory --structure``); check them with :func:`check_feature_args`."""
     group = parser.add_argument_group("GPU feature path")
     group.add_argument(
         "--cache-gb",
@@ -50,6 +50,15 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
         default="gpu",
         choices=("gpu", "pinned"),
         help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
+    )
+    group.add_argument(
+        "--structure",
+        default="partitioned",
+        choices=("partitioned", "replicated"),
+        help="partitioned: each machine samples its own nodes' neighbours and asks the other machines' servers\n"
+        "for theirs; replicated: every trainer reads all partitions' structure (CSC) from the partition folder\n"
+        "once and samples every layer itself, no sampling requests (features stay partitioned); refused with\n"
+        "its size when it does not fit the host (or, with --sample-device cuda, the GPU)",
     )
     group.add_argument(
         "--cache-policy",
@@ -122,6 +131,7 @@ class FeatureOptions:
     sample_device: str = "cpu"
     graph_memory: str = "gpu"
     aggregate_inputs: str = "auto"
+    structure: str = "partitioned"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FeatureOptions:
@@ -135,11 +145,16 @@ class FeatureOptions:
             args.sample_device,
             args.graph_memory,
             args.aggregate_inputs,
+            args.structure,
         )
 
     def sampler_kwargs(self, device: torch.device) -> dict[str, Any]:
         """Where the NeighborSampler samples: ``device`` with ``--sample-device cuda``, else the CPU."""
-        return {"device": device if self.sample_device == "cuda" else None, "graph_memory": self.graph_memory}
+        return {
+            "device": device if self.sample_device == "cuda" else None,
+            "graph_memory": self.graph_memory,
+            "structure": self.structure,
+        }
 
 
 class SeedLabels:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import torch
 
 from distgnn.client.context import DistContext, get_context
 from distgnn.client.sampling import RpcSampling, sampling_view
+from distgnn.client.structure import machine_structure
 from distgnn.client.tensor import DistTensor, as_ids, positions_by_owner
 from distgnn.data.hetero import DEFAULT_ETYPE, DEFAULT_NTYPE, CanonicalEtype
 from distgnn.errors import ConfigError
@@ -99,6 +101,8 @@ class DistGraph:
             )
         self.graph_name = graph_name
         self._meta = meta
+        self._replicated: LocalCSC | None = None
+        self._structure_lock = threading.Lock()
         self._book = meta.partition_book()
         shared = self.context.local_partition()
         self.local_partition = LocalPartition(
@@ -173,6 +177,17 @@ class DistGraph:
     def sampling_view(self) -> tuple[LocalCSC, RpcSampling]:
         """This machine's CSC in shared memory and remote sampling through the RPC client (the sampler's view)."""
         return sampling_view(self)
+
+    def replicated_structure(self) -> LocalCSC:
+        """The whole graph's CSC, every partition's read from the partition folder and joined once per machine
+        into the job's shared memory (:func:`distgnn.client.structure.machine_structure`: its size is checked
+        against the host's memory), mapped read-only here."""
+        with self._structure_lock:
+            if self._replicated is None:
+                self._replicated = machine_structure(
+                    self.context.config.job_id, self.machine_id, self._meta, self.local_partition.num_etypes
+                )
+            return self._replicated
 
     def get_partition_book(self) -> RangePartitionBook:
         return self._book

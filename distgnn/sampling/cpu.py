@@ -85,7 +85,7 @@ def sample_layer(
     batching. With ``etypes`` the seeds are typed items (a node may repeat, once per edge type) and
     ``fanout`` lists one fanout per edge type.
     """
-    owners = book.nid2partid(seeds)
+    owners = np.full(len(seeds), local.part_id, dtype=np.int64) if local.replicated else book.nid2partid(seeds)
     local_where = None
     remote_wheres: list[np.ndarray] = []  # positions in `seeds` of each remote owner's seeds
     handles = []

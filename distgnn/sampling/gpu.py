@@ -59,7 +59,7 @@ class DeviceSampling:
             raise ConfigError(f"graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}")
         self.device = device
         self.graph_memory = graph_memory
-        self._placed: dict[tuple[int, ...], DeviceCSC] = {}
+        self._placed: dict[tuple, DeviceCSC] = {}
         self._placing = threading.Lock()
         self._range_ends: tuple[bytes, torch.Tensor] | None = None  # the book's node ranges on the device
 
@@ -125,7 +125,7 @@ class DeviceSampling:
     def _placed_csc(self, local: LocalCSC) -> DeviceCSC:
         # A DistGraph hands out a new LocalCSC per call over the same shared-memory arrays; the placed copy
         # holds those arrays, so their ids stay unique while it is cached.
-        key = tuple(id(a) for a in (local.indptr, local.indices, local.eids, local.local2global))
+        key = (local.replicated, *(id(a) for a in (local.indptr, local.indices, local.eids, local.local2global)))
         with self._placing:
             placed = self._placed.get(key)
             if placed is None:
@@ -154,7 +154,10 @@ def sample_layer_on_device(
         seeds: ``(B,)`` int64 valid global ids on the device.
     """
     device = seeds.device
-    by_owner = _positions_by_owner(range_ends, seeds)
+    if local.replicated:  # the whole structure is here: every seed is sampled locally
+        by_owner = {local.part_id: None} if len(seeds) else {}
+    else:
+        by_owner = _positions_by_owner(range_ends, seeds)
     remote_wheres, handles = [], []
     for part, where in by_owner.items():
         if part == local.part_id:
@@ -237,14 +240,17 @@ class DeviceCSC:
         self.graph_memory = graph_memory
         self.part_id = local.part_id
         self.node_start = local.node_start
-        self.edge_start = contiguous_start(local.eids)
+        self.edge_start = local.eid_offset if local.eid_offset is not None else contiguous_start(local.eids)
+        if local.replicated and device.type == "cuda":
+            check_device_fits(local, device, graph_memory)
         if graph_memory == "gpu" or device.type != "cuda":
             self.indptr = as_tensor(local.indptr).to(device)
             self.indices = as_tensor(local.indices).to(device)
         else:
             self.indptr = _pinned_copy(local.indptr, device)
             self.indices = _pinned_copy(local.indices, device)
-        self.local2global = as_tensor(local.local2global).to(device)
+        # A replicated CSC's indices are global ids already (its local2global is the identity).
+        self.local2global = None if local.replicated else as_tensor(local.local2global).to(device)
         self.num_etypes = local.num_etypes
         self.eids = None if self.edge_start is not None else as_tensor(local.eids).to(device)
 
@@ -291,9 +297,33 @@ class DeviceCSC:
         counts, positions, neighbors = sample_neighbors(
             self.indptr, self.indices, rows, fanout, replace, rng_seed, return_neighbors=True
         )
-        src = self.local2global[neighbors]
+        src = neighbors if self.local2global is None else self.local2global[neighbors]
         eids = positions + self.edge_start if self.eids is None else self.eids[positions]
         return counts, src, eids
+
+
+# GPU memory left free beside a replicated structure placed there (the batches' working set).
+_DEVICE_HEADROOM = 2 << 30
+
+
+def check_device_fits(local: LocalCSC, device: torch.device, graph_memory: str) -> None:
+    """Refuse to place a replicated CSC in GPU memory that cannot hold it beside the batches' working set.
+
+    Raises:
+        ConfigError: with the structure's size and the device's free memory.
+    """
+    if graph_memory != "gpu":
+        return
+    needed = local.indptr.nbytes + local.indices.nbytes
+    if local.eid_offset is None and contiguous_start(local.eids) is None:
+        needed += local.eids.nbytes
+    free, _ = torch.cuda.mem_get_info(device)
+    if needed + _DEVICE_HEADROOM > free:
+        raise ConfigError(
+            f"the replicated graph structure needs {needed / 2**30:.2f} GiB on {device} (plus "
+            f"{_DEVICE_HEADROOM / 2**30:.0f} GiB for the batches), {free / 2**30:.2f} GiB free; read it from pinned "
+            "host memory (--graph-memory pinned) or sample the partitioned structure (--structure partitioned)"
+        )
 
 
 def contiguous_start(eids: np.ndarray) -> int | None:

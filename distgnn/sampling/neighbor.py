@@ -53,6 +53,10 @@ class NeighborSampler:
             read from: ``"gpu"`` (copied into GPU memory once) or ``"pinned"``
             (page-locked host memory read zero-copy, for partitions larger than
             the GPU). Placed on first use, kept until :meth:`close`.
+        structure: ``"partitioned"`` (each machine samples its own partition's nodes; the others' go to
+            their servers as ``sample`` requests) or ``"replicated"`` (the whole graph's structure is read once
+            into this process, ``g.replicated_structure()``, and every layer is sampled here with no request:
+            for a GPU sampler, the structure in ``graph_memory``). Features are not affected.
     """
 
     def __init__(
@@ -62,12 +66,17 @@ class NeighborSampler:
         prob: str | None = None,
         device: torch.device | str | None = None,
         graph_memory: str = "gpu",
+        structure: str = "partitioned",
     ):
         fanouts = [check_layer_fanout(f) for f in fanouts]
         if not fanouts:
             raise ConfigError("fanouts must be a non-empty list, one entry per layer")
         if graph_memory not in GRAPH_MEMORY:
             raise ConfigError(f"graph_memory must be one of {GRAPH_MEMORY}, got {graph_memory!r}")
+        if structure not in STRUCTURES:
+            raise ConfigError(f"structure must be one of {STRUCTURES}, got {structure!r}")
+        if structure == "replicated" and prob is not None:
+            raise ConfigError(f"prob={prob!r} needs the partitions' edge arrays: sample the partitioned structure")
         device = None if device is None else torch.device(device)
         if device is not None and device.type not in ("cpu", "cuda"):
             raise ConfigError(f"the sampler runs on the CPU or a CUDA device, got {device}")
@@ -87,6 +96,7 @@ class NeighborSampler:
         self.prob = prob
         self.device = device
         self.graph_memory = graph_memory
+        self.structure = structure
         # The one dispatch point: where this sampler samples is decided here, once.
         self._backend = CpuSampling() if device is None else DeviceSampling(device, graph_memory)
 
@@ -98,14 +108,19 @@ class NeighborSampler:
             "prob": self.prob,
             "device": None if self.device is None else str(self.device),
             "graph_memory": self.graph_memory,
+            "structure": self.structure,
         }
 
     @classmethod
     def from_spec(cls, spec: dict) -> NeighborSampler:
-        return cls(spec["fanouts"], spec["replace"], spec["prob"], spec["device"], spec["graph_memory"])
+        return cls(
+            spec["fanouts"], spec["replace"], spec["prob"], spec["device"], spec["graph_memory"], spec["structure"]
+        )
 
     def __repr__(self) -> str:
         where = "" if self.device is None else f", device={str(self.device)!r}, graph_memory={self.graph_memory!r}"
+        if self.structure != "partitioned":
+            where += f", structure={self.structure!r}"
         return f"NeighborSampler(fanouts={self.fanouts}, replace={self.replace}, prob={self.prob!r}{where})"
 
     def close(self) -> None:
@@ -128,7 +143,10 @@ class NeighborSampler:
             layer first; on the sampler's device (CPU without one).
         """
         book = g.get_partition_book()
-        local, remote = g.sampling_view()
+        if self.structure == "replicated":
+            local, remote = g.replicated_structure(), None
+        else:
+            local, remote = g.sampling_view()
         frontier = output_nodes = self._backend.frontier(book, seeds)
         blocks: list[Block] = []
         for layer in reversed(range(len(self.fanouts))):
@@ -139,6 +157,9 @@ class NeighborSampler:
             )
             blocks.insert(0, block)
         return torch.as_tensor(frontier), torch.as_tensor(output_nodes), blocks
+
+
+STRUCTURES = ("partitioned", "replicated")
 
 
 def derive_seed(*parts: int) -> int:

@@ -6,6 +6,7 @@ same code).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,12 +37,16 @@ class LocalCSC:
         node_start: global id of local node 0 (owned nodes are a contiguous range).
         indptr, indices: CSC of the in-edges of the owned nodes (local ids); with ``num_etypes`` R > 1
             row ``v * R + t`` holds owned node ``v``'s in-edges of edge type ``t`` (see docs/partition-format.md).
-        eids: global edge id of each CSC position.
+        eids: global edge id of each CSC position (may be empty where ``eid_offset`` gives them: the replicated
+            structure holds no range).
         local2global: global id of each local node.
         edge_weights: optional edge arrays by name, one value per CSC position.
         num_etypes: R, the number of edge types.
         eid_offset: where ``eids`` is the range ``eid_offset, eid_offset + 1, ...`` (:func:`range_offset`), so a
             position's edge id is the position plus it and sampling gathers no edge ids; None otherwise.
+        replicated: the CSC holds every machine's nodes (the whole graph's structure,
+            :func:`distgnn.client.structure.replicated_csc`; ``node_start`` 0, ``indices`` global ids): every seed
+            is sampled here, none is sent to another machine.
     """
 
     part_id: int
@@ -53,6 +58,7 @@ class LocalCSC:
     edge_weights: dict[str, np.ndarray]
     num_etypes: int = 1
     eid_offset: int | None = None
+    replicated: bool = False
 
     def rows(self, seeds: np.ndarray, etypes: np.ndarray | None = None) -> np.ndarray:
         """CSC rows of owned global ``seeds`` (of one edge type each, ``etypes``, on a typed CSC)."""
@@ -106,6 +112,10 @@ class GraphSource(Protocol):
     def get_partition_book(self) -> RangePartitionBook: ...
 
     def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]: ...
+
+    def replicated_structure(self) -> LocalCSC:
+        """The whole graph's CSC (``replicated=True``), for a sampler that samples every layer here."""
+        ...
 
 
 def as_node_ids(ids: torch.Tensor | np.ndarray, name: str = "seeds") -> np.ndarray:
@@ -225,6 +235,10 @@ class InProcessGraph:
 
     def sampling_view(self) -> tuple[LocalCSC, RemoteSampling | None]:
         return self._local, None
+
+    def replicated_structure(self) -> LocalCSC:
+        """The whole graph is already here: its CSC, marked replicated."""
+        return dataclasses.replace(self._local, replicated=True)
 
 
 @dataclass(frozen=True)

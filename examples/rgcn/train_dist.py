@@ -33,7 +33,7 @@ from distgnn.errors import ConfigError
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import RGCN, TypedInput
 from distgnn.partition.prepare import job_partition
-from distgnn.sampling.neighbor import NeighborSampler
+from distgnn.sampling.neighbor import STRUCTURES, NeighborSampler
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--sample-device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU samples the local partition"
     )
+    p.add_argument("--structure", default="partitioned", choices=STRUCTURES, help="replicated: see the guide")
     add_bookkeeping_args(p)
     add_selection_args(p, "accuracy")
     args = p.parse_args(argv)
@@ -167,7 +168,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = None if args.model == "mlp" else net.inputs.sparse_optimizer(args.sparse_optimizer, args.sparse_lr)
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    sampler = NeighborSampler(fanouts, device=device if args.sample_device == "cuda" else None)
+    sampler = NeighborSampler(
+        fanouts, device=device if args.sample_device == "cuda" else None, structure=args.structure
+    )
     loader = DistNodeDataLoader(
         g,
         {target: trainer.seeds("train_mask", target)},

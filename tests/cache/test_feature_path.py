@@ -47,9 +47,11 @@ def test_the_cache_is_on_by_default_only_on_a_gpu_and_options_come_from_the_flag
     options = FeatureOptions.from_args(parse("--device=cuda", "--cache-gb=2", "--hot-set=presample", "--pipeline"))
     assert options == FeatureOptions(2.0, "replicate", "presample", 200, 0.0, True, "cpu", "gpu")
     cuda = torch.device("cuda", 1)
-    assert options.sampler_kwargs(cuda) == {"device": None, "graph_memory": "gpu"}
-    gpu_sampling = FeatureOptions(sample_device="cuda", graph_memory="pinned")
-    assert gpu_sampling.sampler_kwargs(cuda) == {"device": cuda, "graph_memory": "pinned"}
+    assert options.sampler_kwargs(cuda) == {"device": None, "graph_memory": "gpu", "structure": "partitioned"}
+    gpu_sampling = FeatureOptions.from_args(
+        parse("--device=cuda", "--sample-device=cuda", "--graph-memory=pinned", "--structure=replicated")
+    )
+    assert gpu_sampling.sampler_kwargs(cuda) == {"device": cuda, "graph_memory": "pinned", "structure": "replicated"}
 
 
 @pytest.fixture(scope="module")

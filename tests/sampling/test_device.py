@@ -333,6 +333,62 @@ def test_cpu_device_blocks_equal_the_numpy_path_on_a_cluster(cluster_graph, mach
         g.context.close()
 
 
+def edge_sets(blocks) -> list[set]:
+    """Each block's (destination, source, edge id) triples in global ids."""
+    out = []
+    for block in blocks:
+        src_nids = block.src_nids.cpu().numpy()
+        counts = np.diff(block.indptr.cpu().numpy())
+        dst = np.repeat(src_nids[: block.num_dst], counts)
+        out.append(set(zip(dst, src_nids[block.indices.cpu().numpy()], block.eids.cpu().numpy(), strict=True)))
+    return out
+
+
+def replicated_cluster_cases(cluster_graph, device: str) -> None:
+    """A replicated sampler on machine 0 of the cluster: no request sent, the output layer's take-all edges those
+    of the partitioned sampler (remote seeds included), the input layer's picks real in-edges."""
+    from distgnn.client.context import connect
+    from distgnn.client.graph import DistGraph
+    from distgnn.client.sampling import RpcSampling
+
+    json_path, cluster = cluster_graph
+    g = DistGraph("g", json_path, context=connect(cluster.config(0), rank=0, world_size=2))
+    replicated = NeighborSampler([4, -1], device=device, structure="replicated")
+    try:
+        seeds = np.random.default_rng(1).choice(g.num_nodes(), 200, replace=False)
+        want = NeighborSampler([-1]).sample_blocks(g, seeds, rng_seed=2)
+        sent = []
+        original = RpcSampling.send_sample
+        RpcSampling.send_sample = lambda self, *a: sent.append(a) or original(self, *a)
+        try:
+            inputs, outputs, blocks = replicated.sample_blocks(g, seeds, rng_seed=2)
+        finally:
+            RpcSampling.send_sample = original
+        assert sent == []
+        assert g.replicated_structure() is g.replicated_structure()  # joined once per DistGraph
+        # The last layer takes every in-edge: the same edges as the partitioned sampler, remote seeds included.
+        assert edge_sets(blocks[1:]) == edge_sets(want[2])
+        # Fanout 4: min(4, degree) real in-edges of each destination.
+        (every,) = NeighborSampler([-1]).sample_blocks(g, blocks[0].src_nids[: blocks[0].num_dst].cpu(), 2)[2]
+        np.testing.assert_array_equal(
+            np.diff(blocks[0].indptr.cpu().numpy()), np.minimum(np.diff(every.indptr.numpy()), 4)
+        )
+        assert edge_sets(blocks[:1])[0] <= edge_sets([every])[0]
+        np.testing.assert_array_equal(inputs.cpu().numpy(), blocks[0].src_nids.cpu().numpy())
+    finally:
+        replicated.close()
+        g.context.close()
+
+
+def test_a_replicated_sampler_on_a_cluster_sends_no_request_and_samples_real_edges(cluster_graph) -> None:
+    replicated_cluster_cases(cluster_graph, "cpu")
+
+
+@needs_cuda
+def test_a_replicated_gpu_sampler_on_a_cluster(cluster_graph) -> None:
+    replicated_cluster_cases(cluster_graph, "cuda")
+
+
 # ---- CUDA ----
 
 

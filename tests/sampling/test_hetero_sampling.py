@@ -99,8 +99,9 @@ def check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, blocks) -> None
         assert len(np.unique(block.eids.numpy())) == block.num_edges
 
 
+@pytest.mark.parametrize("structure", ["partitioned", "replicated"])
 @pytest.mark.parametrize("fanouts", [[3, 2], [{"r1": 2, "r2": -1, ("a", "r3", "a"): 1, "c:r4:b": 0}, 2]])
-def test_typed_blocks_hold_real_edges_of_each_type_within_fanouts(served, fanouts):
+def test_typed_blocks_hold_real_edges_of_each_type_within_fanouts(served, fanouts, structure):
     from distgnn.sampling.neighbor import NeighborSampler
 
     graph, json_path, cluster, orig_nid, orig_eid = served
@@ -113,7 +114,7 @@ def test_typed_blocks_hold_real_edges_of_each_type_within_fanouts(served, fanout
         )
         owners = book.nid2partid(seeds)
         assert 0 < np.count_nonzero(owners == 0) < len(seeds)  # local and remote items
-        sampler = NeighborSampler(fanouts)
+        sampler = NeighborSampler(fanouts, structure=structure)  # replicated: every typed item sampled here
         input_nodes, output_nodes, blocks = sampler.sample_blocks(g, seeds, rng_seed=4)
         assert np.array_equal(output_nodes.numpy(), seeds) and torch.equal(input_nodes, blocks[0].src_nids)
         check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, blocks)
@@ -199,14 +200,15 @@ def test_typed_sampling_on_a_device_holds_real_edges_within_fanouts(device, fano
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_typed_gpu_sampling_on_a_cluster(served):
+@pytest.mark.parametrize("structure", ["partitioned", "replicated"])
+def test_typed_gpu_sampling_on_a_cluster(served, structure):
     from distgnn.sampling.neighbor import NeighborSampler
 
     graph, json_path, cluster, orig_nid, orig_eid = served
     g = dist_graph(cluster, json_path, 1)
     try:
         book = g.get_partition_book()
-        sampler = NeighborSampler([2, {"r1": 2, "r2": -1, "r3": 1}], device="cuda")
+        sampler = NeighborSampler([2, {"r1": 2, "r2": -1, "r3": 1}], device="cuda", structure=structure)
         seeds = book.map_to_homo_nid(np.arange(0, 60, 4), "a")
         _, _, blocks = sampler.sample_blocks(g, seeds, rng_seed=9)
         check_typed_blocks(graph, book, orig_nid, orig_eid, sampler, [b.to("cpu") for b in blocks])

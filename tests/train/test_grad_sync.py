@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawned import run_ranks
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.errors import ConfigError
@@ -114,25 +114,14 @@ def _trainer(rank: int, init: str, out) -> None:
         weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         mine = weights.clone()
         broadcast_tensors([weights], src=1)  # rank 1's, to compare with
-        out.put((rank, same_start, grad_gaps, weight_gap, padded, float((mine - weights).abs().max())))
+        out.put((rank, (same_start, grad_gaps, weight_gap, padded, float((mine - weights).abs().max()))))
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.slow  # two processes that import torch
 def test_two_trainers_match_ddp_and_even_out_their_steps(tmp_path):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_trainer, args=(r, f"file://{tmp_path}/init", out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        results = {r[0]: r[1:] for r in (out.get(timeout=120) for _ in procs)}
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+    results = run_ranks(_trainer, (f"file://{tmp_path}/init",), timeout_s=120)
     for rank in (0, 1):
         same_start, grad_gaps, weight_gap, _, drift = results[rank]
         assert same_start  # broadcast from rank 0, as DDP does

@@ -57,3 +57,32 @@ def test_features_in_host_memory_are_read_by_cpu_ids(graph) -> None:
 def test_bad_arguments_raise(graph) -> None:
     with pytest.raises(InputError, match="batch_size"):
         layerwise_inference_on_device(GraphSAGE(12, 8, 4, 2), graph, graph.ndata["feat"], 0, "cpu")
+
+
+class HostRows:
+    """A feature store read by CPU id tensors (as a DistTensor is), not a tensor."""
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        assert ids.device.type == "cpu"
+        return self.table[ids]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("store", ["tensor", "rows by id"])
+def test_a_sage_model_aggregates_without_sampling(graph, device, store, monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a SAGE layer over a whole tensor sampled a block")
+
+    torch.manual_seed(3)
+    model = GraphSAGE(12, 16, 4, 3, 0.5).to(device)
+    monkeypatch.setattr(NeighborSampler, "sample_blocks", refuse)
+    features = graph.ndata["feat"].to(device) if store == "tensor" else HostRows(graph.ndata["feat"])
+    got = layerwise_inference_on_device(model, graph, features, 97, device)
+    monkeypatch.undo()
+    nodes = torch.arange(0, graph.num_nodes(), 7)
+    torch.testing.assert_close(
+        got[nodes.to(device)].cpu(), full_neighbourhood_output(model, graph, nodes), rtol=1e-4, atol=1e-4
+    )

@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawned import run_ranks
 from step_batches import random_blocks
 
 from distgnn.nn import GraphSAGE
@@ -66,18 +66,7 @@ def _trainer(rank: int, init: str, sizes: list[int], out) -> None:
 def test_captured_step_on_two_gpus_matches_eager_ddp(tmp_path):
     sizes = [48, 48, 40, 48, 48, 31, 48, 17]  # warm-ups, the capture, replays, a short last batch
     assert len(sizes) > WARMUP_STEPS + 1
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_trainer, args=(r, f"file://{tmp_path}/init", sizes, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(out.get(timeout=240) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
+    results = run_ranks(_trainer, (f"file://{tmp_path}/init", sizes), timeout_s=240)
     for rank in (0, 1):
         eager_losses, eager_weights, _ = results[rank]["eager"]
         for name in ("graph", "two graphs"):
