@@ -35,8 +35,13 @@ def layerwise_inference(
     batch_size: int,
     device: torch.device,
     new_buffer: Callable[[int, int], Any],
+    device_features: Any = None,
 ) -> torch.Tensor:
     """The last layer's output for ``nodes``: ``(len(nodes), model.layer_dims[-1])`` float32 on the CPU.
+
+    Where this one process computes every node on a GPU (one trainer), every layer's output stays on the
+    device instead (:func:`distgnn.train.inference_gpu.layerwise_inference_on_device`): the one place that
+    chooses between the two.
 
     Args:
         model: has ``num_layers``, ``layer_dims`` (output width per layer) and
@@ -51,9 +56,17 @@ def layerwise_inference(
         device: where each layer runs.
         new_buffer: ``new_buffer(layer, dim)`` returns a ``(num_nodes, dim)`` node tensor indexable by global
             id for a hidden layer's output (:meth:`distgnn.train.job.Trainer.new_buffer`).
+        device_features: the same rows read by ``device`` ids (e.g. the trainer's GPU feature cache), for the
+            on-device path; ``features`` when None.
     """
     if model.num_layers < 1:
         raise InputError(f"layer-wise inference needs a model with at least one layer, got {model.num_layers}")
+    if _one_process_on_gpu(g, nodes, features, device):
+        from distgnn.train.inference_gpu import layerwise_inference_on_device
+
+        rows = features if device_features is None else device_features
+        out = layerwise_inference_on_device(model, g, rows, batch_size, device)
+        return out[nodes.to(out.device)].cpu()
     sampler = NeighborSampler([-1])
 
     def run_layer(layer: int, x: Any, batch: torch.Tensor) -> torch.Tensor:
@@ -124,6 +137,13 @@ def sampled_embedding_lookup(
         return embed(input_nodes, [b.to(device) for b in blocks])
 
     return lookup
+
+
+def _one_process_on_gpu(g: Any, nodes: torch.Tensor, features: Any, device: torch.device) -> bool:
+    """Whether this process alone computes every node of ``g`` on a GPU from a feature table (not a function)."""
+    alone = not dist.is_initialized() or dist.get_world_size() == 1
+    table = not (callable(features) and not hasattr(features, "__getitem__"))
+    return torch.device(device).type == "cuda" and alone and table and len(nodes) == int(g.num_nodes())
 
 
 def _barrier() -> None:

@@ -45,7 +45,6 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
 from distgnn.train.inference import accuracy_by_mask, layerwise_inference
-from distgnn.train.inference_gpu import layerwise_inference_on_device
 from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 from distgnn.train.step import TrainStep, add_step_args
 from distgnn.train.timeline import add_timeline_args, timeline_from_args
@@ -141,14 +140,9 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
 
     def evaluate() -> dict[str, float]:
         """Validation and test accuracy from layer-wise inference over all nodes (collective)."""
-        if device.type == "cuda" and trainer.world_size == 1:  # every layer's output held on this GPU
-            feat = features.cached if features.cached is not None else g.ndata["feat"]
-            out = layerwise_inference_on_device(raw_model, g, feat, args.eval_batch_size, device)
-            logits = out[own.to(device)].cpu()
-        else:
-            logits = layerwise_inference(
-                raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, trainer.new_buffer
-            )
+        logits = layerwise_inference(
+            raw_model, g, own, g.ndata["feat"], args.eval_batch_size, device, trainer.new_buffer, features.cached
+        )
         masks = {name: g.ndata[f"{name}_mask"][own] for name in ("val", "test")}
         accuracy = accuracy_by_mask(logits, g.ndata["label"][own], masks)
         return {"val_acc": accuracy["val"], "test_acc": accuracy["test"]}

@@ -86,3 +86,29 @@ def test_a_sage_model_aggregates_without_sampling(graph, device, store, monkeypa
     torch.testing.assert_close(
         got[nodes.to(device)].cpu(), full_neighbourhood_output(model, graph, nodes), rtol=1e-4, atol=1e-4
     )
+
+
+def test_layerwise_inference_takes_the_on_device_path_only_for_one_process_on_a_gpu(graph, monkeypatch) -> None:
+    import distgnn.train.inference_gpu as on_device
+    from distgnn.train.inference import layerwise_inference
+
+    calls = []
+
+    def fake(model, g, features, batch_size, device):  # records the call; the path itself is tested above
+        calls.append(features)
+        return torch.arange(g.num_nodes() * 4, dtype=torch.float32).reshape(-1, 4)
+
+    monkeypatch.setattr(on_device, "layerwise_inference_on_device", fake)
+    model = GraphSAGE(12, 8, 4, 2, 0.0)
+    every = torch.arange(graph.num_nodes())
+    cached = object()
+    out = layerwise_inference(model, graph, every.flip(0), graph.ndata["feat"], 100, "cuda", None, cached)
+    assert calls == [cached] and torch.equal(out[:, 0], every.flip(0).float() * 4)
+    for nodes, device, feats in [
+        (every[:50], "cuda", graph.ndata["feat"]),  # a share of the nodes: other trainers compute the rest
+        (every, "cpu", graph.ndata["feat"]),
+        (every, "cuda", lambda block: None),  # rows from a function of the block (typed inputs)
+    ]:
+        with pytest.raises(TypeError):  # the host path: it calls new_buffer, None here
+            layerwise_inference(model, graph, nodes, feats, 100, device, None)
+    assert len(calls) == 1
