@@ -4,16 +4,20 @@ Every rank runs :func:`partition_distributed` (under ``--local``, distgnn-launch
 output is the on-disk format of ``partition.format``, identical to what ``partition_graph`` writes for the
 same assignment. Work is split three ways:
 
-* **reading**: rank ``r`` reads edge chunk ``j`` of every edge type and node/edge data chunk ``j`` of
-  every array with ``j % W == r`` (their data files must follow ``num_*_per_chunk``);
+* **reading**: the edge chunks of all edge types, in (edge type, chunk) order, are split into W contiguous
+  runs of about ``E / W`` edges (:func:`edge_chunk_readers`), so the ranks' edges in rank order are the
+  edges in original id order; a rank reads the data chunks of its edge chunks, and node data chunk ``j``
+  of every node array where ``j % W == r`` (data files must follow ``num_*_per_chunk``);
 * **assignment**: rank ``r`` owns the homogeneous node ids ``[r N / W, (r + 1) N / W)``: their partition
   (``random``/``range`` computed per id, ``metis`` from ``partition.multilevel``) and their new id;
 * **writing**: rank ``p % W`` writes partition ``p`` (its CSC, HALO, features, its slices of
   ``orig_nid``/``orig_eid``); rank 0 writes the JSON and renames the staged directory into place.
 
 Phases: read edges; assign; number nodes (new ids ordered by (partition, original id), counts gathered);
-look up the new ids of every edge's ends at their owners; send each edge to its destination's writer,
-which sorts them into (edge type, new destination, original id) order, the new edge ids; new edge ids
+renumber every edge's ends (from every rank's copy of the new-id table where that table is small beside
+the rank's edges, else by lookups at the owners); send each edge to its destination's writer, which
+receives them in original id order and sorts them stably by (edge type, new destination), the order of
+new edge ids; new edge ids
 back to the chunk readers; features chunk by chunk to the writers. Every exchange is
 ``RankGroup.alltoallv``; what a rank writes goes to memory-mapped ``.npy`` files.
 """
@@ -131,13 +135,28 @@ def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
     return chunk
 
 
-def _order_by(major: np.ndarray, middle: np.ndarray, minor: np.ndarray, middle_bound: int, minor_bound: int):
-    """Positions sorted by (major, middle, minor), non-negative int64 keys, the last distinct."""
-    major_bound = int(major.max(initial=0)) + 1
-    if major_bound * middle_bound * minor_bound < (1 << 62):
-        key = (major * middle_bound + middle) * minor_bound + minor
-        return stable_order(key, major_bound * middle_bound * minor_bound)
-    return np.lexsort((minor, middle, major))
+def edge_chunk_readers(layout: ChunkedLayout, world: int) -> dict[tuple, np.ndarray]:
+    """The rank that reads each edge chunk, per edge type: the chunks of all edge types in (edge type,
+    chunk) order split into ``world`` contiguous runs, a chunk going to the rank whose ``E / world`` share
+    of the edges holds its middle edge."""
+    sizes = [np.asarray(layout.edge_chunks[e], dtype=np.int64) for e in layout.etypes]
+    flat = np.concatenate(sizes) if sizes else np.empty(0, dtype=np.int64)
+    total = max(int(flat.sum()), 1)
+    middle = np.cumsum(flat) - flat + flat // 2
+    readers = np.minimum(middle * world // total, world - 1)
+    cuts = np.cumsum([len(x) for x in sizes])[:-1]
+    return dict(zip(layout.etypes, np.split(readers, cuts), strict=True))
+
+
+def renumber_table_fits(num_nodes: int, num_edges: int, world: int) -> bool:
+    """Whether every rank holds the whole new-id table (4 or 8 bytes a node) to renumber edge ends: where
+    it is no larger than one int64 column of a rank's share of the edges; else ends are looked up at their
+    owners."""
+    return table_dtype(num_nodes).itemsize * num_nodes <= 8 * (num_edges // max(world, 1))
+
+
+def table_dtype(num_nodes: int) -> np.dtype:
+    return np.dtype(np.int32) if num_nodes <= np.iinfo(np.int32).max else np.dtype(np.int64)
 
 
 class _Job:
@@ -154,6 +173,8 @@ class _Job:
         self.owner_bounds = np.array([r * self.N // self.world for r in range(self.world + 1)], dtype=np.int64)
         self.own_lo, self.own_hi = (int(x) for x in self.owner_bounds[self.rank : self.rank + 2])
         self.my_parts = list(range(self.rank, self.P, self.world))
+        self.edge_readers = edge_chunk_readers(layout, self.world)
+        self.new_table: np.ndarray | None = None  # every node's new id, where renumber_table_fits
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -166,35 +187,36 @@ class _Job:
     def my_chunks(self, num_chunks: int) -> list[int]:
         return list(range(self.rank, num_chunks, self.world))
 
-    def slots(self, num_chunks: int) -> range:
-        """Rounds of chunk reading every rank takes part in (ranks without a chunk send nothing)."""
-        return range(-(-num_chunks // self.world))
+    def my_edge_chunks(self, etype: tuple) -> list[int]:
+        return np.flatnonzero(self.edge_readers[etype] == self.rank).tolist()
+
+    def edge_pieces(self) -> list[tuple[int, int]]:
+        """``(edge type index, chunk)`` this rank reads, in original edge id order."""
+        return [(t, j) for t, etype in enumerate(self.etypes) for j in self.my_edge_chunks(etype)]
 
     # -- phases ----------------------------------------------------------------------------------
 
     def read_edges(self) -> None:
         """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
-        total = sum(
-            self.layout.edge_chunks[e][j] for e in self.etypes for j in self.my_chunks(len(self.layout.edge_chunks[e]))
-        )
+        pieces = self.edge_pieces()
+        total = sum(self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces)
         self.src, self.dst, self.eid = (np.empty(total, dtype=np.int64) for _ in range(3))
         self.etype = np.empty(total, dtype=np.int64) if len(self.etypes) > 1 else None
         self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
         at = 0
-        for t, etype in enumerate(self.etypes):
-            starts = _offsets(self.layout.edge_chunks[etype])
-            for j in self.my_chunks(len(self.layout.edge_chunks[etype])):
-                s, d = self.layout.read_edge_chunk(etype, j)
-                n = len(s)
-                np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
-                np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
-                del s, d
-                first = int(self.edge_offsets[t] + starts[j])
-                self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
-                if self.etype is not None:
-                    self.etype[at : at + n] = t
-                self.edge_chunk_pos[(t, j)] = at
-                at += n
+        for t, j in pieces:
+            etype = self.etypes[t]
+            s, d = self.layout.read_edge_chunk(etype, j)
+            n = len(s)
+            np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
+            np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
+            del s, d
+            first = int(self.edge_offsets[t] + _offsets(self.layout.edge_chunks[etype])[j])
+            self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
+            if self.etype is not None:
+                self.etype[at : at + n] = t
+            self.edge_chunk_pos[(t, j)] = at
+            at += n
 
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -226,15 +248,28 @@ class _Job:
         T = len(self.ntypes)
         type_counts = np.bincount(part * T + ntype, minlength=self.P * T).astype(np.int64)
         self.node_type_ranges = _ranges(self.group.allreduce(type_counts).reshape(self.P, T))
+        if renumber_table_fits(self.N, self.E, self.world):
+            owned = np.diff(self.owner_bounds)
+            self.new_table = self.group.allgather_rows(
+                new.astype(table_dtype(self.N), copy=False), owned, self.opts.message_bytes
+            )
 
     def new_node_ids(self, ids: np.ndarray) -> np.ndarray:
-        """New ids of any homogeneous node ids (a collective)."""
+        """New ids of any homogeneous node ids (a collective where the ranks hold no table)."""
+        if self.new_table is not None:
+            return self.new_table[ids].astype(np.int64, copy=False)
         return self.group.lookup(
             ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
         )
 
     def _renumber_in_place(self, ids: np.ndarray) -> None:
-        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective)."""
+        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective where
+        the ranks hold no table)."""
+        if self.new_table is not None:
+            for k in range(0, len(ids), LOOKUP_SLICE):
+                piece = ids[k : k + LOOKUP_SLICE]
+                piece[:] = self.new_table[piece]
+            return
         slices = int(self.group.allreduce(np.array([-(-len(ids) // LOOKUP_SLICE)], dtype=np.int64), "max")[0])
         for k in range(slices):
             piece = ids[k * LOOKUP_SLICE : (k + 1) * LOOKUP_SLICE]
@@ -280,18 +315,29 @@ class _Job:
             p = first + self.rank
             if p >= last:
                 continue
-            types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
-            # (edge type, new destination, original edge id): the order of new edge ids
-            by = _order_by(types, edges[:, 1] - int(self.node_map[p, 0]), edges[:, 2], self.N, self.E)
-            edges, types = edges[by], types[by]
-            del by
+            # Received in original edge id order (the readers' runs in rank order): a stable sort by
+            # (edge type, new destination) gives (edge type, new destination, original id), the order
+            # of new edge ids.
+            n0, num_owned = int(self.node_map[p, 0]), int(self.node_map[p, 1] - self.node_map[p, 0])
+            key = edges[:, 1] - n0
+            if R == 1:
+                in_degree = np.bincount(key, minlength=num_owned)
+            else:
+                key += edges[:, 3] * num_owned
+            by = stable_order(key, num_owned * R)
             e0, e1 = (int(x) for x in self.edge_map[p])
-            orig_eid[e0:e1] = edges[:, 2]
+            np.take(edges[:, 2], by, out=orig_eid[e0:e1])
             if keep_new_eids:
-                back_eid.append(edges[:, 2].copy())
+                back_eid.append(np.asarray(orig_eid[e0:e1]).copy())
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
-            self._write_part(staging, p, edges[:, 0].copy(), edges[:, 1].copy(), types)
-            del edges, types
+            srcs = edges[:, 0][by]
+            if R == 1:
+                del edges, by
+                self._write_part(staging, p, srcs, in_degree=in_degree)
+            else:
+                dsts, types = edges[:, 1][by], edges[:, 3][by]
+                del edges, by
+                self._write_part(staging, p, srcs, dsts=dsts, types=types)
         del rows
         orig_eid.flush()
         del orig_eid
@@ -314,8 +360,17 @@ class _Job:
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
 
-    def _write_part(self, staging: Path, p: int, srcs: np.ndarray, dsts: np.ndarray, types: np.ndarray) -> None:
-        """Partition ``p``'s CSC arrays from its edges in new-edge-id order (new ids of both ends)."""
+    def _write_part(
+        self,
+        staging: Path,
+        p: int,
+        srcs: np.ndarray,
+        in_degree: np.ndarray | None = None,
+        dsts: np.ndarray | None = None,
+        types: np.ndarray | None = None,
+    ) -> None:
+        """Partition ``p``'s CSC arrays from its edges in new-edge-id order: new ids of the sources, and
+        with one edge type the in-degree of each owned node, with several the new destinations and types."""
         R = len(self.etypes)
         n0, n1 = (int(x) for x in self.node_map[p])
         e0, e1 = (int(x) for x in self.edge_map[p])
@@ -323,18 +378,18 @@ class _Job:
         new_eids = np.arange(e0, e1, dtype=np.int64)
         if R == 1:
             indptr = np.zeros(num_owned + 1, dtype=np.int64)
-            np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
+            np.cumsum(in_degree, out=indptr[1:])
             eids = new_eids
         else:
             csc_rows = (dsts - n0) * R + types
-            order = np.argsort(csc_rows, kind="stable")
             indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
             np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
+            order = stable_order(csc_rows, num_owned * R)
             srcs, eids = srcs[order], new_eids[order]
             del csc_rows, order
         del dsts
         remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
-        halo, halo_index = distinct_with_index(srcs[remote])
+        halo, halo_index = distinct_with_index(srcs[remote], bound=self.N)
         local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
         num_local = local2global.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
@@ -356,7 +411,7 @@ class _Job:
         for t, etype in enumerate(self.etypes):
             offsets = _offsets(self.layout.edge_chunks[etype])
             for j, rows in enumerate(self.layout.edge_chunks[etype]):
-                r = j % self.world
+                r = int(self.edge_readers[etype][j])
                 starts.append(int(self.edge_offsets[t] + offsets[j]))
                 readers.append(r)
                 firsts.append(int(filled[r]))
@@ -386,7 +441,7 @@ class _Job:
                     self.node_map,
                     f"node_feat/{key}",
                     array,
-                    len(chunks),
+                    (mine, -(-len(chunks) // self.world)),
                     new_of_chunk,
                     first,
                     self.node_type_ranges[:, t],
@@ -398,16 +453,18 @@ class _Job:
             if not arrays:
                 continue
             chunks = self.layout.edge_chunks[etype]
+            mine = self.my_edge_chunks(etype)
             new_of_chunk = {
                 j: self.new_eid_of_mine[self.edge_chunk_pos[(t, j)] : self.edge_chunk_pos[(t, j)] + chunks[j]]
-                for j in self.my_chunks(len(chunks))
+                for j in mine
             }
+            slots = int(np.bincount(self.edge_readers[etype], minlength=self.world).max(initial=0))
             ranges = self.edge_type_ranges[:, t]
             for name, array in arrays.items():
                 key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
                 edge_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
                 self._scatter(
-                    staging, self.edge_map, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges
+                    staging, self.edge_map, f"edge_feat/{key}", array, (mine, slots), new_of_chunk, ranges[:, 0], ranges
                 )
 
     def _scatter(
@@ -416,12 +473,13 @@ class _Job:
         id_map: np.ndarray,
         rel: str,
         array: ChunkedArray,
-        num_chunks: int,
+        chunks: tuple[list[int], int],
         new_of_chunk: dict[int, np.ndarray],
         first: np.ndarray,
         ranges: np.ndarray,
     ) -> None:
-        """Rows of ``array`` (read chunk by chunk) to the writers; ``new_of_chunk``: new homogeneous id of
+        """Rows of ``array`` (read chunk by chunk) to the writers; ``chunks``: this rank's chunks and the
+        most chunks any rank has (the rounds); ``new_of_chunk``: new homogeneous id of
         every row of this rank's chunks; ``id_map``: ``(P, 2)`` partition ranges of those ids; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
         row = np.dtype([("id", "<i8"), ("row", array.dtype, array.row_shape)])
         outs = {}
@@ -430,9 +488,10 @@ class _Job:
             path.parent.mkdir(parents=True, exist_ok=True)
             count = int(ranges[p, 1] - ranges[p, 0])
             outs[p] = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape))
-        for k in self.slots(num_chunks):
-            j = k * self.world + self.rank
-            if j < num_chunks:
+        mine, slots = chunks
+        for k in range(slots):
+            if k < len(mine):
+                j = mine[k]
                 block = _load_chunk(array, j)
                 packed = np.empty(len(block), dtype=row)
                 packed["id"] = new_of_chunk[j]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.data.chunked import ChunkedLayout
+from distgnn.partition.distributed import edge_chunk_readers, renumber_table_fits, table_dtype
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
@@ -51,26 +52,31 @@ def estimate_ranks(
 ) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
-    Edges read follow the job's split (edge chunk ``j`` to rank ``j % W``); a writer holds one partition's
+    Edges read follow the job's split (:func:`~distgnn.partition.distributed.edge_chunk_readers`), and
+    every rank holds the new-id table where the job uses it; a writer holds one partition's
     edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
     close to it). The peak is the largest of the edge phase, the feature phase and, for ``metis``, the
     multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0).
     """
     total_nodes = sum(layout.num_nodes.values())
     total_edges = sum(layout.num_edges(e) for e in layout.etypes)
+    readers = edge_chunk_readers(layout, workers)
     edges_read = np.zeros(workers, dtype=np.int64)
     for etype in layout.etypes:
-        for j, rows in enumerate(layout.edge_chunks[etype]):
-            edges_read[j % workers] += rows
+        np.add.at(edges_read, readers[etype], np.asarray(layout.edge_chunks[etype], dtype=np.int64))
     chunk_bytes = np.zeros(workers, dtype=np.int64)
-    for arrays, chunks in [
-        *((layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
-        *((layout.edata.get(e, {}), layout.edge_chunks[e]) for e in layout.etypes),
+    for arrays, chunks, reader in [
+        *((layout.ndata.get(t, {}), layout.node_chunks[t], None) for t in layout.ntypes),
+        *((layout.edata.get(e, {}), layout.edge_chunks[e], readers[e]) for e in layout.etypes),
     ]:
         for array in arrays.values():
             row_bytes = int(np.prod(array.row_shape, dtype=np.int64)) * array.dtype.itemsize + 8
             for j, rows in enumerate(chunks):
-                chunk_bytes[j % workers] = max(chunk_bytes[j % workers], rows * row_bytes)
+                r = j % workers if reader is None else int(reader[j])
+                chunk_bytes[r] = max(chunk_bytes[r], rows * row_bytes)
+    table = (
+        table_dtype(total_nodes).itemsize * total_nodes if renumber_table_fits(total_nodes, total_edges, workers) else 0
+    )
     largest_part = 0 if not num_parts else -(-total_edges // num_parts)
     out = []
     for r in range(workers):
@@ -82,7 +88,7 @@ def estimate_ranks(
             metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
             if r == 0:
                 metis_phase += PER_COARSE_ENTRY * min(int(coarse_edges), 2 * total_edges)
-        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase, metis_phase)
+        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase + table, feature_phase + table, metis_phase)
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
     return out
 
