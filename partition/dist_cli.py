@@ -69,6 +69,7 @@ def _options(args: argparse.Namespace) -> DistOptions:
         overwrite=args.overwrite,
         message_mb=args.message_mb,
         coarse_edges=args.coarse_edges,
+        renumber=args.renumber,
     )
 
 
@@ -77,7 +78,9 @@ def _estimates(opts: DistOptions, workers: int):
 
     layout = read_chunked_layout(opts.input)
     check_chunking(layout)
-    return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method, opts.coarse_edges)
+    return layout, estimate_ranks(
+        layout, workers, opts.num_parts, opts.method, opts.coarse_edges, opts.renumber, opts.message_mb
+    )
 
 
 def _print_estimates(estimates) -> None:

@@ -25,6 +25,7 @@ back to the chunk readers; features chunk by chunk to the writers. Every exchang
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 import sys
@@ -73,6 +74,7 @@ class DistOptions:
     overwrite: bool = False
     message_mb: float = 256.0
     coarse_edges: int = 50_000_000
+    renumber: str = "auto"  # auto | table | lookup: see renumber_table_fits
 
     @property
     def message_bytes(self) -> int:
@@ -135,6 +137,22 @@ def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
     return chunk
 
 
+def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None:
+    """Write ``values`` as int64 rows ``first ..`` of the ``(length,)`` int64 ``.npy`` file ``path``, a slice
+    at a time (plain writes: nothing of the file stays mapped in this process)."""
+    header = path.stat().st_size - 8 * length
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for k in range(0, values.shape[0], LOOKUP_SLICE):
+            piece = memoryview(np.ascontiguousarray(values[k : k + LOOKUP_SLICE], dtype="<i8")).cast("B")
+            at = header + 8 * (first + k)
+            while piece:
+                done = os.pwrite(fd, piece, at)
+                piece, at = piece[done:], at + done
+    finally:
+        os.close(fd)
+
+
 def edge_chunk_readers(layout: ChunkedLayout, world: int) -> dict[tuple, np.ndarray]:
     """The rank that reads each edge chunk, per edge type: the chunks of all edge types in (edge type,
     chunk) order split into ``world`` contiguous runs, a chunk going to the rank whose ``E / world`` share
@@ -153,6 +171,11 @@ def renumber_table_fits(num_nodes: int, num_edges: int, world: int) -> bool:
     it is no larger than one int64 column of a rank's share of the edges; else ends are looked up at their
     owners."""
     return table_dtype(num_nodes).itemsize * num_nodes <= 8 * (num_edges // max(world, 1))
+
+
+def uses_table(renumber: str, num_nodes: int, num_edges: int, world: int) -> bool:
+    """Whether the job renumbers from the table (``renumber``: auto, table or lookup)."""
+    return renumber == "table" or (renumber == "auto" and renumber_table_fits(num_nodes, num_edges, world))
 
 
 def table_dtype(num_nodes: int) -> np.dtype:
@@ -175,6 +198,8 @@ class _Job:
         self.my_parts = list(range(self.rank, self.P, self.world))
         self.edge_readers = edge_chunk_readers(layout, self.world)
         self.new_table: np.ndarray | None = None  # every node's new id, where renumber_table_fits
+        # Node and edge ids as held and sent in the edge phase.
+        self.id_dtype = table_dtype(max(self.N, self.E, len(self.etypes)))
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -197,26 +222,30 @@ class _Job:
     # -- phases ----------------------------------------------------------------------------------
 
     def read_edges(self) -> None:
-        """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
+        """This rank's edge chunks in homogeneous ids (``id_dtype``): ``src``, ``dst`` and, with several
+        edge types, ``etype``. The chunks are a contiguous run of the original edge ids from ``first_eid``."""
         pieces = self.edge_pieces()
         total = sum(self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces)
-        self.src, self.dst, self.eid = (np.empty(total, dtype=np.int64) for _ in range(3))
-        self.etype = np.empty(total, dtype=np.int64) if len(self.etypes) > 1 else None
+        self.src, self.dst = (np.empty(total, dtype=self.id_dtype) for _ in range(2))
+        self.etype = np.empty(total, dtype=self.id_dtype) if len(self.etypes) > 1 else None
         self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
+        self.first_eid = 0
+        if pieces:
+            t, j = pieces[0]
+            self.first_eid = int(self.edge_offsets[t] + _offsets(self.layout.edge_chunks[self.etypes[t]])[j])
         at = 0
         for t, j in pieces:
             etype = self.etypes[t]
             s, d = self.layout.read_edge_chunk(etype, j)
             n = len(s)
-            np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
-            np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
+            np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n], casting="unsafe")
+            np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n], casting="unsafe")
             del s, d
-            first = int(self.edge_offsets[t] + _offsets(self.layout.edge_chunks[etype])[j])
-            self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
             if self.etype is not None:
                 self.etype[at : at + n] = t
             self.edge_chunk_pos[(t, j)] = at
             at += n
+        self.num_read = total
 
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -248,7 +277,7 @@ class _Job:
         T = len(self.ntypes)
         type_counts = np.bincount(part * T + ntype, minlength=self.P * T).astype(np.int64)
         self.node_type_ranges = _ranges(self.group.allreduce(type_counts).reshape(self.P, T))
-        if renumber_table_fits(self.N, self.E, self.world):
+        if uses_table(self.opts.renumber, self.N, self.E, self.world):
             owned = np.diff(self.owner_bounds)
             self.new_table = self.group.allgather_rows(
                 new.astype(table_dtype(self.N), copy=False), owned, self.opts.message_bytes
@@ -279,12 +308,13 @@ class _Job:
         """Each edge to the writer of its destination's partition, which numbers its edges and writes its
         CSC, HALO and slices of ``orig_eid``/``orig_nid``; new edge ids go back to the readers of the
         edges' chunks when there is edge data. Partitions ``k W .. (k + 1) W - 1`` travel in step ``k``,
-        so a writer holds one partition's edges at a time."""
+        so a writer holds one partition's edges at a time, and the rank's own edges are dropped before
+        the last partition is written."""
         R = len(self.etypes)
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
         part = self.part_of_new(self.dst)
-        etype = self.etype if R > 1 else np.zeros(len(part), dtype=np.int64)
+        etype = self.etype if R > 1 else 0
         counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
         del etype
         counts = self.group.allreduce(counts)
@@ -294,24 +324,30 @@ class _Job:
         order = self.group.order_by_rank(part)  # by partition
         per_part = np.bincount(part, minlength=self.P).astype(np.int64)
         del part
-        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=np.int64)
-        for c, name in enumerate(("src", "dst", "eid", "etype")[: rows.shape[1]]):
-            np.take(getattr(self, name), order, out=rows[:, c])
-            if name != "eid":
-                setattr(self, name, None)
+        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition.
+        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=self.id_dtype)
+        np.take(self.src, order, out=rows[:, 0])
+        self.src = None
+        np.take(self.dst, order, out=rows[:, 1])
+        self.dst = None
+        if R > 1:
+            np.take(self.etype, order, out=rows[:, 3])
+            self.etype = None
+        for k in range(0, len(order), LOOKUP_SLICE):
+            np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
         del order
-        self.num_read = len(self.eid)
-        self.eid = None
         starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
         keep_new_eids = any(self.layout.edata.get(e) for e in self.etypes)
-        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
-        for k in range(-(-self.P // self.world)):
+        steps = -(-self.P // self.world)
+        for k in range(steps):
             first, last = k * self.world, min((k + 1) * self.world, self.P)
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
             edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            if k == steps - 1:
+                rows = None
             p = first + self.rank
             if p >= last:
                 continue
@@ -319,17 +355,20 @@ class _Job:
             # (edge type, new destination) gives (edge type, new destination, original id), the order
             # of new edge ids.
             n0, num_owned = int(self.node_map[p, 0]), int(self.node_map[p, 1] - self.node_map[p, 0])
-            key = edges[:, 1] - n0
+            key = edges[:, 1].astype(np.int64)
+            key -= n0
             if R == 1:
                 in_degree = np.bincount(key, minlength=num_owned)
             else:
-                key += edges[:, 3] * num_owned
+                key += edges[:, 3].astype(np.int64) * num_owned
             by = stable_order(key, num_owned * R)
             e0, e1 = (int(x) for x in self.edge_map[p])
-            np.take(edges[:, 2], by, out=orig_eid[e0:e1])
+            eids = edges[:, 2][by]
+            _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
             if keep_new_eids:
-                back_eid.append(np.asarray(orig_eid[e0:e1]).copy())
+                back_eid.append(eids.astype(np.int64))
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
+            del eids
             srcs = edges[:, 0][by]
             if R == 1:
                 del edges, by
@@ -339,8 +378,6 @@ class _Job:
                 del edges, by
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
         del rows
-        orig_eid.flush()
-        del orig_eid
         # orig_nid: the owners send (new id, original id) to the writers.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
         pairs = self.group.send_to(
@@ -348,10 +385,15 @@ class _Job:
             np.stack([self.new_owned, ids], axis=1),
             self.opts.message_bytes,
         )
-        orig_nid = np.load(staging / "orig_nid.npy", mmap_mode="r+")
-        orig_nid[pairs[:, 0]] = pairs[:, 1]
-        orig_nid.flush()
-        del orig_nid, pairs
+        del ids
+        part = self.part_of_new(pairs[:, 0])
+        for p in self.my_parts:
+            n0, n1 = (int(x) for x in self.node_map[p])
+            mine = pairs[part == p]
+            orig = np.empty(n1 - n0, dtype=np.int64)
+            orig[mine[:, 0] - n0] = mine[:, 1]
+            _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
+        del pairs, part
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
             new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
@@ -370,36 +412,46 @@ class _Job:
         types: np.ndarray | None = None,
     ) -> None:
         """Partition ``p``'s CSC arrays from its edges in new-edge-id order: new ids of the sources, and
-        with one edge type the in-degree of each owned node, with several the new destinations and types."""
+        with one edge type the in-degree of each owned node, with several the new destinations and types.
+        Each array is written as soon as it is complete."""
         R = len(self.etypes)
         n0, n1 = (int(x) for x in self.node_map[p])
         e0, e1 = (int(x) for x in self.edge_map[p])
         num_owned = n1 - n0
-        new_eids = np.arange(e0, e1, dtype=np.int64)
+        where = staging / f"part{p}"
+        where.mkdir(parents=True, exist_ok=True)
+
+        def save(name: str, array: np.ndarray) -> None:
+            np.save(where / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+
+        eid_order = None
         if R == 1:
             indptr = np.zeros(num_owned + 1, dtype=np.int64)
             np.cumsum(in_degree, out=indptr[1:])
-            eids = new_eids
         else:
-            csc_rows = (dsts - n0) * R + types
+            csc_rows = (dsts.astype(np.int64) - n0) * R + types
+            del dsts, types
             indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
             np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
-            order = stable_order(csc_rows, num_owned * R)
-            srcs, eids = srcs[order], new_eids[order]
-            del csc_rows, order
-        del dsts
-        remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
+            eid_order = stable_order(csc_rows, num_owned * R)
+            srcs = srcs[eid_order]
+        save("indptr", indptr)
+        del indptr
+        remote = (srcs < n0) | (srcs >= n1)
         halo, halo_index = distinct_with_index(srcs[remote], bound=self.N)
-        local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
-        num_local = local2global.shape[0]
+        num_local = num_owned + halo.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
-        indices = (srcs - n0).astype(index_dtype)
+        indices = srcs.astype(index_dtype)
+        del srcs
+        indices -= n0
         indices[remote] = halo_index + num_owned
-        del srcs, remote
-        arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
-        (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
-        for name in PART_ARRAYS:
-            np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
+        del remote, halo_index
+        save("indices", indices)
+        del indices
+        save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
+        eids = np.arange(e0, e1, dtype=np.int64)
+        save("eids", eids if eid_order is None else eids[eid_order])
+        del eids, eid_order
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 

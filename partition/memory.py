@@ -14,15 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.data.chunked import ChunkedLayout
-from distgnn.partition.distributed import edge_chunk_readers, renumber_table_fits, table_dtype
+from distgnn.partition.distributed import edge_chunk_readers, table_dtype, uses_table
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
-# Bytes per edge this rank read while its edges are renumbered and laid out by partition (ends, ids, the
-# send buffer, the order).
-PER_EDGE_READ = 48
-# Bytes per edge of the partition being written (received rows, their sort, the CSC arrays).
-PER_EDGE_OF_PART = 56
+# The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s:
+# per edge read while its ends are renumbered and laid out by partition (both ends, the send rows, the
+# order), ``READ_IDS`` ids and ``READ_INT64`` int64s; while a step is sent, the rank's rows and the rows
+# received (one id per column each); per edge of the partition written, ``WRITE_IDS`` ids (the received
+# rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge ids),
+# with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per
+# edge where it sorts).
+READ_IDS = 5
+READ_INT64 = 2
+WRITE_IDS = 5
+WRITE_INT64 = 2
+HALO_PER_NODE = 5
+HALO_PER_ENTRY = 33
 # --method metis, while the multilevel partition is computed (before the edges are read for dispatch): per
 # edge read, the symmetrised adjacency entries received (two per edge) and kept distinct; per owned node,
 # the label propagation arrays and the lookups of the neighbours' labels; the scratch arrays of one block of
@@ -48,7 +56,13 @@ class RankEstimate:
 
 
 def estimate_ranks(
-    layout: ChunkedLayout, workers: int, num_parts: int, method: str, coarse_edges: int = 50_000_000
+    layout: ChunkedLayout,
+    workers: int,
+    num_parts: int,
+    method: str,
+    coarse_edges: int = 50_000_000,
+    renumber: str = "auto",
+    message_mb: float = 256.0,
 ) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
@@ -75,13 +89,25 @@ def estimate_ranks(
                 r = j % workers if reader is None else int(reader[j])
                 chunk_bytes[r] = max(chunk_bytes[r], rows * row_bytes)
     table = (
-        table_dtype(total_nodes).itemsize * total_nodes if renumber_table_fits(total_nodes, total_edges, workers) else 0
+        table_dtype(total_nodes).itemsize * total_nodes
+        if uses_table(renumber, total_nodes, total_edges, workers)
+        else 0
     )
     largest_part = 0 if not num_parts else -(-total_edges // num_parts)
+    id_bytes = table_dtype(max(total_nodes, total_edges, len(layout.etypes))).itemsize
+    columns = 4 if len(layout.etypes) > 1 else 3
+    halo = min(HALO_PER_NODE * total_nodes, HALO_PER_ENTRY * largest_part)
+    message = max(1, int(message_mb * (1 << 20)))
     out = []
     for r in range(workers):
         owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
-        edge_phase = PER_EDGE_READ * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
+        rows = columns * id_bytes * int(edges_read[r])
+        staging = 2 * min(message, rows + columns * id_bytes * largest_part)
+        read = ((READ_IDS + columns - 3) * id_bytes + 8 * READ_INT64) * int(edges_read[r])
+        send = rows + columns * id_bytes * largest_part + staging
+        # the rank's rows are dropped before the last step's partition is written
+        write = (rows if num_parts > workers else 0) + (WRITE_IDS * id_bytes + 8 * WRITE_INT64) * largest_part + halo
+        edge_phase = max(read, send, write)
         feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
         metis_phase = 0
         if method == "metis":

@@ -72,21 +72,21 @@ def test_random_assignment_is_a_balanced_permutation_computable_per_id():
 
 
 @pytest.mark.parametrize(
-    "graph, method, workers, message_mb",
+    "graph, method, workers, message_mb, renumber",
     [
-        ("homo", "random", 1, 256),
-        ("homo", "range", 2, 0.0005),
-        ("hetero", "random", 4, 256),
+        ("homo", "random", 1, 256, "auto"),
+        ("homo", "range", 2, 0.0005, "lookup"),  # edge ends renumbered by lookups at their owners
+        ("hetero", "random", 4, 256, "auto"),  # every rank holds the new-id table
     ],
 )
 def test_random_and_range_are_identical_to_the_single_process_tool(
-    request, tmp_path, graph, method, workers, message_mb
+    request, tmp_path, graph, method, workers, message_mb, renumber
 ):
     meta = request.getfixturevalue(graph)
     expected = _single(meta, tmp_path / "single", "--num-parts", 3, "--method", method, "--seed", 5)
     got = _run(
         "--input", meta, "--out", tmp_path / "dist", "--num-parts", 3, "--method", method, "--seed", 5,
-        "--workers", workers, "--local", "--message-mb", message_mb,
+        "--workers", workers, "--local", "--message-mb", message_mb, "--renumber", renumber,
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     _assert_identical(expected, tmp_path / "dist")
