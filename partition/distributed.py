@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 DIST_METHODS = ("random", "range", "metis")
 # Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
 LOOKUP_SLICE = 1 << 21
+# Above this many runs of consecutive rows, received feature rows are written through a mapping.
+MAX_WRITE_RUNS = 4096
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,12 @@ def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
     return chunk
 
 
+def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
+    while data:
+        done = os.pwrite(fd, data, at)
+        data, at = data[done:], at + done
+
+
 def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None:
     """Write ``values`` as int64 rows ``first ..`` of the ``(length,)`` int64 ``.npy`` file ``path``, a slice
     at a time (plain writes: nothing of the file stays mapped in this process)."""
@@ -144,11 +152,32 @@ def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None
     fd = os.open(path, os.O_WRONLY)
     try:
         for k in range(0, values.shape[0], LOOKUP_SLICE):
-            piece = memoryview(np.ascontiguousarray(values[k : k + LOOKUP_SLICE], dtype="<i8")).cast("B")
-            at = header + 8 * (first + k)
-            while piece:
-                done = os.pwrite(fd, piece, at)
-                piece, at = piece[done:], at + done
+            piece = np.ascontiguousarray(values[k : k + LOOKUP_SLICE], dtype="<i8")
+            _pwrite_all(fd, memoryview(piece).cast("B"), header + 8 * (first + k))
+    finally:
+        os.close(fd)
+
+
+def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) -> None:
+    """``rows`` into rows ``positions`` of the ``(length, ...)`` ``.npy`` file ``path`` (its dtype and row
+    shape): runs of consecutive positions by plain writes (node data: a chunk's rows of one partition are
+    one run), scattered positions through a mapping dropped at once."""
+    if positions.shape[0] == 0:
+        return
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    if breaks.shape[0] > MAX_WRITE_RUNS:
+        out = np.load(path, mmap_mode="r+")
+        out[positions] = rows
+        out.flush()
+        del out
+        return
+    row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
+    header = path.stat().st_size - row_bytes * length
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.shape[0]], strict=True):
+            data = memoryview(np.ascontiguousarray(rows[a:b])).cast("B")
+            _pwrite_all(fd, data, header + row_bytes * int(positions[a]))
     finally:
         os.close(fd)
 
@@ -539,7 +568,8 @@ class _Job:
             path = staging / f"part{p}" / f"{rel}.npy"
             path.parent.mkdir(parents=True, exist_ok=True)
             count = int(ranges[p, 1] - ranges[p, 0])
-            outs[p] = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape))
+            np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape)).flush()
+            outs[p] = (path, count)
         mine, slots = chunks
         for k in range(slots):
             if k < len(mine):
@@ -557,10 +587,8 @@ class _Job:
             part = np.searchsorted(id_map[:, 1], got["id"], side="right")
             for p in np.unique(part).tolist():
                 sel = got[part == p]
-                outs[p][sel["id"] - first[p]] = sel["row"]
+                _write_at(*outs[p], sel["id"] - first[p], sel["row"])
             del got
-        for out in outs.values():
-            out.flush()
 
 
 def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, RankReport]:

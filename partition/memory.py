@@ -102,7 +102,9 @@ def estimate_ranks(
     for r in range(workers):
         owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
         rows = columns * id_bytes * int(edges_read[r])
-        staging = 2 * min(message, rows + columns * id_bytes * largest_part)
+        # an exchange in several rounds stages one round's send and receive buffers
+        per_peer = columns * id_bytes * -(-int(edges_read[r]) // max(num_parts, 1))
+        staging = 2 * message if per_peer > message // workers else 0
         read = ((READ_IDS + columns - 3) * id_bytes + 8 * READ_INT64) * int(edges_read[r])
         send = rows + columns * id_bytes * largest_part + staging
         # the rank's rows are dropped before the last step's partition is written
