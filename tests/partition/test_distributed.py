@@ -303,3 +303,43 @@ def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
     keys = np.random.default_rng(bound).integers(0, bound, 5000)
     order = RankGroup.order_by_rank(SimpleNamespace(world=2), keys)
     assert np.array_equal(order, np.argsort(keys, kind="stable"))
+
+
+def test_edge_chunks_are_read_in_contiguous_runs_of_about_equal_edges():
+    from types import SimpleNamespace
+
+    from distgnn.partition.distributed import edge_chunk_readers
+
+    a, b = ("n", "a", "n"), ("n", "b", "n")
+    layout = SimpleNamespace(etypes=[a, b], edge_chunks={a: [10, 10, 10, 10], b: [5, 30, 5]})
+    readers = edge_chunk_readers(layout, 3)
+    flat = np.concatenate([readers[a], readers[b]])
+    assert np.all(np.diff(flat) >= 0) and flat[0] == 0 and flat[-1] == 2  # runs in (type, chunk) order
+    edges = np.bincount(flat, weights=[10, 10, 10, 10, 5, 30, 5], minlength=3)
+    assert edges.max() - edges.min() <= 30  # within one chunk of E / W each
+    assert edge_chunk_readers(layout, 1)[b].tolist() == [0, 0, 0]
+
+
+def test_distinct_values_by_marking_a_table_equal_those_by_sorting():
+    from distgnn.partition.reshuffle import distinct_with_index
+
+    values = np.random.default_rng(0).integers(0, 1000, 5000)
+    by_sort = distinct_with_index(values)
+    by_mark = distinct_with_index(values.astype(np.int32), bound=1000)
+    assert np.array_equal(by_sort[0], by_mark[0]) and np.array_equal(by_sort[1], by_mark[1])
+    assert np.array_equal(by_mark[0][by_mark[1]], values)
+
+
+@pytest.mark.parametrize("max_runs", [4096, 0])  # plain writes of each run; a mapping
+def test_feature_rows_are_written_at_their_positions(tmp_path, monkeypatch, max_runs):
+    from distgnn.partition import distributed
+
+    monkeypatch.setattr(distributed, "MAX_WRITE_RUNS", max_runs)
+    path = tmp_path / "feat.npy"
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(100, 3)).flush()
+    positions = np.r_[10:20, 50:60, 5]
+    rows = np.random.default_rng(1).random((21, 3), dtype=np.float32)
+    distributed._write_at(path, 100, positions, rows)
+    got = np.load(path)
+    assert np.array_equal(got[positions], rows)
+    assert not np.delete(got, positions, axis=0).any()
