@@ -110,7 +110,8 @@ def estimate_ranks(
         # the rank's rows are dropped before the last step's partition is written
         write = (rows if num_parts > workers else 0) + (WRITE_IDS * id_bytes + 8 * WRITE_INT64) * largest_part + halo
         edge_phase = max(read, send, write)
-        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
+        # a chunk larger than a round is exchanged in several, through staging buffers
+        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r]) + (2 * message if chunk_bytes[r] > message else 0)
         metis_phase = 0
         if method == "metis":
             metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
