@@ -23,7 +23,7 @@ from distgnn.launch.supervisor import Job
 from distgnn.launch.transport import LocalTransport, free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import check_output_dir
-from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
+from distgnn.partition.memory import BASE_BYTES, available_bytes, estimate_ranks, local_world_size, resident_bytes
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0
@@ -74,13 +74,13 @@ def _options(args: argparse.Namespace) -> DistOptions:
     )
 
 
-def _estimates(opts: DistOptions, workers: int):
+def _estimates(opts: DistOptions, workers: int, base_bytes: int = BASE_BYTES):
     from distgnn.data.chunked import read_chunked_layout
 
     layout = read_chunked_layout(opts.input)
     check_chunking(layout)
     return layout, estimate_ranks(
-        layout, workers, opts.num_parts, opts.method, opts.coarse_edges, opts.renumber, opts.message_mb
+        layout, workers, opts.num_parts, opts.method, opts.coarse_edges, opts.renumber, opts.message_mb, base_bytes
     )
 
 
@@ -167,7 +167,8 @@ def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
     try:
         if group.world != workers:
             raise ConfigError(f"--workers {workers} but the job has WORLD_SIZE={group.world} ranks")
-        layout, estimates = _estimates(opts, group.world)
+        # a rank counts its own start (the interpreter with torch and gloo) instead of the fixed base
+        layout, estimates = _estimates(opts, group.world, resident_bytes() or BASE_BYTES)
         need = estimates[group.rank].peak_bytes * local_world_size()
         have = available_bytes() or need
         short = group.allgather(np.array([need, have], dtype=np.int64))

@@ -63,6 +63,7 @@ def estimate_ranks(
     coarse_edges: int = 50_000_000,
     renumber: str = "auto",
     message_mb: float = 256.0,
+    base_bytes: int = BASE_BYTES,
 ) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
@@ -70,7 +71,9 @@ def estimate_ranks(
     every rank holds the new-id table where the job uses it; a writer holds one partition's
     edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
     close to it). The peak is the largest of the edge phase, the feature phase and, for ``metis``, the
-    multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0).
+    multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0),
+    over ``base_bytes`` (a rank passes its own resident size at its start, with torch and gloo loaded;
+    ``--dry-run`` uses ``BASE_BYTES``).
     """
     total_nodes = sum(layout.num_nodes.values())
     total_edges = sum(layout.num_edges(e) for e in layout.etypes)
@@ -117,9 +120,18 @@ def estimate_ranks(
             metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
             if r == 0:
                 metis_phase += PER_COARSE_ENTRY * min(int(coarse_edges), 2 * total_edges)
-        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase + table, feature_phase + table, metis_phase)
+        peak = base_bytes + PER_NODE_OWNED * owned + max(edge_phase + table, feature_phase + table, metis_phase)
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
     return out
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux), or None where it is unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def available_bytes() -> int | None:
