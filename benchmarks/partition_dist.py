@@ -19,6 +19,11 @@ process(es), on the same chunked input; per run the table gives
     python benchmarks/partition_dist.py --graph synthetic-mag --num-papers 100000 --parts 4 --workers 2,4
     python benchmarks/partition_dist.py --graph papers --num-nodes 10000000 --avg-degree 15 --workers 2,4
     python benchmarks/partition_dist.py --input DIR/metadata.json --workers 2,4 --methods random
+    python benchmarks/partition_dist.py --input DIR/metadata.json --workers 4 --methods random --repeat 4
+
+``--repeat N`` runs every row N times, the job before the single process in odd rounds, and prints the
+median and range of each ratio over the rounds; ``wall s`` is the whole command (start-up, the ranks'
+imports and rendezvous, and the single process's ``--check`` included).
 """
 
 from __future__ import annotations
@@ -132,6 +137,33 @@ def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Names
     )
 
 
+def _one(meta: Path, method: str, workers: int | None, args: argparse.Namespace) -> dict:
+    """One run: the single-process tool (``workers`` None) or the job."""
+    if workers is None:
+        out = args.work / f"single-{method}"
+        r = _single(meta, out, method, args)
+    else:
+        out = args.work / f"w{workers}-{method}"
+        r = _dist(meta, out, method, workers, args)
+    r["cut"], r["balance"] = _cut_and_balance(next(out.glob("*.json")))
+    r["same"] = "-"
+    return r
+
+
+def _print_row(method: str, rep: int, workers: int | None, r: dict, base: dict | None) -> None:
+    def ratio(key: str) -> str:
+        return f"{r[key] / base[key]:.2f}" if base else "-"
+
+    est = "-" if r["estimate"] is None else f"{r['estimate'] / r['peak']:.2f}"
+    print(
+        f"{method} | {rep} | {'single' if workers is None else f'W={workers}'} | {r['seconds']:.1f} | "
+        f"{ratio('seconds')} | {r['wall']:.1f} | {ratio('wall')} | {r['cpu']:.1f} | {ratio('cpu')} | "
+        f"{r['peak']:.2f} | {ratio('peak')} | {est} | {r['cut']:,} | {ratio('cut')} | {r['balance']:.3f} | "
+        f"{r['same']}",
+        flush=True,
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", choices=("synthetic", "synthetic-mag", "papers"), default="synthetic")
@@ -146,6 +178,9 @@ def main() -> None:
     p.add_argument("--coarse-edges", type=int, default=4_000_000)
     p.add_argument("--message-mb", type=float, default=256.0)
     p.add_argument("--no-single", action="store_true", help="skip the single-process runs (too big for this box)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="rounds of every run; odd rounds run the job before the single process"
+    )
     p.add_argument("--work", type=Path, default=Path("/tmp/partition_dist"))
     p.add_argument("--keep", action="store_true", help="keep the input and the partitions")
     p.add_argument(
@@ -162,43 +197,46 @@ def main() -> None:
         f"{name}: {nodes:,} nodes, {edges:,} edges, {len(layout['num_edges_per_chunk'][0])} edge chunks, {args.parts} parts"
     )
     header = (
-        "method | run | s | time/single | cpu s | cpu/single | peak GiB | peak/single | est/peak | cut | cut/single "
-        "| balance | same"
+        "method | rep | run | s | time/single | wall s | wall/single | cpu s | cpu/single | peak GiB | peak/single "
+        "| est/peak | cut | cut/single | balance | same"
     )
     print(header)
     print("|".join("---" for _ in header.split("|")))
+    workers = [int(w) for w in args.workers.split(",")]
     for method in args.methods.split(","):
-        single_out = args.work / f"single-{method}"
-        base = None
-        if not args.no_single:
-            base = _single(meta, single_out, method, args)
-            base["cut"], base["balance"] = _cut_and_balance(next(single_out.glob("*.json")))
-            print(
-                f"{method} | single | {base['seconds']:.1f} | 1.00 | {base['cpu']:.1f} | 1.00 | {base['peak']:.2f} | "
-                "1.00 | - | "
-                f"{base['cut']:,} | 1.00 | {base['balance']:.3f} | -",
-                flush=True,
-            )
-        for workers in (int(w) for w in args.workers.split(",")):
-            out = args.work / f"w{workers}-{method}"
-            r = _dist(meta, out, method, workers, args)
-            r["cut"], r["balance"] = _cut_and_balance(next(out.glob("*.json")))
-            same = "-" if base is None or method == "metis" else ("yes" if _same(single_out, out) else "NO")
-
-            def ratio(key: str, r=r, base=base) -> str:
-                return f"{r[key] / base[key]:.2f}" if base else "-"
-
-            print(
-                f"{method} | W={workers} | {r['seconds']:.1f} | {ratio('seconds')} | {r['cpu']:.1f} | {ratio('cpu')} | "
-                f"{r['peak']:.2f} | "
-                f"{ratio('peak')} | {r['estimate'] / r['peak']:.2f} | {r['cut']:,} | {ratio('cut')} | "
-                f"{r['balance']:.3f} | {same}",
-                flush=True,
-            )
+        ratios: dict[int, list[tuple[float, float, float]]] = {w: [] for w in workers}
+        for rep in range(args.repeat):
+            runs = [None, *workers] if rep % 2 == 0 else [*workers, None]  # None: the single-process tool
+            if args.no_single:
+                runs = workers
+            results = {}
+            for w in runs:
+                results[w] = _one(meta, method, w, args)
+            base = results.get(None)
+            for w in workers:
+                if base is not None and method != "metis":
+                    same = _same(args.work / f"single-{method}", args.work / f"w{w}-{method}")
+                    results[w]["same"] = "yes" if same else "NO"
+            for w in runs:
+                r = results[w]
+                if w is not None and base is not None:
+                    ratios[w].append(tuple(r[k] / base[k] for k in ("seconds", "wall", "cpu")))
+                _print_row(method, rep, w, r, base)
+            for w in workers:
+                if not args.keep:
+                    shutil.rmtree(args.work / f"w{w}-{method}", ignore_errors=True)
             if not args.keep:
-                shutil.rmtree(out, ignore_errors=True)
-        if not args.keep:
-            shutil.rmtree(single_out, ignore_errors=True)
+                shutil.rmtree(args.work / f"single-{method}", ignore_errors=True)
+        if args.repeat > 1 and not args.no_single:
+            for w in workers:
+                cols = np.array(ratios[w])
+                print(
+                    f"{method} W={w} over {args.repeat} pairs (orders alternating): time/single median "
+                    f"{np.median(cols[:, 0]):.2f} [{cols[:, 0].min():.2f}, {cols[:, 0].max():.2f}], wall/single "
+                    f"{np.median(cols[:, 1]):.2f} [{cols[:, 1].min():.2f}, {cols[:, 1].max():.2f}], cpu/single "
+                    f"{np.median(cols[:, 2]):.2f} [{cols[:, 2].min():.2f}, {cols[:, 2].max():.2f}]",
+                    flush=True,
+                )
     if not args.keep and args.input is None:
         shutil.rmtree(args.work / "input", ignore_errors=True)
 

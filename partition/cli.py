@@ -6,7 +6,8 @@
                       --out DIR [--balance-train] [--balance-edges] [--target-ntype T] [--halo-hops 1]
                       [--seed S] [--overwrite] [--metis-coarsen auto|on|off]
     distgnn-partition --input DIR/metadata.json --num-parts K --out DIR --workers W [--local] [--dry-run]
-                      [--method random|range|metis] [--message-mb MB] [--seed S] [--overwrite]
+                      [--method random|range|metis] [--message-mb MB] [--renumber auto|table|lookup] [--seed S]
+                      [--overwrite]
     distgnn-partition --check DIR/NAME.json
 
 With ``--workers W`` the job runs as W ranks of torch.distributed (``partition.distributed``): ``--local``
@@ -109,6 +110,14 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=20.0,
         help="seconds without a heartbeat after which a rank counts as dead and every rank stops (default 20)",
+    )
+    dist.add_argument(
+        "--renumber",
+        choices=("auto", "table", "lookup"),
+        default="auto",
+        help="how ranks learn the new ids of edge ends: table = every rank holds every node's new id (4 or 8 B "
+        "a node), lookup = asked of their owners in bounded rounds; auto = the table where it is no larger than "
+        "one id column of a rank's share of the edges (default)",
     )
     dist.add_argument("--dry-run", action="store_true", help="print each rank's peak memory estimate and exit")
     return p

@@ -195,6 +195,34 @@ class RankGroup:
         self._run("broadcast", lambda: dist.broadcast(buf, src=root))
         return json.loads(buf.numpy().tobytes().decode())
 
+    def allgather_rows(self, rows: np.ndarray, counts: np.ndarray, message_bytes: int) -> np.ndarray:
+        """Every rank's ``rows`` concatenated in rank order, in ``all_gather`` rounds of at most
+        ``message_bytes`` received; ``counts``: ``(world,)`` rows of each rank, known to every rank."""
+        rows = np.ascontiguousarray(rows)
+        counts = np.asarray(counts, dtype=np.int64)
+        row_shape, dtype = rows.shape[1:], rows.dtype
+        row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
+        per_round = max(1, message_bytes // self.world // row_bytes)
+        most = int(counts.max(initial=0))
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        out = np.empty((int(counts.sum()), *row_shape), dtype=dtype)
+        flat = rows.view(np.uint8).reshape(-1) if rows.size else np.empty(0, dtype=np.uint8)
+        out_flat = out.view(np.uint8).reshape(-1) if out.size else np.empty(0, dtype=np.uint8)
+        for lo in range(0, most, per_round):
+            n = min(per_round, most - lo)
+            send = np.zeros(n * row_bytes, dtype=np.uint8)
+            mine = int(np.clip(counts[self.rank] - lo, 0, n)) * row_bytes
+            send[:mine] = flat[lo * row_bytes : lo * row_bytes + mine]
+            got = [torch.empty(n * row_bytes, dtype=torch.uint8) for _ in range(self.world)]
+            self._run("all_gather", lambda got=got, send=send: dist.all_gather(got, torch.from_numpy(send)))
+            for r in range(self.world):
+                m = int(np.clip(counts[r] - lo, 0, n)) * row_bytes
+                begin = (int(starts[r]) + lo) * row_bytes
+                out_flat[begin : begin + m] = got[r].numpy()[:m]
+            self.rounds += 1
+            self.bytes_sent += mine * (self.world - 1)
+        return out
+
     def alltoallv(self, rows: np.ndarray, dest_counts: np.ndarray, message_bytes: int) -> tuple[np.ndarray, np.ndarray]:
         """Send ``rows`` to ranks; returns ``(received rows, (world,) rows received from each rank)``.
 

@@ -8,6 +8,7 @@ every ``--local`` job): when one fails, the others are stopped; Ctrl-C and SIGTE
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import secrets
 import signal
@@ -22,7 +23,7 @@ from distgnn.launch.supervisor import Job
 from distgnn.launch.transport import LocalTransport, free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import check_output_dir
-from distgnn.partition.memory import available_bytes, estimate_ranks, local_world_size
+from distgnn.partition.memory import BASE_BYTES, available_bytes, estimate_ranks, local_world_size, resident_bytes
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0
@@ -69,15 +70,18 @@ def _options(args: argparse.Namespace) -> DistOptions:
         overwrite=args.overwrite,
         message_mb=args.message_mb,
         coarse_edges=args.coarse_edges,
+        renumber=args.renumber,
     )
 
 
-def _estimates(opts: DistOptions, workers: int):
+def _estimates(opts: DistOptions, workers: int, base_bytes: int = BASE_BYTES):
     from distgnn.data.chunked import read_chunked_layout
 
     layout = read_chunked_layout(opts.input)
     check_chunking(layout)
-    return layout, estimate_ranks(layout, workers, opts.num_parts, opts.method, opts.coarse_edges)
+    return layout, estimate_ranks(
+        layout, workers, opts.num_parts, opts.method, opts.coarse_edges, opts.renumber, opts.message_mb, base_bytes
+    )
 
 
 def _print_estimates(estimates) -> None:
@@ -163,7 +167,8 @@ def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
     try:
         if group.world != workers:
             raise ConfigError(f"--workers {workers} but the job has WORLD_SIZE={group.world} ranks")
-        layout, estimates = _estimates(opts, group.world)
+        # a rank counts its own start (the interpreter with torch and gloo) instead of the fixed base
+        layout, estimates = _estimates(opts, group.world, resident_bytes() or BASE_BYTES)
         need = estimates[group.rank].peak_bytes * local_world_size()
         have = available_bytes() or need
         short = group.allgather(np.array([need, have], dtype=np.int64))
@@ -194,7 +199,12 @@ def _run_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
                 )
             print(f"wrote {json_path}")
         group.close()
-        return 0
+        # A finished rank leaves without the interpreter's teardown of torch's modules, CPU time that
+        # every rank would pay: what it wrote is closed and its output is flushed first.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     except (InputError, ConfigError) as exc:
         print(f"error: rank {group.rank}: {exc}", file=sys.stderr, flush=True)
         group.close(done=False)

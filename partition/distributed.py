@@ -4,16 +4,20 @@ Every rank runs :func:`partition_distributed` (under ``--local``, distgnn-launch
 output is the on-disk format of ``partition.format``, identical to what ``partition_graph`` writes for the
 same assignment. Work is split three ways:
 
-* **reading**: rank ``r`` reads edge chunk ``j`` of every edge type and node/edge data chunk ``j`` of
-  every array with ``j % W == r`` (their data files must follow ``num_*_per_chunk``);
+* **reading**: the edge chunks of all edge types, in (edge type, chunk) order, are split into W contiguous
+  runs of about ``E / W`` edges (:func:`edge_chunk_readers`), so the ranks' edges in rank order are the
+  edges in original id order; a rank reads the data chunks of its edge chunks, and node data chunk ``j``
+  of every node array where ``j % W == r`` (data files must follow ``num_*_per_chunk``);
 * **assignment**: rank ``r`` owns the homogeneous node ids ``[r N / W, (r + 1) N / W)``: their partition
   (``random``/``range`` computed per id, ``metis`` from ``partition.multilevel``) and their new id;
 * **writing**: rank ``p % W`` writes partition ``p`` (its CSC, HALO, features, its slices of
   ``orig_nid``/``orig_eid``); rank 0 writes the JSON and renames the staged directory into place.
 
 Phases: read edges; assign; number nodes (new ids ordered by (partition, original id), counts gathered);
-look up the new ids of every edge's ends at their owners; send each edge to its destination's writer,
-which sorts them into (edge type, new destination, original id) order, the new edge ids; new edge ids
+renumber every edge's ends (from every rank's copy of the new-id table where that table is small beside
+the rank's edges, else by lookups at the owners); send each edge to its destination's writer, which
+receives them in original id order and sorts them stably by (edge type, new destination), the order of
+new edge ids; new edge ids
 back to the chunk readers; features chunk by chunk to the writers. Every exchange is
 ``RankGroup.alltoallv``; what a rank writes goes to memory-mapped ``.npy`` files.
 """
@@ -21,6 +25,7 @@ back to the chunk readers; features chunk by chunk to the writers. Every exchang
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 import sys
@@ -54,6 +59,8 @@ logger = logging.getLogger(__name__)
 DIST_METHODS = ("random", "range", "metis")
 # Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
 LOOKUP_SLICE = 1 << 21
+# Above this many runs of consecutive rows, received feature rows are written through a mapping.
+MAX_WRITE_RUNS = 4096
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ class DistOptions:
     overwrite: bool = False
     message_mb: float = 256.0
     coarse_edges: int = 50_000_000
+    renumber: str = "auto"  # auto | table | lookup: see renumber_table_fits
 
     @property
     def message_bytes(self) -> int:
@@ -131,13 +139,76 @@ def _load_chunk(array: ChunkedArray, index: int) -> np.ndarray:
     return chunk
 
 
-def _order_by(major: np.ndarray, middle: np.ndarray, minor: np.ndarray, middle_bound: int, minor_bound: int):
-    """Positions sorted by (major, middle, minor), non-negative int64 keys, the last distinct."""
-    major_bound = int(major.max(initial=0)) + 1
-    if major_bound * middle_bound * minor_bound < (1 << 62):
-        key = (major * middle_bound + middle) * minor_bound + minor
-        return stable_order(key, major_bound * middle_bound * minor_bound)
-    return np.lexsort((minor, middle, major))
+def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
+    while data:
+        done = os.pwrite(fd, data, at)
+        data, at = data[done:], at + done
+
+
+def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None:
+    """Write ``values`` as int64 rows ``first ..`` of the ``(length,)`` int64 ``.npy`` file ``path``, a slice
+    at a time (plain writes: nothing of the file stays mapped in this process)."""
+    header = path.stat().st_size - 8 * length
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for k in range(0, values.shape[0], LOOKUP_SLICE):
+            piece = np.ascontiguousarray(values[k : k + LOOKUP_SLICE], dtype="<i8")
+            _pwrite_all(fd, memoryview(piece).cast("B"), header + 8 * (first + k))
+    finally:
+        os.close(fd)
+
+
+def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) -> None:
+    """``rows`` into rows ``positions`` of the ``(length, ...)`` ``.npy`` file ``path`` (its dtype and row
+    shape): runs of consecutive positions by plain writes (node data: a chunk's rows of one partition are
+    one run), scattered positions through a mapping dropped at once."""
+    if positions.shape[0] == 0:
+        return
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    if breaks.shape[0] > MAX_WRITE_RUNS:
+        out = np.load(path, mmap_mode="r+")
+        out[positions] = rows
+        out.flush()
+        del out
+        return
+    row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
+    header = path.stat().st_size - row_bytes * length
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for a, b in zip([0, *breaks.tolist()], [*breaks.tolist(), positions.shape[0]], strict=True):
+            data = memoryview(np.ascontiguousarray(rows[a:b])).cast("B")
+            _pwrite_all(fd, data, header + row_bytes * int(positions[a]))
+    finally:
+        os.close(fd)
+
+
+def edge_chunk_readers(layout: ChunkedLayout, world: int) -> dict[tuple, np.ndarray]:
+    """The rank that reads each edge chunk, per edge type: the chunks of all edge types in (edge type,
+    chunk) order split into ``world`` contiguous runs, a chunk going to the rank whose ``E / world`` share
+    of the edges holds its middle edge."""
+    sizes = [np.asarray(layout.edge_chunks[e], dtype=np.int64) for e in layout.etypes]
+    flat = np.concatenate(sizes) if sizes else np.empty(0, dtype=np.int64)
+    total = max(int(flat.sum()), 1)
+    middle = np.cumsum(flat) - flat + flat // 2
+    readers = np.minimum(middle * world // total, world - 1)
+    cuts = np.cumsum([len(x) for x in sizes])[:-1]
+    return dict(zip(layout.etypes, np.split(readers, cuts), strict=True))
+
+
+def renumber_table_fits(num_nodes: int, num_edges: int, world: int) -> bool:
+    """Whether every rank holds the whole new-id table (4 or 8 bytes a node) to renumber edge ends: where
+    it is no larger than one int64 column of a rank's share of the edges; else ends are looked up at their
+    owners."""
+    return table_dtype(num_nodes).itemsize * num_nodes <= 8 * (num_edges // max(world, 1))
+
+
+def uses_table(renumber: str, num_nodes: int, num_edges: int, world: int) -> bool:
+    """Whether the job renumbers from the table (``renumber``: auto, table or lookup)."""
+    return renumber == "table" or (renumber == "auto" and renumber_table_fits(num_nodes, num_edges, world))
+
+
+def table_dtype(num_nodes: int) -> np.dtype:
+    return np.dtype(np.int32) if num_nodes <= np.iinfo(np.int32).max else np.dtype(np.int64)
 
 
 class _Job:
@@ -154,6 +225,10 @@ class _Job:
         self.owner_bounds = np.array([r * self.N // self.world for r in range(self.world + 1)], dtype=np.int64)
         self.own_lo, self.own_hi = (int(x) for x in self.owner_bounds[self.rank : self.rank + 2])
         self.my_parts = list(range(self.rank, self.P, self.world))
+        self.edge_readers = edge_chunk_readers(layout, self.world)
+        self.new_table: np.ndarray | None = None  # every node's new id, where renumber_table_fits
+        # Node and edge ids as held and sent in the edge phase.
+        self.id_dtype = table_dtype(max(self.N, self.E, len(self.etypes)))
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -166,35 +241,40 @@ class _Job:
     def my_chunks(self, num_chunks: int) -> list[int]:
         return list(range(self.rank, num_chunks, self.world))
 
-    def slots(self, num_chunks: int) -> range:
-        """Rounds of chunk reading every rank takes part in (ranks without a chunk send nothing)."""
-        return range(-(-num_chunks // self.world))
+    def my_edge_chunks(self, etype: tuple) -> list[int]:
+        return np.flatnonzero(self.edge_readers[etype] == self.rank).tolist()
+
+    def edge_pieces(self) -> list[tuple[int, int]]:
+        """``(edge type index, chunk)`` this rank reads, in original edge id order."""
+        return [(t, j) for t, etype in enumerate(self.etypes) for j in self.my_edge_chunks(etype)]
 
     # -- phases ----------------------------------------------------------------------------------
 
     def read_edges(self) -> None:
-        """This rank's edge chunks in homogeneous ids: ``src``, ``dst``, original ``eid``, ``etype``."""
-        total = sum(
-            self.layout.edge_chunks[e][j] for e in self.etypes for j in self.my_chunks(len(self.layout.edge_chunks[e]))
-        )
-        self.src, self.dst, self.eid = (np.empty(total, dtype=np.int64) for _ in range(3))
-        self.etype = np.empty(total, dtype=np.int64) if len(self.etypes) > 1 else None
+        """This rank's edge chunks in homogeneous ids (``id_dtype``): ``src``, ``dst`` and, with several
+        edge types, ``etype``. The chunks are a contiguous run of the original edge ids from ``first_eid``."""
+        pieces = self.edge_pieces()
+        total = sum(self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces)
+        self.src, self.dst = (np.empty(total, dtype=self.id_dtype) for _ in range(2))
+        self.etype = np.empty(total, dtype=self.id_dtype) if len(self.etypes) > 1 else None
         self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
+        self.first_eid = 0
+        if pieces:
+            t, j = pieces[0]
+            self.first_eid = int(self.edge_offsets[t] + _offsets(self.layout.edge_chunks[self.etypes[t]])[j])
         at = 0
-        for t, etype in enumerate(self.etypes):
-            starts = _offsets(self.layout.edge_chunks[etype])
-            for j in self.my_chunks(len(self.layout.edge_chunks[etype])):
-                s, d = self.layout.read_edge_chunk(etype, j)
-                n = len(s)
-                np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n])
-                np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n])
-                del s, d
-                first = int(self.edge_offsets[t] + starts[j])
-                self.eid[at : at + n] = np.arange(first, first + n, dtype=np.int64)
-                if self.etype is not None:
-                    self.etype[at : at + n] = t
-                self.edge_chunk_pos[(t, j)] = at
-                at += n
+        for t, j in pieces:
+            etype = self.etypes[t]
+            s, d = self.layout.read_edge_chunk(etype, j)
+            n = len(s)
+            np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n], casting="unsafe")
+            np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n], casting="unsafe")
+            del s, d
+            if self.etype is not None:
+                self.etype[at : at + n] = t
+            self.edge_chunk_pos[(t, j)] = at
+            at += n
+        self.num_read = total
 
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -226,15 +306,28 @@ class _Job:
         T = len(self.ntypes)
         type_counts = np.bincount(part * T + ntype, minlength=self.P * T).astype(np.int64)
         self.node_type_ranges = _ranges(self.group.allreduce(type_counts).reshape(self.P, T))
+        if uses_table(self.opts.renumber, self.N, self.E, self.world):
+            owned = np.diff(self.owner_bounds)
+            self.new_table = self.group.allgather_rows(
+                new.astype(table_dtype(self.N), copy=False), owned, self.opts.message_bytes
+            )
 
     def new_node_ids(self, ids: np.ndarray) -> np.ndarray:
-        """New ids of any homogeneous node ids (a collective)."""
+        """New ids of any homogeneous node ids (a collective where the ranks hold no table)."""
+        if self.new_table is not None:
+            return self.new_table[ids].astype(np.int64, copy=False)
         return self.group.lookup(
             ids, self.node_owner(ids), lambda asked: self.new_owned[asked - self.own_lo], self.opts.message_bytes
         )
 
     def _renumber_in_place(self, ids: np.ndarray) -> None:
-        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective)."""
+        """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective where
+        the ranks hold no table)."""
+        if self.new_table is not None:
+            for k in range(0, len(ids), LOOKUP_SLICE):
+                piece = ids[k : k + LOOKUP_SLICE]
+                piece[:] = self.new_table[piece]
+            return
         slices = int(self.group.allreduce(np.array([-(-len(ids) // LOOKUP_SLICE)], dtype=np.int64), "max")[0])
         for k in range(slices):
             piece = ids[k * LOOKUP_SLICE : (k + 1) * LOOKUP_SLICE]
@@ -244,12 +337,13 @@ class _Job:
         """Each edge to the writer of its destination's partition, which numbers its edges and writes its
         CSC, HALO and slices of ``orig_eid``/``orig_nid``; new edge ids go back to the readers of the
         edges' chunks when there is edge data. Partitions ``k W .. (k + 1) W - 1`` travel in step ``k``,
-        so a writer holds one partition's edges at a time."""
+        so a writer holds one partition's edges at a time, and the rank's own edges are dropped before
+        the last partition is written."""
         R = len(self.etypes)
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
         part = self.part_of_new(self.dst)
-        etype = self.etype if R > 1 else np.zeros(len(part), dtype=np.int64)
+        etype = self.etype if R > 1 else 0
         counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
         del etype
         counts = self.group.allreduce(counts)
@@ -259,42 +353,60 @@ class _Job:
         order = self.group.order_by_rank(part)  # by partition
         per_part = np.bincount(part, minlength=self.P).astype(np.int64)
         del part
-        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=np.int64)
-        for c, name in enumerate(("src", "dst", "eid", "etype")[: rows.shape[1]]):
-            np.take(getattr(self, name), order, out=rows[:, c])
-            if name != "eid":
-                setattr(self, name, None)
+        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition.
+        rows = np.empty((len(order), 4 if R > 1 else 3), dtype=self.id_dtype)
+        np.take(self.src, order, out=rows[:, 0])
+        self.src = None
+        np.take(self.dst, order, out=rows[:, 1])
+        self.dst = None
+        if R > 1:
+            np.take(self.etype, order, out=rows[:, 3])
+            self.etype = None
+        for k in range(0, len(order), LOOKUP_SLICE):
+            np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
         del order
-        self.num_read = len(self.eid)
-        self.eid = None
         starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
         keep_new_eids = any(self.layout.edata.get(e) for e in self.etypes)
-        orig_eid = np.load(staging / "orig_eid.npy", mmap_mode="r+")
-        for k in range(-(-self.P // self.world)):
+        steps = -(-self.P // self.world)
+        for k in range(steps):
             first, last = k * self.world, min((k + 1) * self.world, self.P)
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
             edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            if k == steps - 1:
+                rows = None
             p = first + self.rank
             if p >= last:
                 continue
-            types = edges[:, 3] if R > 1 else np.zeros(len(edges), dtype=np.int64)
-            # (edge type, new destination, original edge id): the order of new edge ids
-            by = _order_by(types, edges[:, 1] - int(self.node_map[p, 0]), edges[:, 2], self.N, self.E)
-            edges, types = edges[by], types[by]
-            del by
+            # Received in original edge id order (the readers' runs in rank order): a stable sort by
+            # (edge type, new destination) gives (edge type, new destination, original id), the order
+            # of new edge ids.
+            n0, num_owned = int(self.node_map[p, 0]), int(self.node_map[p, 1] - self.node_map[p, 0])
+            key = edges[:, 1].astype(np.int64)
+            key -= n0
+            if R == 1:
+                in_degree = np.bincount(key, minlength=num_owned)
+            else:
+                key += edges[:, 3].astype(np.int64) * num_owned
+            by = stable_order(key, num_owned * R)
             e0, e1 = (int(x) for x in self.edge_map[p])
-            orig_eid[e0:e1] = edges[:, 2]
+            eids = edges[:, 2][by]
+            _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
             if keep_new_eids:
-                back_eid.append(edges[:, 2].copy())
+                back_eid.append(eids.astype(np.int64))
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
-            self._write_part(staging, p, edges[:, 0].copy(), edges[:, 1].copy(), types)
-            del edges, types
+            del eids
+            srcs = edges[:, 0][by]
+            if R == 1:
+                del edges, by
+                self._write_part(staging, p, srcs, in_degree=in_degree)
+            else:
+                dsts, types = edges[:, 1][by], edges[:, 3][by]
+                del edges, by
+                self._write_part(staging, p, srcs, dsts=dsts, types=types)
         del rows
-        orig_eid.flush()
-        del orig_eid
         # orig_nid: the owners send (new id, original id) to the writers.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
         pairs = self.group.send_to(
@@ -302,10 +414,15 @@ class _Job:
             np.stack([self.new_owned, ids], axis=1),
             self.opts.message_bytes,
         )
-        orig_nid = np.load(staging / "orig_nid.npy", mmap_mode="r+")
-        orig_nid[pairs[:, 0]] = pairs[:, 1]
-        orig_nid.flush()
-        del orig_nid, pairs
+        del ids
+        part = self.part_of_new(pairs[:, 0])
+        for p in self.my_parts:
+            n0, n1 = (int(x) for x in self.node_map[p])
+            mine = pairs[part == p]
+            orig = np.empty(n1 - n0, dtype=np.int64)
+            orig[mine[:, 0] - n0] = mine[:, 1]
+            _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
+        del pairs, part
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
             new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
@@ -314,37 +431,56 @@ class _Job:
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
 
-    def _write_part(self, staging: Path, p: int, srcs: np.ndarray, dsts: np.ndarray, types: np.ndarray) -> None:
-        """Partition ``p``'s CSC arrays from its edges in new-edge-id order (new ids of both ends)."""
+    def _write_part(
+        self,
+        staging: Path,
+        p: int,
+        srcs: np.ndarray,
+        in_degree: np.ndarray | None = None,
+        dsts: np.ndarray | None = None,
+        types: np.ndarray | None = None,
+    ) -> None:
+        """Partition ``p``'s CSC arrays from its edges in new-edge-id order: new ids of the sources, and
+        with one edge type the in-degree of each owned node, with several the new destinations and types.
+        Each array is written as soon as it is complete."""
         R = len(self.etypes)
         n0, n1 = (int(x) for x in self.node_map[p])
         e0, e1 = (int(x) for x in self.edge_map[p])
         num_owned = n1 - n0
-        new_eids = np.arange(e0, e1, dtype=np.int64)
+        where = staging / f"part{p}"
+        where.mkdir(parents=True, exist_ok=True)
+
+        def save(name: str, array: np.ndarray) -> None:
+            np.save(where / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+
+        eid_order = None
         if R == 1:
             indptr = np.zeros(num_owned + 1, dtype=np.int64)
-            np.cumsum(np.bincount(dsts - n0, minlength=num_owned), out=indptr[1:])
-            eids = new_eids
+            np.cumsum(in_degree, out=indptr[1:])
         else:
-            csc_rows = (dsts - n0) * R + types
-            order = np.argsort(csc_rows, kind="stable")
+            csc_rows = (dsts.astype(np.int64) - n0) * R + types
+            del dsts, types
             indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
             np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
-            srcs, eids = srcs[order], new_eids[order]
-            del csc_rows, order
-        del dsts
-        remote = np.flatnonzero((srcs < n0) | (srcs >= n1))
-        halo, halo_index = distinct_with_index(srcs[remote])
-        local2global = np.concatenate([np.arange(n0, n1, dtype=np.int64), halo])
-        num_local = local2global.shape[0]
+            eid_order = stable_order(csc_rows, num_owned * R)
+            srcs = srcs[eid_order]
+        save("indptr", indptr)
+        del indptr
+        remote = (srcs < n0) | (srcs >= n1)
+        halo, halo_index = distinct_with_index(srcs[remote], bound=self.N)
+        num_local = num_owned + halo.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
-        indices = (srcs - n0).astype(index_dtype)
+        indices = srcs.astype(index_dtype)
+        del srcs
+        indices -= n0
         indices[remote] = halo_index + num_owned
-        del srcs, remote
-        arrays = {"indptr": indptr, "indices": indices, "eids": eids, "local2global": local2global}
-        (staging / f"part{p}").mkdir(parents=True, exist_ok=True)
-        for name in PART_ARRAYS:
-            np.save(staging / f"part{p}" / f"{name}.npy", np.ascontiguousarray(arrays[name]), allow_pickle=False)
+        del remote, halo_index
+        save("indices", indices)
+        del indices
+        save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
+        eids = np.arange(e0, e1, dtype=np.int64)
+        save("eids", eids if eid_order is None else eids[eid_order])
+        del eids, eid_order
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 
@@ -356,7 +492,7 @@ class _Job:
         for t, etype in enumerate(self.etypes):
             offsets = _offsets(self.layout.edge_chunks[etype])
             for j, rows in enumerate(self.layout.edge_chunks[etype]):
-                r = j % self.world
+                r = int(self.edge_readers[etype][j])
                 starts.append(int(self.edge_offsets[t] + offsets[j]))
                 readers.append(r)
                 firsts.append(int(filled[r]))
@@ -386,7 +522,7 @@ class _Job:
                     self.node_map,
                     f"node_feat/{key}",
                     array,
-                    len(chunks),
+                    (mine, -(-len(chunks) // self.world)),
                     new_of_chunk,
                     first,
                     self.node_type_ranges[:, t],
@@ -398,16 +534,18 @@ class _Job:
             if not arrays:
                 continue
             chunks = self.layout.edge_chunks[etype]
+            mine = self.my_edge_chunks(etype)
             new_of_chunk = {
                 j: self.new_eid_of_mine[self.edge_chunk_pos[(t, j)] : self.edge_chunk_pos[(t, j)] + chunks[j]]
-                for j in self.my_chunks(len(chunks))
+                for j in mine
             }
+            slots = int(np.bincount(self.edge_readers[etype], minlength=self.world).max(initial=0))
             ranges = self.edge_type_ranges[:, t]
             for name, array in arrays.items():
                 key = feature_key(etype_str(etype), name, etype_str(DEFAULT_ETYPE))
                 edge_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
                 self._scatter(
-                    staging, self.edge_map, f"edge_feat/{key}", array, len(chunks), new_of_chunk, ranges[:, 0], ranges
+                    staging, self.edge_map, f"edge_feat/{key}", array, (mine, slots), new_of_chunk, ranges[:, 0], ranges
                 )
 
     def _scatter(
@@ -416,12 +554,13 @@ class _Job:
         id_map: np.ndarray,
         rel: str,
         array: ChunkedArray,
-        num_chunks: int,
+        chunks: tuple[list[int], int],
         new_of_chunk: dict[int, np.ndarray],
         first: np.ndarray,
         ranges: np.ndarray,
     ) -> None:
-        """Rows of ``array`` (read chunk by chunk) to the writers; ``new_of_chunk``: new homogeneous id of
+        """Rows of ``array`` (read chunk by chunk) to the writers; ``chunks``: this rank's chunks and the
+        most chunks any rank has (the rounds); ``new_of_chunk``: new homogeneous id of
         every row of this rank's chunks; ``id_map``: ``(P, 2)`` partition ranges of those ids; ``ranges``: ``(P, 2)`` the type's new-id range per partition."""
         row = np.dtype([("id", "<i8"), ("row", array.dtype, array.row_shape)])
         outs = {}
@@ -429,10 +568,12 @@ class _Job:
             path = staging / f"part{p}" / f"{rel}.npy"
             path.parent.mkdir(parents=True, exist_ok=True)
             count = int(ranges[p, 1] - ranges[p, 0])
-            outs[p] = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape))
-        for k in self.slots(num_chunks):
-            j = k * self.world + self.rank
-            if j < num_chunks:
+            np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape)).flush()
+            outs[p] = (path, count)
+        mine, slots = chunks
+        for k in range(slots):
+            if k < len(mine):
+                j = mine[k]
                 block = _load_chunk(array, j)
                 packed = np.empty(len(block), dtype=row)
                 packed["id"] = new_of_chunk[j]
@@ -446,10 +587,8 @@ class _Job:
             part = np.searchsorted(id_map[:, 1], got["id"], side="right")
             for p in np.unique(part).tolist():
                 sel = got[part == p]
-                outs[p][sel["id"] - first[p]] = sel["row"]
+                _write_at(*outs[p], sel["id"] - first[p], sel["row"])
             del got
-        for out in outs.values():
-            out.flush()
 
 
 def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, RankReport]:

@@ -14,14 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.data.chunked import ChunkedLayout
+from distgnn.partition.distributed import edge_chunk_readers, table_dtype, uses_table
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
-# Bytes per edge this rank read while its edges are renumbered and laid out by partition (ends, ids, the
-# send buffer, the order).
-PER_EDGE_READ = 48
-# Bytes per edge of the partition being written (received rows, their sort, the CSC arrays).
-PER_EDGE_OF_PART = 56
+# The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s:
+# per edge read while its ends are renumbered and laid out by partition (both ends, the send rows, the
+# order), ``READ_IDS`` ids and ``READ_INT64`` int64s; while a step is sent, the rank's rows and the rows
+# received (one id per column each); per edge of the partition written, ``WRITE_IDS`` ids (the received
+# rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge ids),
+# with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per
+# edge where it sorts).
+READ_IDS = 5
+READ_INT64 = 2
+WRITE_IDS = 5
+WRITE_INT64 = 2
+HALO_PER_NODE = 5
+HALO_PER_ENTRY = 33
 # --method metis, while the multilevel partition is computed (before the edges are read for dispatch): per
 # edge read, the symmetrised adjacency entries received (two per edge) and kept distinct; per owned node,
 # the label propagation arrays and the lookups of the neighbours' labels; the scratch arrays of one block of
@@ -47,44 +56,82 @@ class RankEstimate:
 
 
 def estimate_ranks(
-    layout: ChunkedLayout, workers: int, num_parts: int, method: str, coarse_edges: int = 50_000_000
+    layout: ChunkedLayout,
+    workers: int,
+    num_parts: int,
+    method: str,
+    coarse_edges: int = 50_000_000,
+    renumber: str = "auto",
+    message_mb: float = 256.0,
+    base_bytes: int = BASE_BYTES,
 ) -> list[RankEstimate]:
     """Per-rank peak memory of a ``workers``-rank job partitioning ``layout`` into ``num_parts``.
 
-    Edges read follow the job's split (edge chunk ``j`` to rank ``j % W``); a writer holds one partition's
+    Edges read follow the job's split (:func:`~distgnn.partition.distributed.edge_chunk_readers`), and
+    every rank holds the new-id table where the job uses it; a writer holds one partition's
     edges at a time, counted as the average ``E / P`` (random and range; a balanced METIS assignment is
     close to it). The peak is the largest of the edge phase, the feature phase and, for ``metis``, the
-    multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0).
+    multilevel phase (``coarse_edges``: the bound of the coarsest graph's adjacency entries, on rank 0),
+    over ``base_bytes`` (a rank passes its own resident size at its start, with torch and gloo loaded;
+    ``--dry-run`` uses ``BASE_BYTES``).
     """
     total_nodes = sum(layout.num_nodes.values())
     total_edges = sum(layout.num_edges(e) for e in layout.etypes)
+    readers = edge_chunk_readers(layout, workers)
     edges_read = np.zeros(workers, dtype=np.int64)
     for etype in layout.etypes:
-        for j, rows in enumerate(layout.edge_chunks[etype]):
-            edges_read[j % workers] += rows
+        np.add.at(edges_read, readers[etype], np.asarray(layout.edge_chunks[etype], dtype=np.int64))
     chunk_bytes = np.zeros(workers, dtype=np.int64)
-    for arrays, chunks in [
-        *((layout.ndata.get(t, {}), layout.node_chunks[t]) for t in layout.ntypes),
-        *((layout.edata.get(e, {}), layout.edge_chunks[e]) for e in layout.etypes),
+    for arrays, chunks, reader in [
+        *((layout.ndata.get(t, {}), layout.node_chunks[t], None) for t in layout.ntypes),
+        *((layout.edata.get(e, {}), layout.edge_chunks[e], readers[e]) for e in layout.etypes),
     ]:
         for array in arrays.values():
             row_bytes = int(np.prod(array.row_shape, dtype=np.int64)) * array.dtype.itemsize + 8
             for j, rows in enumerate(chunks):
-                chunk_bytes[j % workers] = max(chunk_bytes[j % workers], rows * row_bytes)
+                r = j % workers if reader is None else int(reader[j])
+                chunk_bytes[r] = max(chunk_bytes[r], rows * row_bytes)
+    table = (
+        table_dtype(total_nodes).itemsize * total_nodes
+        if uses_table(renumber, total_nodes, total_edges, workers)
+        else 0
+    )
     largest_part = 0 if not num_parts else -(-total_edges // num_parts)
+    id_bytes = table_dtype(max(total_nodes, total_edges, len(layout.etypes))).itemsize
+    columns = 4 if len(layout.etypes) > 1 else 3
+    halo = min(HALO_PER_NODE * total_nodes, HALO_PER_ENTRY * largest_part)
+    message = max(1, int(message_mb * (1 << 20)))
     out = []
     for r in range(workers):
         owned = (r + 1) * total_nodes // workers - r * total_nodes // workers
-        edge_phase = PER_EDGE_READ * int(edges_read[r]) + PER_EDGE_OF_PART * largest_part
-        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r])
+        rows = columns * id_bytes * int(edges_read[r])
+        # an exchange in several rounds stages one round's send and receive buffers
+        per_peer = columns * id_bytes * -(-int(edges_read[r]) // max(num_parts, 1))
+        staging = 2 * message if per_peer > message // workers else 0
+        read = ((READ_IDS + columns - 3) * id_bytes + 8 * READ_INT64) * int(edges_read[r])
+        send = rows + columns * id_bytes * largest_part + staging
+        # the rank's rows are dropped before the last step's partition is written
+        write = (rows if num_parts > workers else 0) + (WRITE_IDS * id_bytes + 8 * WRITE_INT64) * largest_part + halo
+        edge_phase = max(read, send, write)
+        # a chunk larger than a round is exchanged in several, through staging buffers
+        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r]) + (2 * message if chunk_bytes[r] > message else 0)
         metis_phase = 0
         if method == "metis":
             metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
             if r == 0:
                 metis_phase += PER_COARSE_ENTRY * min(int(coarse_edges), 2 * total_edges)
-        peak = BASE_BYTES + PER_NODE_OWNED * owned + max(edge_phase, feature_phase, metis_phase)
+        peak = base_bytes + PER_NODE_OWNED * owned + max(edge_phase + table, feature_phase + table, metis_phase)
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
     return out
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux), or None where it is unknown."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def available_bytes() -> int | None:

@@ -183,7 +183,7 @@ class Multilevel:
         homogeneous ids; and the number of pieces."""
         job, layout = self.job, self.job.layout
         step = max(1, BLOCK_ENTRIES // 2)
-        pieces = [(t, j) for t, etype in enumerate(job.etypes) for j in job.my_chunks(len(layout.edge_chunks[etype]))]
+        pieces = job.edge_pieces()
         count = sum(-(-layout.edge_chunks[job.etypes[t]][j] // step) for t, j in pieces)
 
         def generate():

@@ -91,8 +91,19 @@ def stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
     return keys
 
 
-def distinct_with_index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sorted distinct values, index of each value among them)`` of non-negative int64 ``values``, by one sort."""
+def distinct_with_index(values: np.ndarray, bound: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(sorted distinct values as int64, index of each value among them)`` of non-negative integer
+    ``values``: by marking a table of ``bound`` entries (every value below it) where that table is small
+    beside the values (the index then int32 where it fits), else by one sort (int64 index)."""
+    if bound is not None and bound <= 4 * values.shape[0]:
+        seen = np.zeros(bound, dtype=bool)
+        seen[values] = True
+        distinct = np.flatnonzero(seen)
+        del seen
+        where = np.empty(bound, dtype=np.int32 if distinct.shape[0] <= np.iinfo(np.int32).max else np.int64)
+        where[distinct] = np.arange(distinct.shape[0], dtype=where.dtype)
+        return distinct, where[values]
+    values = values.astype(np.int64, copy=False)
     order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
     ordered = values[order]
     first = np.empty(len(ordered), dtype=bool)

@@ -72,21 +72,21 @@ def test_random_assignment_is_a_balanced_permutation_computable_per_id():
 
 
 @pytest.mark.parametrize(
-    "graph, method, workers, message_mb",
+    "graph, method, workers, message_mb, renumber",
     [
-        ("homo", "random", 1, 256),
-        ("homo", "range", 2, 0.0005),
-        ("hetero", "random", 4, 256),
+        ("homo", "random", 1, 256, "auto"),
+        ("homo", "range", 2, 0.0005, "lookup"),  # edge ends renumbered by lookups at their owners
+        ("hetero", "random", 4, 256, "auto"),  # every rank holds the new-id table
     ],
 )
 def test_random_and_range_are_identical_to_the_single_process_tool(
-    request, tmp_path, graph, method, workers, message_mb
+    request, tmp_path, graph, method, workers, message_mb, renumber
 ):
     meta = request.getfixturevalue(graph)
     expected = _single(meta, tmp_path / "single", "--num-parts", 3, "--method", method, "--seed", 5)
     got = _run(
         "--input", meta, "--out", tmp_path / "dist", "--num-parts", 3, "--method", method, "--seed", 5,
-        "--workers", workers, "--local", "--message-mb", message_mb,
+        "--workers", workers, "--local", "--message-mb", message_mb, "--renumber", renumber,
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     _assert_identical(expected, tmp_path / "dist")
@@ -303,3 +303,43 @@ def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
     keys = np.random.default_rng(bound).integers(0, bound, 5000)
     order = RankGroup.order_by_rank(SimpleNamespace(world=2), keys)
     assert np.array_equal(order, np.argsort(keys, kind="stable"))
+
+
+def test_edge_chunks_are_read_in_contiguous_runs_of_about_equal_edges():
+    from types import SimpleNamespace
+
+    from distgnn.partition.distributed import edge_chunk_readers
+
+    a, b = ("n", "a", "n"), ("n", "b", "n")
+    layout = SimpleNamespace(etypes=[a, b], edge_chunks={a: [10, 10, 10, 10], b: [5, 30, 5]})
+    readers = edge_chunk_readers(layout, 3)
+    flat = np.concatenate([readers[a], readers[b]])
+    assert np.all(np.diff(flat) >= 0) and flat[0] == 0 and flat[-1] == 2  # runs in (type, chunk) order
+    edges = np.bincount(flat, weights=[10, 10, 10, 10, 5, 30, 5], minlength=3)
+    assert edges.max() - edges.min() <= 30  # within one chunk of E / W each
+    assert edge_chunk_readers(layout, 1)[b].tolist() == [0, 0, 0]
+
+
+def test_distinct_values_by_marking_a_table_equal_those_by_sorting():
+    from distgnn.partition.reshuffle import distinct_with_index
+
+    values = np.random.default_rng(0).integers(0, 1000, 5000)
+    by_sort = distinct_with_index(values)
+    by_mark = distinct_with_index(values.astype(np.int32), bound=1000)
+    assert np.array_equal(by_sort[0], by_mark[0]) and np.array_equal(by_sort[1], by_mark[1])
+    assert np.array_equal(by_mark[0][by_mark[1]], values)
+
+
+@pytest.mark.parametrize("max_runs", [4096, 0])  # plain writes of each run; a mapping
+def test_feature_rows_are_written_at_their_positions(tmp_path, monkeypatch, max_runs):
+    from distgnn.partition import distributed
+
+    monkeypatch.setattr(distributed, "MAX_WRITE_RUNS", max_runs)
+    path = tmp_path / "feat.npy"
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(100, 3)).flush()
+    positions = np.r_[10:20, 50:60, 5]
+    rows = np.random.default_rng(1).random((21, 3), dtype=np.float32)
+    distributed._write_at(path, 100, positions, rows)
+    got = np.load(path)
+    assert np.array_equal(got[positions], rows)
+    assert not np.delete(got, positions, axis=0).any()
