@@ -129,9 +129,11 @@ timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../
         "tgncuda",
         300,
         "the temporal CUDA tests (pytest -m cuda tests/temporal: the captured TGN step on one and two GPUs, the "
-        "captured memory replay, the CUDA sampler, shared streams on a GPU)",
+        "captured memory replay, the CUDA sampler, shared streams on a GPU); TGN_CUDA_TESTS: other test paths",
         r"""
-timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda tests/temporal >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
+# shellcheck disable=SC2086
+timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda ${TGN_CUDA_TESTS:-tests/temporal} \
+  >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
 grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -15
 """,
     ),
@@ -140,15 +142,15 @@ grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -
         590,
         "benchmarks/train_tgn.py --device cuda (distgnn vs PyG's TGN, one GPU, same process) on CollegeMsg and on "
         "Bitcoin OTC, one seed a run, the two streams side by side on two GPUs (one after the other on one): "
-        "TGN_SEEDS (default 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX seconds; default "
-        "560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
+        "TGN_PYG_SEEDS (default TGN_SEEDS, else 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX "
+        "seconds; default 560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
         r"""
 deadline=${TGN_DEADLINE:-$(($(date +%s) + 560))}
 snap=${DATA_ROOT:-../shared/data}/snap
 lane() {  # GPU, log name, train_tgn.py flags: one run per seed until the deadline
   local gpu=$1 name=$2 failed=0 seed left
   shift 2
-  for seed in ${TGN_SEEDS:-0}; do
+  for seed in ${TGN_PYG_SEEDS:-${TGN_SEEDS:-0}}; do
     left=$((deadline - $(date +%s)))
     if ((left < 20)); then echo "tgnpyg $name: no time left for seed $seed"; break; fi
     CUDA_VISIBLE_DEVICES=$gpu timeout "$left" python3 benchmarks/train_tgn.py --device cuda \
