@@ -115,6 +115,7 @@ class TemporalLoop:
             higher_is_better=True, patience=args.patience
         )
         self.epoch_times: list[float] = []
+        self.prepared = False  # whether the replays and steps of the run's epochs have been captured
         self.trained_total = 0.0  # training seconds of the job so far, evaluations left out
         self.val: dict = {}
         self.test: dict = {}
@@ -183,7 +184,9 @@ class TemporalLoop:
         if first >= length:
             return 0.0
         began = time.perf_counter()
-        ahead = later_work(plan, self.copy, epoch, args.epochs) if epoch == self.start.epoch else None
+        # The first epoch this process trains captures what every later one replays (on a GPU).
+        ahead = None if self.prepared else later_work(plan, self.copy, epoch, args.epochs)
+        self.prepared = True
         if first == 0:
             if ahead is not None:
                 self.runner.prepare_replays(ahead.stops, args.batch_size)
@@ -219,10 +222,10 @@ class TemporalLoop:
                 reset=False,
                 lazy_loss=self.device.type == "cuda",
             )
-        prepared = time.perf_counter()
+        capturing = time.perf_counter()
         if ahead is not None:
             self.runner.prepare_steps(self.optimizer, ahead.sizes)
-        trained_s = warm_s + timing.seconds + time.perf_counter() - prepared - midway.eval_s
+        trained_s = warm_s + timing.seconds + time.perf_counter() - capturing - midway.eval_s
         self.epoch_times.append(trained_s)
         self.trained_total += trained_s
         if args.checkpoint_dir:
