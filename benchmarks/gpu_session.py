@@ -114,11 +114,14 @@ done
         590,
         "TGN memory copies on two GPUs: the memory replay's cost (benchmarks/tgn_replay.py), then "
         "benchmarks/scaling_tgn.py on CollegeMsg (one GPU vs two memory copies on "
-        "two GPUs, captured and eager DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS; data "
-        "from DATA_ROOT (default ../shared/data); the CUDA tests are stage tgncuda",
+        "two GPUs, captured and eager DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS, "
+        "TGN_REPLAY=0 (no replay benchmark); data from DATA_ROOT (default ../shared/data); the CUDA tests are stage "
+        "tgncuda",
         r"""
-timeout 60 python3 benchmarks/tgn_replay.py --device cuda --repeats 20 \
-  --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" 2>&1 | tee "$OUT/tgn_replay.log" || status=1
+if [[ ${TGN_REPLAY:-1} == 1 ]]; then
+  timeout 60 python3 benchmarks/tgn_replay.py --device cuda --repeats 20 \
+    --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" 2>&1 | tee "$OUT/tgn_replay.log" || status=1
+fi
 seeds=${TGN_SEEDS:-0}
 timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
   --seeds "${seeds// /,}" --epochs "${TGN_EPOCHS:-10}" --variants "${TGN_VARIANTS:-single,graph,eager}" \
