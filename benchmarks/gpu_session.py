@@ -114,11 +114,14 @@ done
         590,
         "TGN memory copies on two GPUs: the memory replay's cost (benchmarks/tgn_replay.py), then "
         "benchmarks/scaling_tgn.py on CollegeMsg (one GPU vs two memory copies on "
-        "two GPUs, captured and eager DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS; data "
-        "from DATA_ROOT (default ../shared/data); the CUDA tests are stage tgncuda",
+        "two GPUs, captured and eager DDP), TGN_SEEDS (default 0), TGN_EPOCHS (default 10), TGN_VARIANTS, "
+        "TGN_REPLAY=0 (no replay benchmark); data from DATA_ROOT (default ../shared/data); the CUDA tests are stage "
+        "tgncuda",
         r"""
-timeout 60 python3 benchmarks/tgn_replay.py --device cuda --repeats 20 \
-  --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" 2>&1 | tee "$OUT/tgn_replay.log" || status=1
+if [[ ${TGN_REPLAY:-1} == 1 ]]; then
+  timeout 60 python3 benchmarks/tgn_replay.py --device cuda --repeats 20 \
+    --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" 2>&1 | tee "$OUT/tgn_replay.log" || status=1
+fi
 seeds=${TGN_SEEDS:-0}
 timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../shared/data}/snap/CollegeMsg.txt" \
   --seeds "${seeds// /,}" --epochs "${TGN_EPOCHS:-10}" --variants "${TGN_VARIANTS:-single,graph,eager}" \
@@ -129,9 +132,11 @@ timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../
         "tgncuda",
         300,
         "the temporal CUDA tests (pytest -m cuda tests/temporal: the captured TGN step on one and two GPUs, the "
-        "captured memory replay, the CUDA sampler, shared streams on a GPU)",
+        "captured memory replay, the CUDA sampler, shared streams on a GPU); TGN_CUDA_TESTS: other test paths",
         r"""
-timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda tests/temporal >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
+# shellcheck disable=SC2086
+timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda ${TGN_CUDA_TESTS:-tests/temporal} \
+  >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
 grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -15
 """,
     ),
@@ -141,8 +146,8 @@ grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -
         "benchmarks/train_tgn.py --device cuda (distgnn vs PyG's TGN, one GPU, same process) on CollegeMsg and on "
         "Bitcoin OTC, one seed a run, every run at once (CollegeMsg's on GPU 0, Bitcoin OTC's on GPU 1 where "
         "there are two): "
-        "TGN_SEEDS (default 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX seconds; default "
-        "560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
+        "TGN_PYG_SEEDS (default TGN_SEEDS, else 0), TGN_EPOCHS (default 10); every run stops at TGN_DEADLINE (UNIX "
+        "seconds; default 560 s after the stage starts); data from DATA_ROOT (default ../shared/data)",
         r"""
 deadline=${TGN_DEADLINE:-$(($(date +%s) + 560))}
 snap=${DATA_ROOT:-../shared/data}/snap
@@ -156,7 +161,7 @@ run_one() {  # GPU, log name, seed, train_tgn.py flags: one run, stopped at the 
 }
 second_gpu=$(($(nvidia-smi -L | wc -l) > 1 ? 1 : 0))
 pids=()
-for seed in ${TGN_SEEDS:-0}; do
+for seed in ${TGN_PYG_SEEDS:-${TGN_SEEDS:-0}}; do
   run_one 0 collegemsg "$seed" --dataset "events:$snap/CollegeMsg.txt" & pids+=($!)
   run_one "$second_gpu" bitcoinotc "$seed" --dataset "events:$snap/soc-sign-bitcoinotc.csv" \
     --columns src,dst,rating,time & pids+=($!)

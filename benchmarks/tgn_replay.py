@@ -8,8 +8,8 @@ training events before its segment (batches of 200) with the current weights. ``
 host sync per chunk on a GPU); ``planned`` is :class:`~distgnn.temporal.warm.StreamReplay` (indices found once
 on the host, then per call only the GRU and the writes; on a GPU from a CUDA graph after its first call;
 ``planned eager`` is that replay without the graph). Each is timed ``--repeats`` times, interleaved, after a
-warm-up call (the planned replay's two on a GPU: its eager first call and its capture), on a GPU synchronised
-around each call; the weights move a little between calls, as an epoch moves them.
+warm-up call (on a GPU the planned replay's first call, eager and then captured), on a GPU synchronised around
+each call; the weights move a little between calls, as an epoch moves them.
 The table gives the median, fastest and slowest call, the ratio of medians against ``chunked``, and the
 largest difference of the replayed memory from ``chunked``'s.
 """
@@ -87,8 +87,8 @@ def main() -> int:
     )
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     differences: dict[str, float] = {name: 0.0 for name in variants}
-    for call in [*variants.values(), variants["planned"]]:
-        call()  # warm-up: on a GPU the planned replay's eager first call, then its capture
+    for call in variants.values():
+        call()  # warm-up: on a GPU the planned replay's first call runs eagerly and is captured
     for _ in range(args.repeats):
         with torch.no_grad():
             for param in model.parameters():

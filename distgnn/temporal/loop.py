@@ -115,6 +115,7 @@ class TemporalLoop:
             higher_is_better=True, patience=args.patience
         )
         self.epoch_times: list[float] = []
+        self.prepared = False  # whether the replays and steps of the run's epochs have been captured
         self.trained_total = 0.0  # training seconds of the job so far, evaluations left out
         self.val: dict = {}
         self.test: dict = {}
@@ -183,7 +184,12 @@ class TemporalLoop:
         if first >= length:
             return 0.0
         began = time.perf_counter()
+        # The first epoch this process trains captures what every later one replays (on a GPU).
+        ahead = None if self.prepared else later_work(plan, self.copy, epoch, args.epochs)
+        self.prepared = True
         if first == 0:
+            if ahead is not None:
+                self.runner.prepare_replays(ahead.stops, args.batch_size)
             _start_segment(self.runner, plan, segment, epoch, args.batch_size)
         warm_s = time.perf_counter() - began
         # Where the evaluating copy's memory stands after a step: the end of the last batch written (batch t is
@@ -216,7 +222,10 @@ class TemporalLoop:
                 reset=False,
                 lazy_loss=self.device.type == "cuda",
             )
-        trained_s = warm_s + timing.seconds - midway.eval_s
+        capturing = time.perf_counter()
+        if ahead is not None:
+            self.runner.prepare_steps(self.optimizer, ahead.sizes)
+        trained_s = warm_s + timing.seconds + time.perf_counter() - capturing - midway.eval_s
         self.epoch_times.append(trained_s)
         self.trained_total += trained_s
         if args.checkpoint_dir:
@@ -353,6 +362,26 @@ def _start_segment(runner: TGNRunner, plan: Plan, segment: int, epoch: int, batc
     runner.warm_memory(stop, batch_size)
     if stop and runner.memory is not None:
         log.info("memory warmed over %d events in %.2f s (epoch %d)", stop, time.perf_counter() - began, epoch)
+
+
+@dataclass(frozen=True)
+class LaterWork:
+    """What one memory copy meets in a run's epochs: the stops of the memory replays before its segments (0: a
+    segment at the stream's start, no replay) and the sizes of its training batches."""
+
+    stops: set[int]
+    sizes: set[int]
+
+
+def later_work(plan: Plan, copy: int, first_epoch: int, epochs: int) -> LaterWork:
+    """The replays and batch sizes memory copy ``copy`` meets in epochs ``[first_epoch, epochs)``: on a GPU they
+    are captured in the first of them (:meth:`~distgnn.temporal.train.TGNRunner.prepare_replays`,
+    :meth:`~distgnn.temporal.train.TGNRunner.prepare_steps`), not each in the epoch that first meets it (the
+    copies alternate segments, so each would meet its own in a different epoch)."""
+    segments = {plan.segment_of(copy, epoch) for epoch in range(first_epoch, epochs)}
+    stops = {plan.segment(segment)[0][0] if segment > 0 else 0 for segment in segments}
+    sizes = {end - begin for segment in segments for begin, end in plan.segment(segment)}
+    return LaterWork(stops, sizes)
 
 
 @dataclass

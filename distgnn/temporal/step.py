@@ -19,7 +19,9 @@ the same loss, gradients and memory writes without any of them:
 handles come to exist), then captures forward, loss, backward, the optimiser's step (Adam with
 ``capturable=True``) and the memory writes in one CUDA graph and replays it; a step's input is one
 host-to-device copy of the batch's first event index and its negatives. On the CPU it runs the dense step
-eagerly (what the tests compare against the eager step). One :class:`DenseStep` serves one batch size.
+eagerly (what the tests compare against the eager step). One :class:`DenseStep` serves one batch size; a further
+size of the same optimiser needs no eager step first (``warmups=0``) and may be captured before its first batch
+(:meth:`DenseStep.capture`). Every capture goes through :func:`capture`.
 """
 
 from __future__ import annotations
@@ -74,6 +76,32 @@ class Runner(Protocol):
     dst: torch.Tensor
     time: torch.Tensor
     feat: torch.Tensor | None
+
+
+def capture(
+    graph: torch.cuda.CUDAGraph, body: Callable[[], torch.Tensor | None], device: torch.device
+) -> torch.Tensor | None:
+    """Captures ``body()`` into ``graph`` (nothing runs until a replay) on one side stream of ``device``, in a
+    memory pool of the graph's own; returns what ``body`` returns. As ``torch.cuda.graph``, after the device's
+    work has finished, but without its garbage collection and its emptied allocator caches: those would make the
+    eager work after a capture allocate afresh, and a job captures several graphs (a step per batch size, a
+    replay per segment)."""
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[index] = torch.cuda.Stream(index)
+    with torch.cuda.device(index):
+        torch.cuda.synchronize(index)
+        with torch.cuda.stream(_CAPTURE_STREAMS[index]):
+            graph.capture_begin(capture_error_mode="thread_local")
+            try:
+                out = body()
+            finally:
+                graph.capture_end()
+    return out
+
+
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def link_loss(out: BatchOutput) -> torch.Tensor:
@@ -167,12 +195,14 @@ class DenseStep:
         runner: holds the model, the memory copy (no group) and the stream on its device.
         optimizer: the model's; for the graph one with ``capturable=True`` where it has the flag (Adam).
         num_events, per_event: the batch's shape.
-        graph: capture the step in a CUDA graph after :data:`WARMUP_STEPS` eager ones (GPU only); else every
-            step runs the dense step eagerly.
+        graph: capture the step in a CUDA graph after ``warmups`` eager ones (GPU only); else every step runs
+            the dense step eagerly.
         grad_sync: one of several trainers (memory copies) whose gradients are averaged: the step zeroes the
             flat gradient buffer, and all-reduces it between backward and the optimiser's step, inside the graph
             (the warm-ups' eager all-reduces set the communicator up before the capture). Every trainer must
             take the same number of steps.
+        warmups: eager steps before the capture: :data:`WARMUP_STEPS` for an optimiser's first step; 0 where a
+            step of the same optimiser (and GradSync) has run already, so its state and the communicator exist.
 
     ``step(begin, negatives)`` (``negatives`` int64 [B, q] on the CPU) trains events ``[begin, begin + B)``
     and returns the loss, a 0-d tensor on the device (rewritten by the next replay: read it before).
@@ -186,6 +216,7 @@ class DenseStep:
         per_event: int = 1,
         graph: bool = False,
         grad_sync: GradSync | None = None,
+        warmups: int = WARMUP_STEPS,
     ) -> None:
         if runner.memory is None or runner.group is not None:
             raise ConfigError("the dense step trains a runner that holds its own memory copy (no group)")
@@ -200,7 +231,7 @@ class DenseStep:
                     "the CUDA graph step all-reduces gradients over NCCL; this group's cannot be captured"
                 )
         self.runner, self.optimizer, self.num_events, self.graph = runner, optimizer, num_events, graph
-        self.grad_sync = grad_sync
+        self.grad_sync, self.warmups = grad_sync, warmups
         device = runner.device
         size = 1 + num_events * per_event
         self.slots = torch.zeros(size, dtype=torch.int64, device=device)
@@ -222,16 +253,24 @@ class DenseStep:
         if not self.graph:
             self._zero_grad()
             return self._on_slots()
-        if self._graph is None and self._warmups < WARMUP_STEPS:
+        if self._graph is None and self._warmups < self.warmups:
             return self._warmup()
-        if self._graph is None:
-            self._capture()
+        self.capture()
         self._graph.replay()
         # Another step's eager warm-up may have swapped in its own gradient tensors: point each parameter back
         # at the graph's, which this replay wrote (as after an eager step).
         for param, grad in self._grads:
             param.grad = grad
         return self._loss
+
+    @property
+    def captured(self) -> bool:
+        return self._graph is not None
+
+    @property
+    def warmed(self) -> bool:
+        """Whether the step has run its eager warm-ups (it may be captured)."""
+        return self.graph and self._warmups >= self.warmups
 
     def _load(self, begin: int, negatives: torch.Tensor) -> None:
         host = self._hosts[self._turn]
@@ -279,15 +318,20 @@ class DenseStep:
         self._warmups += 1
         return loss
 
-    def _capture(self) -> None:
-        """Captures the step (nothing runs until the replay); the gradients then live in the graph's pool, or
-        with a GradSync in its flat buffer."""
+    def capture(self) -> None:
+        """Captures the step if it is not yet (nothing runs until a replay; the inputs are loaded at each call):
+        after its ``warmups`` eager steps. The gradients then live in the graph's pool, or with a GradSync in its
+        flat buffer."""
+        if self._graph is not None:
+            return
+        if not self.warmed:
+            raise ConfigError(f"a step captured before its {self.warmups} eager warm-up steps, or without a graph")
         if self.grad_sync is not None and not self.grad_sync.attached():
             raise ConfigError("the gradients are no longer views of GradSync's buffer (zero_grad(set_to_none=True)?)")
         self._zero_grad()
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-            self._loss = self._on_slots()
+        graph = torch.cuda.CUDAGraph()
+        self._loss = capture(graph, self._on_slots, self.runner.device)
+        self._graph = graph
         self._grads = [(p, p.grad) for group in self.optimizer.param_groups for p in group["params"]]
         log.info(
             "TGN step of %d events captured in a CUDA graph%s",

@@ -34,7 +34,7 @@ from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.parallel import share_of_batch
 from distgnn.temporal.sampler import TemporalSampler
 from distgnn.temporal.shared import host_tensor
-from distgnn.temporal.step import STEP_MODES, BatchOutput, DenseStep, graph_unsupported, link_loss
+from distgnn.temporal.step import STEP_MODES, WARMUP_STEPS, BatchOutput, DenseStep, graph_unsupported, link_loss
 from distgnn.temporal.warm import StreamReplay, replay_memory
 from distgnn.train.evaluation import auc, ranks
 from distgnn.train.grad_sync import GradSync
@@ -151,7 +151,7 @@ class TGNRunner:
     def warm_memory(self, stop: int, batch_size: int) -> None:
         """Empties the memory and replays events ``[0, stop)`` through it in chunks of ``batch_size`` with the
         current weights (:class:`~distgnn.temporal.warm.StreamReplay`, planned once per ``(stop, batch_size)``;
-        on a GPU captured at its second use). Nothing on a trainer that does not hold the memory."""
+        on a GPU captured right after its first run). Nothing on a trainer that does not hold the memory."""
         if self.memory is None:
             return
         if stop == 0:
@@ -161,6 +161,40 @@ class TGNRunner:
         if key not in self._replays:
             self._replays[key] = StreamReplay(self.src, self.dst, self.time, self.feat, stop, batch_size, self.device)
         self._replays[key].replay(self.model, self.memory)
+
+    def prepare_replays(self, stops: set[int], batch_size: int) -> None:
+        """On a GPU: the memory replays of ``stops`` (as :meth:`warm_memory`'s) planned, run once and captured
+        now, so that a later epoch replays each from its graph. The memory is left replayed over one of them:
+        call it where the memory is about to be warmed. Nothing on the CPU (nothing to capture) or on a trainer
+        that does not hold the memory."""
+        if self.device.type != "cuda" or self.memory is None:
+            return
+        for stop in sorted(stops - {0}):
+            self.warm_memory(stop, batch_size)
+
+    def prepare_steps(self, optimizer: torch.optim.Optimizer, sizes: set[int]) -> None:
+        """With the CUDA graph step: the steps of batches of ``sizes`` events captured now (not run), once a step
+        of ``optimizer`` has been captured (its state, cuBLAS's handles and the communicator exist), so that no
+        later epoch meets a warm-up or a capture. Nothing otherwise."""
+        if self.graphed and self._captured(optimizer):
+            for size in sorted(sizes):
+                step = self._dense_step(size, optimizer)
+                if step.warmed:  # else it warms up at its first batches, as an optimizer's first step does
+                    step.capture()
+
+    def _captured(self, optimizer: torch.optim.Optimizer) -> bool:
+        return any(step.captured for (_, owner), step in self._dense_steps.items() if owner == id(optimizer))
+
+    def _dense_step(self, size: int, optimizer: torch.optim.Optimizer) -> DenseStep:
+        """The captured step of ``size`` events; a further size of an optimizer whose step has been captured
+        needs no eager warm-up."""
+        key = (size, id(optimizer))
+        if key not in self._dense_steps:
+            warmups = 0 if self._captured(optimizer) else WARMUP_STEPS
+            self._dense_steps[key] = DenseStep(
+                self, optimizer, size, graph=True, grad_sync=self.grad_sync, warmups=warmups
+            )
+        return self._dense_steps[key]
 
     def negatives(self, count: int, per_event: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """int64 [count, per_event] uniform destinations from the stream's destination id range, drawn from
@@ -269,10 +303,8 @@ class TGNRunner:
         """:meth:`train_batch` without waiting for the step: the loss as a 0-d tensor on the device, a copy of
         its own (the next step does not overwrite it)."""
         if self.graphed and share == (0, 1) and (net is None or net is self.model):
-            key = (end - begin, id(optimizer))
-            if key not in self._dense_steps:
-                self._dense_steps[key] = DenseStep(self, optimizer, end - begin, graph=True, grad_sync=self.grad_sync)
-            return self._dense_steps[key](begin, self.draw_negatives(end - begin, 1)).clone()
+            step = self._dense_step(end - begin, optimizer)
+            return step(begin, self.draw_negatives(end - begin, 1)).clone()
         negatives = self.negatives(end - begin, 1)
         first, stop = share_of_batch(begin, end, *share)
         out = self.forward(first, stop, negatives[first - begin : stop - begin], net, cutoff=begin)

@@ -15,7 +15,8 @@ refreshed (their mail stays pending, applied when they are next read).
   mail to apply (from an empty memory: those seen in an earlier chunk), the time since their last update,
   which event's message each node keeps, and the final update and mail times. Per chunk on the device: the GRU
   on the pending endpoints and the mail writes, with fixed indices and no host sync; on a GPU the whole replay
-  is captured in one CUDA graph after one eager run and replayed every epoch with the weights of that moment.
+  is captured in one CUDA graph right after its first (eager) run and replayed every epoch with the weights of
+  that moment.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 
 from distgnn.errors import ConfigError
 from distgnn.nn.temporal import TGN, NodeMemory
+from distgnn.temporal.step import capture
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +94,12 @@ class StreamReplay:
             [E, d_e] or None (the tensors the runner holds; read, never written).
         stop: the first event not replayed (> 0).
         batch_size: the chunk size (the training batch's).
-        device: where the memory lives; on a GPU the replay is captured in a CUDA graph at its second call.
+        device: where the memory lives; on a GPU the replay is captured in a CUDA graph at its first call.
 
     ``replay(model, memory)`` empties ``memory`` and applies the events with ``model``'s GRU as its weights
     stand: the memory :func:`replay_memory` of the same chunks leaves in an emptied memory, up to the order of
-    float additions. The graph holds ``memory``'s tensors: a call with another memory runs eagerly again first.
+    float additions. The graph holds ``memory``'s tensors (and ``model``'s): a call with another memory runs
+    eagerly again and captures anew.
     The plan keeps up to 96 bytes per replayed event on the device (indices and times of the reads and mail).
     """
 
@@ -135,20 +138,20 @@ class StreamReplay:
 
     @torch.no_grad()
     def replay(self, model: TGN, memory: NodeMemory, graph: bool = True) -> None:
-        """Empties ``memory`` and replays the events into it; on a GPU with ``graph`` eagerly at the first call
-        with this memory and from the captured graph after, without ``graph`` eagerly."""
+        """Empties ``memory`` and replays the events into it; on a GPU with ``graph``: at the first call with this
+        memory eagerly, then captured (not run again), and from the captured graph at every call after; without
+        ``graph`` eagerly."""
         if self.device.type != "cuda" or not graph:
             self._apply(model, memory)
             return
-        if memory is not self._memory:
-            self._graph, self._memory = None, memory
+        if memory is not self._memory or self._graph is None:
+            self._graph, self._memory = None, None
             self._eager(model, memory)
-            return
-        if self._graph is None:
-            self._graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self._graph, capture_error_mode="thread_local"):
-                self._apply(model, memory)
+            captured = torch.cuda.CUDAGraph()
+            capture(captured, lambda: self._apply(model, memory), self.device)
+            self._graph, self._memory = captured, memory
             log.info("memory replay of %d events (%d chunks) captured in a CUDA graph", self.stop, self.num_chunks)
+            return
         self._graph.replay()
 
     def _eager(self, model: TGN, memory: NodeMemory) -> None:

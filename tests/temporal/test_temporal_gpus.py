@@ -1,7 +1,8 @@
 """TGN memory copies on two GPUs (memory parallelism 2): the captured step with GradSync against eager DDP.
 
 Two processes, one GPU and one memory copy each, NCCL. Each trains its own time segment of a small synthetic
-stream (rank 1's ends in a short batch, warmed up in epochs 0 and 1 and captured in epoch 2) for three epochs,
+stream (rank 1's ends in a short batch, captured at its first run, after the full batches' capture; rank 0
+captures that size ahead after epoch 0, as the job does, and never runs it) for three epochs,
 once through DDP with the eager step and once through :class:`~distgnn.temporal.step.DenseStep` replayed from a
 CUDA graph that holds the gradient all-reduce (:class:`~distgnn.train.grad_sync.GradSync`), with SGD: the
 per-rank losses of every step and the final weights agree to float tolerance, and both ranks end with the same
@@ -47,8 +48,11 @@ def _train(rank: int, mode: str) -> tuple[list[float], torch.Tensor]:
     assert runner.graphed == (mode == "graph")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
     steps: list[torch.Tensor] = []
-    for _ in range(EPOCHS):
+    for epoch in range(EPOCHS):
         train_epoch(runner, _segment(rank), optimizer, net, lambda _, loss: steps.append(loss), lazy_loss=True)
+        if epoch == 0:
+            runner.prepare_steps(optimizer, {60, 30})
+            assert len(runner._dense_steps) == (2 if sync is not None else 0)
     losses = [float(loss) for loss in steps]
     if sync is not None:
         assert all(step._graph is not None for step in runner._dense_steps.values())

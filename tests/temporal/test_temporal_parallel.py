@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from distgnn.store.checkpoint_files import read_arrays
 from distgnn.temporal import build_temporal_csr, loop, parallel
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.parallel import Parallelism
+from distgnn.temporal.plan import Plan
 from distgnn.temporal.step import link_loss
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split
 from distgnn.train.checkpoint import Checkpointer
@@ -109,6 +111,23 @@ def test_lr_multiplier_counts_batches_per_step():
     assert parallel.lr_multiplier(Parallelism(2, 3, 4), "none") == 1
     with pytest.raises(ConfigError, match="--lr-scaling must be one of linear, sqrt, none, got 'cubic'"):
         parallel.lr_multiplier(Parallelism(), "cubic")
+
+
+def test_later_work_names_every_replay_and_batch_size_a_copy_meets():
+    """Two copies over 11 batches of 10 events, the last one short: the oldest batch is left out, the copies
+    alternate the segments [10, 60) (from an empty memory: stop 0) and [60, 105) (the memory replayed over
+    [0, 60)); each meets both from epoch 0, one in the last epoch; one trainer meets every batch, no replay."""
+    events = SimpleNamespace(num_nodes=5)
+    batches = batch_ranges(0, 105, 10)
+    plan = Plan(events, 105, 110, batches, Parallelism(memory=2))
+    assert plan.segment(1)[-1] == (100, 105)
+    for copy in (0, 1):
+        work = loop.later_work(plan, copy, 0, 3)
+        assert work == loop.LaterWork(stops={0, 60}, sizes={10, 5})
+    assert loop.later_work(plan, 0, 2, 3) == loop.LaterWork(stops={0}, sizes={10})
+    assert loop.later_work(plan, 1, 2, 3) == loop.LaterWork(stops={60}, sizes={10, 5})
+    one = Plan(events, 105, 110, batches, Parallelism())
+    assert loop.later_work(one, 0, 0, 10) == loop.LaterWork(stops={0}, sizes={10, 5})
 
 
 def test_bad_configuration_is_one_line_before_any_process(capsys):

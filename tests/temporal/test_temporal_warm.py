@@ -69,22 +69,22 @@ def test_stream_replay_refuses_an_empty_or_too_long_range():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_stream_replay_captured_on_a_gpu_equals_the_chunk_by_chunk_replay():
-    """On a GPU: the eager first call, the capture at the second, a replay after the weights change and a call
-    with another memory (eager again) each leave the chunk-by-chunk replay's memory."""
+    """On a GPU: the eager first call (captured right after it), the replays after the weights change and a call
+    with another memory (eager and captured again) each leave the chunk-by-chunk replay's memory."""
     device = "cuda"
     events = with_self_loops(synthetic_events(60, 3000, seed=4, feat_dim=2))
     torch.manual_seed(0)
     model = TGN(events.num_nodes, 2, memory_dim=16, time_dim=8, embedding_dim=8).to(device)
     replay = StreamReplay(*tensors(events, device), 2500, 200, torch.device(device))
     memory = model.new_memory(device)
-    for call in range(3):
+    for _ in range(3):
         replay.replay(model, memory)
         assert_same_memory(memory, reference(model, events, 2500, 200, device))
-        assert (replay._graph is not None) == (call > 0)
+        assert replay._graph is not None and replay._memory is memory
         with torch.no_grad():
             for param in model.parameters():
                 param.add_(0.1 * torch.randn_like(param))
     other = model.new_memory(device)
     replay.replay(model, other)
-    assert replay._graph is None
+    assert replay._graph is not None and replay._memory is other
     assert_same_memory(other, reference(model, events, 2500, 200, device))
