@@ -19,7 +19,6 @@ removed with the machine's other segments), the machine's other trainers map it 
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import numpy as np
@@ -195,7 +194,7 @@ def _wait_for(job_id: str, machine: int, wait_s: float) -> tuple[dict, dict[str,
                 f"the joined structure of job {job_id} machine {machine} was removed from shared memory while this "
                 "trainer waited for it; start the job again"
             )
-        if holder is not None and not _alive(holder):
+        if holder is not None and not shm.holder_alive(holder):
             raise SharedMemoryError(
                 f"trainer pid {holder}, which was joining the structure of job {job_id} machine {machine}, exited "
                 "before publishing it; see that trainer's log"
@@ -206,13 +205,3 @@ def _wait_for(job_id: str, machine: int, wait_s: float) -> tuple[dict, dict[str,
                 f"after {wait_s:.0f} s"
             )
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

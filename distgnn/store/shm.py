@@ -240,6 +240,17 @@ def claim_holder(job_id: str, part_id: int, group: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def holder_alive(pid: int) -> bool:
+    """Whether the process ``pid`` (a claim's holder) still exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, under another user
+        return True
+    return True
+
+
 def publish_group(job_id: str, part_id: int, group: str, arrays: dict[str, np.ndarray], meta: dict) -> None:
     """Copy each of ``arrays`` into segment ``<group>.<name>``, then write ``<group>.manifest`` (``meta`` and
     every array's dtype and shape): a reader that sees the manifest sees every array complete. On failure the

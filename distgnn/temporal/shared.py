@@ -15,7 +15,6 @@ A trainer started without a job id (``DISTGNN_JOB_ID``: a plain torchrun) loads 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -193,7 +192,7 @@ def _wait_for(slot: MachineSlot, wait_s: float) -> tuple[dict, EventStream, Temp
         claim = shm.segment_path(slot.job_id, slot.machine, GROUP + ".claim")
         if holder is None and not claim.exists():
             return None
-        if holder is not None and not _alive(holder):
+        if holder is not None and not shm.holder_alive(holder):
             raise SharedMemoryError(
                 f"trainer pid {holder}, which was building the event graph of job {slot.job_id} machine "
                 f"{slot.machine} in shared memory, exited before publishing it; see that trainer's log"
@@ -204,16 +203,6 @@ def _wait_for(slot: MachineSlot, wait_s: float) -> tuple[dict, EventStream, Temp
                 f"{slot.machine} after {wait_s:.0f} s; is it stuck reading the stream?"
             )
         time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def host_tensor(array: np.ndarray) -> torch.Tensor:
