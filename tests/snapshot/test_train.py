@@ -167,7 +167,7 @@ def test_every_schedule_trains_the_same_model_to_the_same_loss(tmp_path):
 def test_the_example_trains_on_a_simulated_cluster(tmp_path):
     single = run([*SMALL, "--single"], tmp_path)
     job = run([*SMALL, "--local", "--num-parts=2", "--schedule=contiguous"], tmp_path)
-    assert job["num_trainers"] == 2 and job["backend"] == "gloo"
+    assert (job["num_trainers"], job["num_parts"], job["backend"]) == (2, 2, "gloo")
     assert job["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
     assert job["test_mse"] == pytest.approx(single["test_mse"], rel=1e-4)
     assert job["load_imbalance"] >= 1.0 and job["epoch_time_s"] > 0
