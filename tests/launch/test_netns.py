@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_progs.harness import FakeJob, assert_nothing_left
+from launch_progs.harness import CLEANUP_S, FakeJob, assert_nothing_left
 from netns_cluster import UNUSED_ADDRESS, netns_cluster_fixture
 
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(sys.platform != "linux", reason="needs Linux")]
@@ -112,8 +112,8 @@ def test_kill_9_mid_run_is_named_first_and_the_job_ends_within_10_s(tmp_path, cl
     if victim.startswith("server"):
         assert "fake server ready machine=1" in err.split("lines of [1/server/0]")[1]
     assert took < 10, f"{took:.1f} s from kill -9 to the launcher's exit"
-    assert_nothing_left(job, job.job_id(), timeout=0.5)
-    assert_hosts_idle(cluster, timeout=0.5)
+    assert_nothing_left(job, job.job_id(), timeout=CLEANUP_S)
+    assert_hosts_idle(cluster, timeout=CLEANUP_S)
 
 
 def test_trainer_raising(tmp_path, cluster):
