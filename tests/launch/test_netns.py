@@ -134,21 +134,6 @@ def test_trainer_raising(tmp_path, cluster):
     assert_hosts_idle(cluster)
 
 
-def test_max_restarts_across_two_hosts(tmp_path, cluster):
-    job = ssh_job(tmp_path, cluster)
-    proc = start(job, cluster, "--max-restarts", "1", mode="crash_once", env=("FAKE_RAISE_RANK=3",))
-    assert proc.wait(timeout=120) == 0, job.stderr()
-    err = job.stderr()
-    host = cluster.addresses[1]
-    assert f"distgnn-launch: error: trainer 3 of machine 1 (partition 1, host {host}, pid " in err
-    assert f"restarting job {job.job_id()} (1 of 1)" in err
-    reports = job.trainer_reports()
-    assert sorted(reports) == [0, 1, 2, 3] and {r["restart_count"] for r in reports.values()} == {1}
-    assert all(cluster.addresses[rank // 2] in r["host_addresses"] for rank, r in reports.items())
-    assert_nothing_left(job, job.job_id())
-    assert_hosts_idle(cluster)
-
-
 def test_ctrl_c_stops_every_host(tmp_path, cluster):
     job = ssh_job(tmp_path, cluster)
     proc = start(job, cluster, mode="sleep")
