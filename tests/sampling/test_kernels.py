@@ -320,7 +320,7 @@ def test_sample_neighbors_rejects_bad_input():
 
 
 # A one-function extension of the same module name, on Python's C API: the cached build's compile, cache and load
-# steps in a second, without the long compile of the real kernels (which the install builds with the same flags:
+# steps without the long compile of the real kernels (which the install builds with the same flags:
 # setup.py and distgnn/native/cpu.py share them). The pybind11 headers the real build needs: the next test.
 MINI_SOURCES = {
     "answer.h": "inline long answer() { return 42; }\n",
