@@ -45,6 +45,10 @@ from distgnn.launch import env as E
 PR_SET_CHILD_SUBREAPER = 36
 SIOCGIFADDR = 0x8915
 SHM_DIR = Path("/dev/shm")
+# The last cleanup (``sweep``) sends SIGKILL to what carries the job id this many times, this far apart, while
+# any is left (a process may still be forking when first killed).
+SWEEP_ROUNDS = 20
+SWEEP_INTERVAL_S = 0.05
 #: The wrapper's last stderr line starts with this, followed by JSON: ``{"pid", "returncode", "stopped"}``
 #: (``returncode`` in subprocess convention, ``stopped``: the wrapper stopped it). The launcher reads it.
 EXIT_REPORT = "distgnn-launch-exit "
@@ -220,13 +224,13 @@ def sweep(job_id: str, remove_dirs: list[str]) -> int:
     entry = f"{E.JOB_ID}={job_id}".encode()
     me = os.getpid()
     killed = []
-    for _ in range(20):
+    for _ in range(SWEEP_ROUNDS):
         pids = [pid for pid in _parent_map() if pid != me and _environ_has(pid, entry)]
         if not pids:
             break
         _signal_all(pids, signal.SIGKILL)
         killed.extend(p for p in pids if p not in killed)
-        time.sleep(0.05)
+        time.sleep(SWEEP_INTERVAL_S)
     for path in remove_dirs:
         shutil.rmtree(path, ignore_errors=True)
     print(json.dumps({"killed": killed, "shm_removed": remove_job_shm(job_id)}), flush=True)

@@ -52,11 +52,11 @@ def load_partition(job_id: str, part_id: int, meta: PartitionMeta) -> shm.Shared
     ):
         for key in keys:
             policy, name = feature_policy(key, kind)
-            start, end = ranges[policy]
+            first, end = ranges[policy]
             arr = loader(meta, part_id, key)
-            if arr.ndim == 0 or arr.shape[0] != end - start:
+            if arr.ndim == 0 or arr.shape[0] != end - first:
                 raise PartitionFormatError(
-                    f"partition {part_id}: {kind} feature {key!r} has shape {arr.shape}, expected {end - start} rows"
+                    f"partition {part_id}: {kind} feature {key!r} has shape {arr.shape}, expected {end - first} rows"
                 )
             _copy_segment(job_id, part_id, f"{policy}.{shm.check_name(name, 'feature name')}", arr)
     typed = {}

@@ -85,6 +85,18 @@ class SnapshotTrainer:
     device: torch.device
     show_progress: bool
 
+    def result_fields(self, args: argparse.Namespace) -> dict:
+        """The RESULT keys every example prints first: what ran, where (the trainers alone: one partition a
+        machine) and for how many epochs."""
+        return {
+            "dataset": args.dataset,
+            "device": str(self.device),
+            "backend": dist.get_backend() if dist.is_initialized() else None,
+            "num_trainers": self.world_size,
+            "num_parts": 1 if args.single else args.num_parts,
+            "epochs": args.epochs,
+        }
+
 
 @contextlib.contextmanager
 def start_trainer(args: argparse.Namespace) -> Iterator[SnapshotTrainer]:

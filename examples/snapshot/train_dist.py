@@ -148,12 +148,7 @@ def run(trainer: snapshot_job.SnapshotTrainer, args: argparse.Namespace) -> dict
             if selection.epoch_done(epoch):
                 break
     out = {
-        "dataset": args.dataset,
-        "device": str(device),
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "num_trainers": world,
-        "num_parts": 1 if args.single else args.num_parts,
-        "epochs": args.epochs,
+        **trainer.result_fields(args),
         "epoch_time_s": epoch_time_s(epoch_times),
         "epoch_times_s": [round(t, 4) for t in epoch_times],
         "sequence": sequence.name,

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from example_runs import run_example
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "examples" / "graphsage" / "train_dist.py"
 CORA = (ROOT / ".." / "shared" / "data" / "planetoid").resolve()
 # Same model, optimiser and epochs on both sides; the cluster's 4 trainers each take a quarter of
 # the 140 training nodes per step, so one DDP step averages the same 140 nodes as one local step.
@@ -18,31 +15,12 @@ COMMON = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=100", "--lr=0.01", "
 COMMON += ["--fanouts=10,10", "--quiet", "--seed=0"]
 
 
-def run(args: list[str], timeout: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, proc.stdout[-3000:]
-    return json.loads(lines[0][len("RESULT ") :])
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")
-def test_two_by_two_cluster_matches_single_process_accuracy(tmp_path) -> None:
-    single = run([*COMMON, "--single", "--batch-size=140"], timeout=240)
-    cluster = run(
-        [
-            *COMMON,
-            "--local",
-            "--num-parts=2",
-            "--trainers-per-machine=2",
-            "--batch-size=35",
-            f"--workdir={tmp_path}",
-        ],
-        timeout=280,
-    )
+def test_two_by_two_cluster_matches_single_process_accuracy(tmp_path, capsys) -> None:
+    single = run_example("graphsage", [*COMMON, "--single", "--no-malloc-tuning", "--batch-size=140"], capsys).result
+    cluster_flags = ["--local", "--num-parts=2", "--trainers-per-machine=2", "--batch-size=35", f"--workdir={tmp_path}"]
+    cluster = run_example("graphsage", [*COMMON, *cluster_flags], capsys).result
     assert single["num_trainers"] == 1 and cluster["num_trainers"] == 4
     assert cluster["batches_per_epoch"] == single["batches_per_epoch"] == 1
     assert single["test_acc"] >= 0.775, single

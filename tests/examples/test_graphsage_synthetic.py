@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from example_runs import load_example as load_named_example
+from example_runs import run_example
 
 from distgnn.train import job
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "examples" / "graphsage" / "train_dist.py"
 SMALL = ["--dataset=synthetic", "--num-nodes=3000", "--avg-degree=10", "--feat-dim=16", "--synthetic-classes=4"]
 SMALL += ["--batch-size=64", "--lr=0.01", "--hidden=32", "--fanouts=5,5", "--quiet", "--seed=1"]
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("train_dist_example", TRAIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_named_example("graphsage")
 
 
 def train_single(example, argv: list[str]) -> dict:
@@ -45,22 +38,19 @@ def test_graphsage_clearly_beats_mlp_on_the_synthetic_graph() -> None:
     assert accuracy["sage"] > 0.85, accuracy
 
 
-def run_local(tmp_path: Path, num_workers: int) -> tuple[dict, list[str], str]:
+def run_local(tmp_path: Path, num_workers: int, capsys) -> tuple[dict, list[str]]:
     args = [*SMALL, "--local", "--num-parts=2", "--epochs=2", f"--num-workers={num_workers}"]
-    args += [f"--workdir={tmp_path}", "--part-method=random"]
-    proc = subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=240, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-    result = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT ") :])
-    losses = [line.split("|")[1] for line in lines if line.startswith("epoch")]
-    return result, losses, proc.stderr
+    run = run_example("graphsage", [*args, f"--workdir={tmp_path}", "--part-method=random"], capsys)
+    return run.result, [line.split("|")[1] for line in run.out.splitlines() if line.startswith("epoch")]
 
 
 @pytest.mark.slow
-def test_cluster_training_is_reproducible_for_a_seed_whatever_the_worker_count(tmp_path) -> None:
-    first, first_losses, first_err = run_local(tmp_path, num_workers=0)
-    second, second_losses, second_err = run_local(tmp_path, num_workers=1)
-    assert "partitioned" in first_err and "reusing partition" in second_err
+def test_cluster_training_is_reproducible_for_a_seed_whatever_the_worker_count(tmp_path, capsys, caplog) -> None:
+    first, first_losses = run_local(tmp_path, 0, capsys)
+    assert "partitioned" in caplog.text and "reusing partition" not in caplog.text
+    caplog.clear()
+    second, second_losses = run_local(tmp_path, 1, capsys)
+    assert "reusing partition" in caplog.text
     assert len(first_losses) == 2
     assert first_losses == second_losses
     for key in ("train_loss", "val_acc", "test_acc"):

@@ -4,15 +4,14 @@ checkpoint (homogeneous and typed) ends as an uninterrupted one."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import example_runs
 import numpy as np
 import pytest
 import torch
+from example_runs import run_example
 
 from distgnn.data.datasets import load_link_split
 from distgnn.errors import ConfigError
@@ -20,7 +19,6 @@ from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "examples" / "link_prediction" / "train_dist.py"
 CORA = (ROOT / ".." / "shared" / "data" / "planetoid").resolve()
 SMALL = ["--dataset=synthetic", "--num-nodes=1500", "--avg-degree=6", "--feat-dim=16", "--synthetic-classes=16"]
 SMALL += ["--batch-size=256", "--hidden=32", "--fanouts=5,5", "--eval-negatives=20", "--predictor=mlp", "--quiet"]
@@ -28,26 +26,17 @@ SMALL += ["--seed=1"]
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("link_example", TRAIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return example_runs.load_example("link_prediction")
+
+
+def run(argv: list[str], capsys) -> dict:
+    return run_example("link_prediction", argv, capsys).result
 
 
 def train_single(example, argv: list[str]) -> dict:
     args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
     trainer = job.Trainer(InProcessGraph(load_link_split(args).train), torch.device("cpu"), 0, 1, None, False)
     return example.run_trainer(trainer, args)
-
-
-def run(args: list[str], timeout: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, proc.stdout[-3000:]
-    return json.loads(lines[0][len("RESULT ") :])
 
 
 def test_learns_and_reproduces_on_a_synthetic_graph() -> None:
@@ -84,8 +73,8 @@ def test_bad_flags_fail_before_any_process_starts() -> None:
 
 
 @pytest.mark.slow
-def test_synthetic_on_a_two_machine_cluster(tmp_path) -> None:
-    result = run([*SMALL, "--local", "--num-parts=2", "--epochs=3", f"--workdir={tmp_path}"], timeout=300)
+def test_synthetic_on_a_two_machine_cluster(tmp_path, capsys) -> None:
+    result = run([*SMALL, "--local", "--num-parts=2", "--epochs=3", f"--workdir={tmp_path}"], capsys)
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
     # Untrained (--epochs=0) the same job scores AUC 0.50, after 3 epochs 0.67 (docs/BENCHMARKS.md, "Reliability,
     # round two"): the bound sits between them.
@@ -129,9 +118,9 @@ def test_bad_typed_flags_fail_before_any_process_starts() -> None:
 
 
 @pytest.mark.slow
-def test_typed_target_on_a_two_machine_cluster(tmp_path) -> None:
+def test_typed_target_on_a_two_machine_cluster(tmp_path, capsys) -> None:
     argv = [*MAG, "--target-etype=author:writes:paper", "--local", "--num-parts=2", "--epochs=3"]
-    result = run([*argv, f"--workdir={tmp_path}"], timeout=300)
+    result = run([*argv, f"--workdir={tmp_path}"], capsys)
     assert result["num_trainers"] == 2 and result["exclude"] == "reverse_types"
     # Untrained (--epochs=0) 0.50, after 3 epochs 0.63 (docs/BENCHMARKS.md, "Reliability, round two").
     assert result["test_auc"] > 0.58 and result["epoch_time_s"] > 0, result
@@ -144,20 +133,17 @@ CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=8", "--quiet", "-
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")
-def test_cora_two_by_two_cluster_matches_single_process(tmp_path) -> None:
+def test_cora_two_by_two_cluster_matches_single_process(tmp_path, capsys) -> None:
     # The cluster's 4 trainers take 128 edges each per step: one DDP step averages the 512 edges of a local step.
-    single = run([*CORA_ARGS, "--single", "--batch-size=512"], timeout=300)
-    cluster = run(
-        [
-            *CORA_ARGS,
-            "--local",
-            "--num-parts=2",
-            "--trainers-per-machine=2",
-            "--batch-size=128",
-            f"--workdir={tmp_path}",
-        ],
-        timeout=400,
-    )
+    single = run([*CORA_ARGS, "--single", "--no-malloc-tuning", "--batch-size=512"], capsys)
+    cluster_flags = [
+        "--local",
+        "--num-parts=2",
+        "--trainers-per-machine=2",
+        "--batch-size=128",
+        f"--workdir={tmp_path}",
+    ]
+    cluster = run([*CORA_ARGS, *cluster_flags], capsys)
     assert single["num_trainers"] == 1 and cluster["num_trainers"] == 4
     assert cluster["batches_per_epoch"] == single["batches_per_epoch"]
     assert cluster["test_num_pairs"] == single["test_num_pairs"] == 527
@@ -181,7 +167,7 @@ RESUMABLE = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", RESUMABLE)
-def test_a_job_resumed_from_a_checkpoint_ends_as_an_uninterrupted_one(tmp_path, dataset) -> None:
+def test_a_job_resumed_from_a_checkpoint_ends_as_an_uninterrupted_one(tmp_path, capsys, dataset) -> None:
     # One thread per trainer, 4 batches per epoch, a checkpoint
     # every 3 steps: the first job stops after 2 epochs (checkpoints at steps 3 and 6, i.e. epoch 1 batch 2), the
     # second resumes from step 6 and runs to the end of epoch 3. Weights, optimizer states, embedding rows, the
@@ -191,14 +177,11 @@ def test_a_job_resumed_from_a_checkpoint_ends_as_an_uninterrupted_one(tmp_path, 
     argv += ["--eval-negatives=20", "--seed=3", "--quiet", f"--workdir={tmp_path / 'work'}"]
     books = [f"--checkpoint-dir={tmp_path / 'ck'}", "--checkpoint-every=3", "--resume=auto"]
     books += [f"--run-dir={tmp_path / 'run'}", "--metrics-every=1"]
-    uninterrupted = run([*argv, "--epochs=3"], timeout=120)
-    run([*argv, *books, "--epochs=2", "--no-eval"], timeout=120)
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), *argv, *books, "--epochs=3"], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resumed from {tmp_path / 'ck' / 'step-00000006'} (step 6)" in proc.stdout, proc.stdout[-3000:]
-    resumed = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    uninterrupted = run([*argv, "--epochs=3"], capsys)
+    run([*argv, *books, "--epochs=2", "--no-eval"], capsys)
+    again = run_example("link_prediction", [*argv, *books, "--epochs=3"], capsys)
+    resumed = again.result
+    assert f"resumed from {tmp_path / 'ck' / 'step-00000006'} (step 6)" in again.out, again.out[-3000:]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["kind"] == "step"] == [*range(1, 9), *range(7, 13)]
     assert len(resumed["epoch_times_s"]) == 2  # epochs 1 (its last 2 batches) and 2

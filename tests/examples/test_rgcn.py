@@ -4,12 +4,10 @@ as a 2-machine local job with typed partitions, typed sampling and DistEmbedding
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from example_runs import run_example
 
 from distgnn.train import job
 
@@ -58,12 +56,10 @@ def test_rgcn_refuses_a_target_type_without_labels() -> None:
 
 
 @pytest.mark.slow
-def test_rgcn_local_job_on_two_machines(tmp_path) -> None:
-    argv = [sys.executable, str(TRAIN), *SMALL, "--epochs=3", "--local", f"--workdir={tmp_path}"]
+def test_rgcn_local_job_on_two_machines(tmp_path, capsys) -> None:
+    argv = [*SMALL, "--epochs=3", "--local", f"--workdir={tmp_path}"]
     argv += ["--num-parts=2", "--trainers-per-machine=1", "--eval=layerwise"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    result = run_example("rgcn", argv, capsys).result
     assert result["num_trainers"] == 2 and result["num_parts"] == 2
     # The same job reaches 0.86; untrained (--epochs=0) 0.21, the features-only --model=mlp 0.51, which the bound
     # tells apart (docs/BENCHMARKS.md, "Reliability, round two").

@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from launch_progs.harness import FakeJob, assert_nothing_left
+from launch_progs.harness import CLEANUP_S, FakeJob, assert_nothing_left
 from netns_cluster import free_port
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the launcher's wrapper needs Linux /proc")
@@ -100,7 +100,7 @@ def test_local_kill_9_is_named_first_and_the_job_ends_within_10_s(tmp_path, vict
         == f"distgnn-launch: error: {who} of machine 1 (partition 1, host 127.0.0.1, pid {pid}) was killed by SIGKILL"
     )
     assert took < 10, f"{took:.1f} s from kill -9 to the launcher's exit"
-    assert_nothing_left(job, job.job_id(), timeout=0.5)
+    assert_nothing_left(job, job.job_id(), timeout=CLEANUP_S)
 
 
 @pytest.mark.parametrize(

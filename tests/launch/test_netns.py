@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_progs.harness import FakeJob, assert_nothing_left
+from launch_progs.harness import CLEANUP_S, FakeJob, assert_nothing_left
 from netns_cluster import UNUSED_ADDRESS, netns_cluster_fixture
 
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(sys.platform != "linux", reason="needs Linux")]
@@ -112,8 +112,8 @@ def test_kill_9_mid_run_is_named_first_and_the_job_ends_within_10_s(tmp_path, cl
     if victim.startswith("server"):
         assert "fake server ready machine=1" in err.split("lines of [1/server/0]")[1]
     assert took < 10, f"{took:.1f} s from kill -9 to the launcher's exit"
-    assert_nothing_left(job, job.job_id(), timeout=0.5)
-    assert_hosts_idle(cluster, timeout=0.5)
+    assert_nothing_left(job, job.job_id(), timeout=CLEANUP_S)
+    assert_hosts_idle(cluster, timeout=CLEANUP_S)
 
 
 def test_trainer_raising(tmp_path, cluster):
@@ -130,21 +130,6 @@ def test_trainer_raising(tmp_path, cluster):
     )
     assert "last stderr line: RuntimeError: fake trainer 2 fails on cue" in err
     assert "RuntimeError: fake trainer 2 fails on cue" in err.split("lines of [1/trainer/2]")[1]
-    assert_nothing_left(job, job.job_id())
-    assert_hosts_idle(cluster)
-
-
-def test_max_restarts_across_two_hosts(tmp_path, cluster):
-    job = ssh_job(tmp_path, cluster)
-    proc = start(job, cluster, "--max-restarts", "1", mode="crash_once", env=("FAKE_RAISE_RANK=3",))
-    assert proc.wait(timeout=120) == 0, job.stderr()
-    err = job.stderr()
-    host = cluster.addresses[1]
-    assert f"distgnn-launch: error: trainer 3 of machine 1 (partition 1, host {host}, pid " in err
-    assert f"restarting job {job.job_id()} (1 of 1)" in err
-    reports = job.trainer_reports()
-    assert sorted(reports) == [0, 1, 2, 3] and {r["restart_count"] for r in reports.values()} == {1}
-    assert all(cluster.addresses[rank // 2] in r["host_addresses"] for rank, r in reports.items())
     assert_nothing_left(job, job.job_id())
     assert_hosts_idle(cluster)
 

@@ -35,6 +35,20 @@ def start_nodes(tmp_path: Path, mode: str) -> list[subprocess.Popen]:
     return procs
 
 
+def stop_nodes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to every node still running (torchrun stops its agent, whose servers and trainers die with it),
+    SIGKILL to one that is not gone 30 s later: a failed test leaves no process to the tests after it."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def reports(tmp_path: Path) -> dict[int, dict]:
     found = {}
     for node in (0, 1):
@@ -60,7 +74,10 @@ def assert_nothing_left(job_id: str, tmp_path: Path, timeout: float = 10) -> Non
 
 def test_two_torchrun_nodes_run_a_job(tmp_path):
     procs = start_nodes(tmp_path, "ok")
-    codes = [p.wait(timeout=120) for p in procs]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        stop_nodes(procs)
     assert codes == [0, 0], (tmp_path / "node0.err").read_text()[-2000:] + (tmp_path / "node1.err").read_text()[-2000:]
     got = reports(tmp_path)
     assert sorted(got) == [0, 1, 2, 3]
@@ -81,24 +98,27 @@ def test_two_torchrun_nodes_run_a_job(tmp_path):
 
 def test_a_killed_server_is_named_by_its_node(tmp_path):
     procs = start_nodes(tmp_path, "sleep")
-    fake = tmp_path / "fake"
-    deadline = time.monotonic() + 60
-    while len(list(fake.glob("*.pid"))) < 6 or len(reports(tmp_path)) < 4:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
-            tmp_path / "node1.err"
-        ).read_text()
-        time.sleep(0.1)
-    pid = int((fake / "server-m1-s0.pid").read_text())
-    os.kill(pid, signal.SIGKILL)
-    started = time.monotonic()
-    assert procs[1].wait(timeout=30) != 0
-    took = time.monotonic() - started
-    err = (tmp_path / "node1.err").read_text()
-    assert f"distgnn node: error: server 0 of machine 1 (partition 1, pid {pid}) was killed by SIGKILL" in err
-    assert took < 10, f"{took:.1f} s from kill -9 to node 1's exit"
-    procs[0].send_signal(signal.SIGTERM)  # node 0's stand-in trainers sleep; real ones would fail on RPC
-    procs[0].wait(timeout=30)
-    assert_nothing_left(reports(tmp_path)[0]["job_id"], tmp_path)
+    try:
+        fake = tmp_path / "fake"
+        deadline = time.monotonic() + 60
+        while len(list(fake.glob("*.pid"))) < 6 or len(reports(tmp_path)) < 4:
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
+                tmp_path / "node1.err"
+            ).read_text()
+            time.sleep(0.1)
+        pid = int((fake / "server-m1-s0.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        started = time.monotonic()
+        assert procs[1].wait(timeout=30) != 0
+        took = time.monotonic() - started
+        err = (tmp_path / "node1.err").read_text()
+        assert f"distgnn node: error: server 0 of machine 1 (partition 1, pid {pid}) was killed by SIGKILL" in err
+        assert took < 10, f"{took:.1f} s from kill -9 to node 1's exit"
+        procs[0].send_signal(signal.SIGTERM)  # node 0's stand-in trainers sleep; real ones would fail on RPC
+        procs[0].wait(timeout=30)
+        assert_nothing_left(reports(tmp_path)[0]["job_id"], tmp_path)
+    finally:
+        stop_nodes(procs)
 
 
 def test_outside_torchrun_it_says_what_is_missing():

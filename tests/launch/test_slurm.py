@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_progs.harness import FakeJob, assert_nothing_left
+from launch_progs.harness import CLEANUP_S, FakeJob, assert_nothing_left
 from netns_cluster import free_port
 
 from distgnn.launch.ip_config import Machine, read_ip_config
@@ -117,4 +117,4 @@ def test_slurm_kill_9_of_a_server_is_named_and_the_job_ends(allocation, tmp_path
         f"distgnn-launch: error: server 0 of machine 1 (partition 1, host 127.0.0.2, pid {pid}) was killed by SIGKILL"
     ]
     assert took < 10, f"{took:.1f} s from kill -9 to the launcher's exit"
-    assert_nothing_left(job, job.job_id(), timeout=0.5)
+    assert_nothing_left(job, job.job_id(), timeout=CLEANUP_S)

@@ -10,10 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+from distgnn.launch import remote
+
 PROGS = Path(__file__).resolve().parent
 FAKE_SERVER = PROGS / "fake_server.py"
 FAKE_TRAINER = PROGS / "fake_trainer.py"
 JOB_LINE = re.compile(r"distgnn-launch: job (j[0-9a-f]+):")
+# The launcher's last cleanup re-kills the job's processes for up to this long: a check that nothing of a job is
+# left right after the launcher exits gives the processes it killed that long to be gone.
+CLEANUP_S = remote.SWEEP_ROUNDS * remote.SWEEP_INTERVAL_S
 
 
 class FakeJob:

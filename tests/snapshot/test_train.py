@@ -3,9 +3,6 @@ on a simulated cluster trains the same model to the same loss as the single proc
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from example_runs import run_example
 from netns_cluster import free_port
 
 from distgnn.nn.recurrent import SnapshotModel
@@ -22,8 +20,6 @@ from distgnn.snapshot.events import first_appearance_ids, snapshots_from_events
 from distgnn.snapshot.schedule import make_plan, make_windows
 from distgnn.snapshot.train import SnapshotRunner, _lockstep_batch, all_reduce_gradients, evaluate, train_epoch
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "examples" / "snapshot" / "train_dist.py"
 SMALL = ["--dataset=synthetic", "--synthetic-nodes=2000", "--synthetic-snapshots=20", "--epochs=4", "--quiet"]
 SMALL += ["--num-threads=1", "--cheb-k=2", "--hidden=8", "--window=3"]
 
@@ -105,18 +101,8 @@ def test_events_cut_into_growing_snapshots_train_links():
     assert 0 <= scores["auc"] <= 1 and 0 < scores["mrr"] <= 1
 
 
-def run(args: list[str], tmp_path: Path) -> dict:
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), *args, f"--workdir={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, proc.stdout[-3000:]
-    return json.loads(lines[0][len("RESULT ") :])
+def run(args: list[str], tmp_path: Path, capsys) -> dict:
+    return run_example("snapshot", [*args, f"--workdir={tmp_path}"], capsys).result
 
 
 def _train(seq, schedule: str, rank: int, world: int, epochs: int = 3) -> tuple[list[float], torch.Tensor]:
@@ -164,19 +150,16 @@ def test_every_schedule_trains_the_same_model_to_the_same_loss(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_example_trains_on_a_simulated_cluster(tmp_path):
-    single = run([*SMALL, "--single"], tmp_path)
-    job = run([*SMALL, "--local", "--num-parts=2", "--schedule=contiguous"], tmp_path)
-    assert job["num_trainers"] == 2 and job["backend"] == "gloo"
+def test_the_example_trains_on_a_simulated_cluster(tmp_path, capsys):
+    single = run([*SMALL, "--single", "--no-malloc-tuning"], tmp_path, capsys)
+    job = run([*SMALL, "--local", "--num-parts=2", "--schedule=contiguous"], tmp_path, capsys)
+    assert (job["num_trainers"], job["num_parts"], job["backend"]) == (2, 2, "gloo")
     assert job["train_loss"] == pytest.approx(single["train_loss"], rel=1e-5)
     assert job["test_mse"] == pytest.approx(single["test_mse"], rel=1e-4)
     assert job["load_imbalance"] >= 1.0 and job["epoch_time_s"] > 0
 
 
-@pytest.mark.slow
-def test_bad_window_is_one_line(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(TRAIN), *SMALL, "--single", "--window=40"], capture_output=True, text=True, cwd=ROOT
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: --window 40 is longer than the 16 training snapshots; give at most 16"
+def test_bad_window_is_one_line(tmp_path, capsys):
+    run = run_example("snapshot", [*SMALL, "--single", "--no-malloc-tuning", "--window=40"], capsys)
+    assert run.code == 2 and "RESULT" not in run.out
+    assert run.err.strip() == "error: --window 40 is longer than the 16 training snapshots; give at most 16"
