@@ -24,7 +24,7 @@ from distgnn.client.tensor import DistTensor
 from distgnn.errors import InputError
 from distgnn.loader.node import MiniBatch
 from distgnn.sampling.block import SelfAndMean
-from distgnn.sampling.neighbor import derive_seed
+from distgnn.sampling.neighbor import add_sampling_args, derive_seed
 
 
 def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -38,27 +38,12 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
         help="GB of hot feature rows (by in-degree) cached on each trainer's device; 'feat' is then read\n"
         "through distgnn.cache (default: 1.0 with --device cuda, 0 = off on cpu)",
     )
-    group.add_argument(
-        "--sample-device",
-        default="cpu",
-        choices=("cpu", "cuda"),
-        help="cuda (with --device cuda): sample this machine's partition on the trainer's GPU (remote seeds\n"
-        "still go to their servers); needs --num-workers 0",
-    )
+    add_sampling_args(group)
     group.add_argument(
         "--graph-memory",
         default="gpu",
         choices=("gpu", "pinned"),
         help="with --sample-device cuda: the partition's CSC in GPU memory, or page-locked host memory read\nzero-copy",
-    )
-    group.add_argument(
-        "--structure",
-        default="partitioned",
-        choices=("partitioned", "replicated"),
-        help="partitioned: each machine samples its own nodes' neighbours and asks the other machines' servers\n"
-        "for theirs; replicated: every trainer reads all partitions' structure (CSC) from the partition folder\n"
-        "once and samples every layer itself, no sampling requests (features stay partitioned); refused with\n"
-        "its size when it does not fit the host (or, with --sample-device cuda, the GPU)",
     )
     group.add_argument(
         "--cache-policy",

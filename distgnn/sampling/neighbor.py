@@ -15,6 +15,7 @@ The sampler reads a graph through :class:`~distgnn.sampling.source.GraphSource` 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 from collections.abc import Sequence
 
@@ -160,6 +161,26 @@ class NeighborSampler:
 
 
 STRUCTURES = ("partitioned", "replicated")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Where a trainer samples: ``--sample-device`` and ``--structure`` (the flags every example shares)."""
+    parser.add_argument(
+        "--sample-device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="cuda (with --device cuda): sample this machine's partition on the trainer's GPU (remote seeds\n"
+        "still go to their servers); needs --num-workers 0",
+    )
+    parser.add_argument(
+        "--structure",
+        default="partitioned",
+        choices=STRUCTURES,
+        help="partitioned: each machine samples its own nodes' neighbours and asks the other machines' servers\n"
+        "for theirs; replicated: every trainer reads all partitions' structure (CSC) from the partition folder\n"
+        "once and samples every layer itself, no sampling requests (features stay partitioned); refused with\n"
+        "its size when it does not fit the host (or, with --sample-device cuda, the GPU)",
+    )
 
 
 def derive_seed(*parts: int) -> int:

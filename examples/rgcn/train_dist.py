@@ -33,7 +33,7 @@ from distgnn.errors import ConfigError
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import RGCN, TypedInput
 from distgnn.partition.prepare import job_partition
-from distgnn.sampling.neighbor import STRUCTURES, NeighborSampler
+from distgnn.sampling.neighbor import NeighborSampler, add_sampling_args
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
@@ -59,10 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--model", default="rgcn", choices=("rgcn", "mlp"))
     p.add_argument("--eval", default="sampled", choices=("sampled", "layerwise"))
-    p.add_argument(
-        "--sample-device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU samples the local partition"
-    )
-    p.add_argument("--structure", default="partitioned", choices=STRUCTURES, help="replicated: see the guide")
+    add_sampling_args(p)
     add_bookkeeping_args(p)
     add_selection_args(p, "accuracy")
     args = p.parse_args(argv)
