@@ -250,6 +250,25 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
 """,
     ),
     Stage(
+        "syncscaling",
+        590,
+        "the R-GCN and link prediction steps on GPUs without DDP (tests/train/test_eager_sync*.py, 2 GPUs), then "
+        "benchmarks/scaling.py 1 vs 2 GPUs of each, interleaved repeats: R-GCN on synthetic-mag (RGCN_PAPERS, "
+        "default 50000), link prediction on the 1M-node synthetic graph, fanouts 10,10 (LINK_BATCHES per trainer, default 50)",
+        r"""
+timeout 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_eager_sync_gpus.py \
+  tests/train/test_eager_sync.py >"$OUT/pytest_sync.log" 2>&1 || status=1
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_sync.log" | tail -8
+timeout 200 python3 benchmarks/scaling.py --example rgcn --num-papers "${RGCN_PAPERS:-50000}" --epochs 3 --repeats 2 \
+  --json "$OUT/scaling_rgcn.json" >"$OUT/scaling_rgcn.log" 2>&1 || status=1
+tail -4 "$OUT/scaling_rgcn.log"
+timeout 230 python3 benchmarks/scaling.py --example link --num-nodes 1000000 --avg-degree 20 --fanouts 10,10 --hidden 128 \
+  --epochs 3 --repeats 2 \
+  --max-batches "${LINK_BATCHES:-50}" --json "$OUT/scaling_link.json" >"$OUT/scaling_link.log" 2>&1 || status=1
+tail -4 "$OUT/scaling_link.log"
+""",
+    ),
+    Stage(
         "multigpu",
         590,
         'benchmarks/scaling.py, 1 vs 2 GPUs, the variants in SCALING_VARIANTS (default "inline thread '

@@ -1,6 +1,7 @@
-"""GraphSAGE epoch time on 1 and n GPUs: scaling efficiency T1 / (n * Tn), time split by stage.
+"""Epoch time on 1 and n GPUs (GraphSAGE, R-GCN or link prediction): scaling efficiency, time split by stage.
 
-Runs ``examples/graphsage/train_dist.py --local`` on one partition (the whole graph on one simulated machine,
+Runs ``examples/graphsage/train_dist.py --local`` (``--example rgcn``: examples/rgcn on synthetic-mag,
+``--example link``: examples/link_prediction on the synthetic graph) on one partition (the whole graph on one simulated machine,
 one graph server) with 1, then n trainers, one per GPU, the gradients averaged over NCCL (inside the captured
 step, or by DDP with ``--step eager``); by default local sampling on the GPU and a clique feature cache. With
 ``--machines many`` the n trainers are n simulated machines of one trainer each (n partitions, one server each).
@@ -8,11 +9,15 @@ step, or by DDP with ``--step eager``); by default local sampling on the GPU and
 n > 1 with ``--structure replicated`` (every trainer samples the whole graph's structure itself, no sampling RPC). Every run of a layout reads
 the same partition (made once in ``--workdir``). Prints a table (a run's time is its median epoch after the
 first; with ``--repeats`` the median over the runs, the spread their fastest and slowest, and each repeat's
-efficiency against the baseline run of the same repeat) and writes the RESULT lines as JSON.
+efficiency against the baseline run of the same repeat) and writes the RESULT lines as JSON. Efficiency is the
+time per batch of one trainer against n trainers' batches: T1 / (n * Tn) over full epochs, T1 / Tn when
+``--max-batches`` gives every trainer the same batches.
 
     python3 benchmarks/scaling.py                      # products-scale synthetic graph, 1 and 2 GPUs
     python3 benchmarks/scaling.py --num-nodes 200000   # a quick look
     python3 benchmarks/scaling.py --gpus 1 --timeline tl.json   # + rank 0's per-batch stage spans, and tl.png
+    python3 benchmarks/scaling.py --example rgcn --num-papers 100000 --repeats 2
+    python3 benchmarks/scaling.py --example link --num-nodes 1000000 --avg-degree 20 --max-batches 100
 """
 
 from __future__ import annotations
@@ -28,11 +33,17 @@ from pathlib import Path
 from distgnn.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "examples" / "graphsage" / "train_dist.py"
+SCRIPTS = {
+    name: ROOT / "examples" / folder / "train_dist.py"
+    for name, folder in (("graphsage", "graphsage"), ("rgcn", "rgcn"), ("link", "link_prediction"))
+}
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--example", default="graphsage", choices=sorted(SCRIPTS), help="the job to run")
+    p.add_argument("--num-papers", type=int, default=100_000, help="rgcn: synthetic-mag papers")
+    p.add_argument("--max-batches", type=int, help="batches per trainer per epoch (default: whole epochs)")
     p.add_argument("--num-nodes", type=int, default=2_400_000, help="products: 2.4M nodes")
     p.add_argument("--avg-degree", type=float, default=25.8, help="products: 61.8M directed edges / 2.4M")
     p.add_argument("--feat-dim", type=int, default=100)
@@ -55,8 +66,8 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--epochs", type=int, default=4, help="the first is warm-up; the median of the rest counts")
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--fanouts", default="15,10,5")
-    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--fanouts", help="default: 15,10,5 (rgcn: 10,10)")
+    p.add_argument("--hidden", type=int, help="default: 256 (rgcn: 64)")
     p.add_argument("--cache-gb", type=float, default=1.0, help="per GPU")
     p.add_argument("--cache-policy", default="clique", choices=("clique", "replicate"))
     p.add_argument("--sample-device", default="cuda", choices=("cuda", "cpu"))
@@ -74,15 +85,23 @@ def parse_args() -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, gpus: int, more: list[str]) -> dict:
-    cmd = [sys.executable, str(SCRIPT), "--local", f"--device={args.device}", "--dataset=synthetic"]
-    cmd += ["--part-method=random"]
-    cmd += [f"--num-nodes={args.num_nodes}", f"--avg-degree={args.avg_degree}", f"--feat-dim={args.feat_dim}"]
+    cmd = [sys.executable, str(SCRIPTS[args.example]), "--local", f"--device={args.device}", "--part-method=random"]
+    if args.example == "rgcn":
+        cmd += ["--dataset=synthetic-mag", f"--num-papers={args.num_papers}"]
+    else:
+        cmd += ["--dataset=synthetic", f"--num-nodes={args.num_nodes}", f"--avg-degree={args.avg_degree}"]
+        cmd += [f"--feat-dim={args.feat_dim}", f"--synthetic-classes={args.classes}"]
     machines, per_machine = (gpus, 1) if args.machines == "many" else (1, gpus)
-    cmd += [f"--synthetic-classes={args.classes}", f"--num-parts={machines}", f"--trainers-per-machine={per_machine}"]
-    cmd += [f"--epochs={args.epochs}", f"--batch-size={args.batch_size}", f"--fanouts={args.fanouts}"]
-    cmd += [f"--hidden={args.hidden}", "--no-eval", "--quiet", f"--workdir={args.workdir}"]
-    if args.device == "cuda":
+    cmd += [f"--num-parts={machines}", f"--trainers-per-machine={per_machine}"]
+    fanouts = args.fanouts or ("10,10" if args.example == "rgcn" else "15,10,5")
+    hidden = args.hidden or (64 if args.example == "rgcn" else 256)
+    cmd += [f"--epochs={args.epochs}", f"--batch-size={args.batch_size}", f"--fanouts={fanouts}"]
+    cmd += [f"--hidden={hidden}", "--no-eval", "--quiet", f"--workdir={args.workdir}-{args.example}"]
+    if args.max_batches:
+        cmd += [f"--max-batches={args.max_batches}"]
+    if args.device == "cuda" and args.example == "graphsage":
         cmd += [f"--cache-gb={args.cache_gb}", f"--cache-policy={args.cache_policy}"]
+    if args.device == "cuda" and args.example != "link":
         cmd += [f"--sample-device={args.sample_device}"]
     if args.timeline:
         cmd += [f"--timeline={run_path(args.timeline, gpus)}"]
@@ -138,6 +157,11 @@ def steady(result: dict) -> tuple[float, float, float, list[float]]:
     return statistics.median(times), min(times), max(times), medians
 
 
+def per_batch(result: dict, epoch_s: float) -> float:
+    """Seconds per batch of one trainer (``batches_per_epoch`` is each trainer's)."""
+    return epoch_s / max(result["batches_per_epoch"], 1)
+
+
 def main() -> None:
     args = parse_args()
     counts = [int(g) for g in args.gpus.split(",")]
@@ -154,7 +178,7 @@ def main() -> None:
             if args.timeline:
                 plot(run_path(args.timeline, gpus))
     runs = {label: [steady(result) for result in results[label]] for label in results}
-    base = [median for median, *_ in runs[rows[0][0]]]
+    base = [per_batch(r, median) for r, (median, *_) in zip(results[rows[0][0]], runs[rows[0][0]], strict=True)]
     spread_name = "runs" if args.repeats > 1 else "epochs"
     print(
         f"\n{'GPUs':>7} {'epoch s':>8} {'spread (' + spread_name + ')':>15} {'sample':>7} {'fetch':>7} "
@@ -169,14 +193,16 @@ def main() -> None:
         else:
             _, fastest, slowest, _ = runs[label][0]
         stages = [statistics.median(column) for column in zip(*(r[3] for r in runs[label]), strict=True)]
-        speedup = statistics.median(base) / epoch * counts[0]
-        # Each repeat's efficiency against the baseline run of the same repeat.
-        paired = [b / m * counts[0] / gpus for b, m in zip(base, medians, strict=True)]
+        # Speedup: per-trainer batch time against the baseline's, times the trainers; each repeat's efficiency
+        # against the baseline run of the same repeat.
+        batch_s = [per_batch(r, m) for r, m in zip(results[label], medians, strict=True)]
+        speedup = statistics.median(base) / statistics.median(batch_s) * gpus
+        paired = [b / m for b, m in zip(base, batch_s, strict=True)]
         last = results[label][-1]
         print(
             f"{label:>7} {epoch:8.3f} {fastest:7.3f}-{slowest:7.3f} {stages[0]:7.3f} {stages[1]:7.3f} "
-            f"{stages[2]:8.3f} {stages[3]:7.3f} {last['cache_hit_rate'] or 0:6.1%} "
-            f"{last['cache_peer_hit_rate'] or 0:6.1%} {last['train_loss']:7.4f} {speedup:7.2f}x "
+            f"{stages[2]:8.3f} {stages[3]:7.3f} {last.get('cache_hit_rate') or 0:6.1%} "
+            f"{last.get('cache_peer_hit_rate') or 0:6.1%} {last['train_loss']:7.4f} {speedup:7.2f}x "
             f"{speedup / gpus:10.2f} {min(paired):5.2f}-{max(paired):5.2f}"
         )
     if args.json:

@@ -22,8 +22,8 @@ from distgnn.launch.plan import LaunchOptions, local_plan
 from distgnn.launch.supervisor import Job
 from distgnn.launch.transport import LocalTransport, free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
-from distgnn.partition.format import check_output_dir
-from distgnn.partition.memory import BASE_BYTES, available_bytes, estimate_ranks, local_world_size, resident_bytes
+from distgnn.partition.format import available_bytes, check_output_dir
+from distgnn.partition.memory import BASE_BYTES, estimate_ranks, local_world_size, resident_bytes
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0

@@ -46,6 +46,19 @@ _REQUIRED_KEYS = (
 )
 
 
+def available_bytes() -> int | None:
+    """``MemAvailable`` of this machine (Linux), or None where it is unknown: what a reader of partitions may
+    still take (the partition tool's ranks, a trainer joining every partition's structure check against it)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def feature_key(type_name: str, name: str, default: str) -> str:
     """The key of a typed feature in ``node_feats``/``edge_feats``: ``name`` for the default type of a
     homogeneous graph, else ``"<type>/<name>"`` (``type_name`` is a node type or ``"src:rel:dst"``)."""

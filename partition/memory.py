@@ -134,18 +134,6 @@ def resident_bytes() -> int | None:
         return None
 
 
-def available_bytes() -> int | None:
-    """``MemAvailable`` of this machine (Linux), or None where it is unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def local_world_size() -> int:
     """Ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 when unset)."""
     try:

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from distgnn.errors import ConfigError, SharedMemoryError
-from distgnn.partition.format import PartitionMeta, load_part_array
+from distgnn.partition.format import PartitionMeta, available_bytes, load_part_array
 from distgnn.sampling.source import LocalCSC, range_offset
 from distgnn.store import shm
 
@@ -43,18 +43,6 @@ def structure_bytes(num_nodes: int, num_edges: int, num_etypes: int = 1, edge_id
     index_bytes = 4 if num_nodes < 2**31 else 8
     held = 8 * num_edges if edge_ids else 0
     return 8 * (num_nodes * num_etypes + 1) + index_bytes * num_edges + held + 8 * num_nodes
-
-
-def available_host_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo, or None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1, copies: int = 1) -> LocalCSC:
@@ -81,7 +69,7 @@ def replicated_csc(meta: PartitionMeta, part_id: int, num_etypes: int = 1, copie
         contiguous = contiguous and (len(part_eids) == 0 or range_offset(part_eids) == pos)
         pos += len(part_eids)
     needed = copies * structure_bytes(num_nodes, num_edges, num_etypes, edge_ids=not contiguous)
-    available = available_host_bytes()
+    available = available_bytes()
     if available is not None and needed > available:
         raise ConfigError(
             f"the replicated structure of {meta.graph_name!r} ({num_nodes} nodes, {num_edges} edges) needs "

@@ -14,15 +14,18 @@ be captured in a CUDA graph. :class:`GradSync` is the plain version a captured s
 
 Never let an optimiser set the gradients to None (``zero_grad(set_to_none=True)``): the views would be lost;
 :meth:`GradSync.attach` puts them back. Used by :class:`~distgnn.train.step.TrainStep` for a step captured across
-GPUs; any job with dense parameters can use it the same way (NCCL on GPUs, gloo on CPUs).
+GPUs; any job with dense parameters can use it the same way (NCCL on GPUs, gloo on CPUs). :class:`EagerSync` is the
+eager step of the jobs that are not captured (R-GCN, link prediction): a GradSync on GPUs, DDP on CPUs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.errors import ConfigError
 from distgnn.train.collective import broadcast_tensors
@@ -130,3 +133,82 @@ class GradSync:
         most = torch.tensor([planned], dtype=torch.int64, device=self.device)
         dist.all_reduce(most, op=dist.ReduceOp.MAX, group=self.group)
         return int(most.item())
+
+
+class EagerSync:
+    """Eager training steps of one of several trainers, the dense gradients averaged after each backward.
+
+    For jobs whose step cannot be captured in a CUDA graph (host-side sizes in the layers, sparse embeddings
+    pulled from the servers): R-GCN over typed inputs, link prediction. Without ``ddp`` a
+    :class:`GradSync` averages the dense parameters' gradients: no DDP wrapper, every gradient a view of one flat
+    buffer, one all-reduce after backward (NCCL on GPUs). With ``ddp`` the model is wrapped in DDP. A single
+    trainer takes the plain step. Parameters outside ``dense`` (embedding tables of a sparse optimizer) are
+    neither averaged nor wrapped: their optimizer updates the servers' rows itself.
+
+    Args:
+        model: the module the loop calls; call :attr:`model` (the DDP wrapper where there is one).
+        dense: the parameters the dense optimizer trains.
+        distributed: one of several trainers of the default torch.distributed group. Collective: rank 0's dense
+            weights are broadcast (DDP broadcasts every parameter).
+        ddp: wrap in DDP instead; None: DDP on a CPU, a GradSync on a GPU.
+        find_unused_parameters: DDP's (parameters some steps leave out; a GradSync gives them a zero gradient).
+
+    Raises:
+        ConfigError: ``distributed`` without an initialised torch.distributed, or no dense parameter.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        dense: Iterable[torch.nn.Parameter],
+        distributed: bool,
+        ddp: bool | None = None,
+        find_unused_parameters: bool = False,
+    ) -> None:
+        self.dense = [p for p in dense if p.requires_grad]
+        if not self.dense:
+            raise ConfigError("EagerSync got no dense parameter that requires a gradient")
+        device = self.dense[0].device
+        self.model = model
+        self.grad_sync: GradSync | None = None
+        if distributed and (device.type != "cuda" if ddp is None else ddp):
+            ids = [device.index] if device.type == "cuda" else None
+            self.model = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
+        elif distributed:
+            self.grad_sync = GradSync(self.dense)
+
+    def step(
+        self,
+        loss: torch.Tensor,
+        optimizers: Sequence[torch.optim.Optimizer | Any],
+        mark: Callable[[str], None] | None = None,
+    ) -> None:
+        """Clears every optimizer's gradients, backward from ``loss`` (``mark("backward")`` after it), averages
+        the dense gradients over the trainers and steps every optimizer."""
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        if self.grad_sync is not None:
+            self.grad_sync.attach()  # zero_grad set the views to None
+            self.grad_sync.zero_()
+        loss.backward()
+        if mark is not None:
+            mark("backward")
+        if self.grad_sync is not None:
+            self.grad_sync.all_reduce()
+        for optimizer in optimizers:
+            optimizer.step()
+
+    def agree_steps(self, planned: int) -> int:
+        """The steps every trainer takes (``planned``: this trainer's): with a GradSync the most any trainer
+        plans (collective), else ``planned``. A trainer that then took fewer calls :meth:`pad`."""
+        return planned if self.grad_sync is None else self.grad_sync.agree_steps(planned)
+
+    def pad(self, steps: int, optimizer: torch.optim.Optimizer) -> None:
+        """``steps`` steps of the dense ``optimizer`` on a zero gradient, each with its all-reduce, so that this
+        trainer averages as often as the others (:meth:`agree_steps`). Nothing without a GradSync."""
+        if self.grad_sync is None:
+            return
+        for _ in range(steps):
+            self.grad_sync.zero_()
+            self.grad_sync.all_reduce()
+            optimizer.step()

@@ -1,4 +1,4 @@
-"""Distributed GraphSAGE link prediction with distgnn and torch DDP.
+"""Distributed GraphSAGE link prediction with distgnn.
 
 The dataset's undirected pairs are split (``--val-fraction`` / ``--test-fraction`` held out, both directions
 removed from the training graph, fixed by ``--seed``); the model learns to score the training edges above negative
@@ -26,7 +26,6 @@ import sys
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 import distgnn
 from distgnn.data.datasets import add_dataset_args, add_link_split_args, link_reverse_etype, load_link_split
@@ -51,6 +50,7 @@ from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog
 from distgnn.train.evaluation import held_out_metrics
+from distgnn.train.grad_sync import EagerSync
 from distgnn.train.inference import embedding_lookup, sampled_embedding_lookup
 from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 
@@ -87,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 class LinkModel(nn.Module):
-    """A GraphSAGE encoder to ``hidden``-wide embeddings and a pair scorer, trained as one module (DDP)."""
+    """A GraphSAGE encoder to ``hidden``-wide embeddings and a pair scorer, trained as one module."""
 
     def __init__(self, args: argparse.Namespace, in_feats: int):
         super().__init__()
@@ -147,11 +147,10 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     if trainer.distributed:
         seeds = distgnn.edge_split(np.ones(len(seeds), bool), book, force_even=True, etype=target)
     torch.manual_seed(derive_seed(args.seed, rank, 1))  # dropout differs per trainer, fixed per run
-    # Every parameter takes part in a step (TypedInput keeps absent types' projections in the graph).
-    model = raw
-    if world > 1:
-        model = DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
     dense = [p for name, p in raw.named_parameters() if not name.startswith("inputs.local_embeddings")]
+    # Several trainers average the dense gradients: one flat buffer and one all-reduce on GPUs, DDP on CPUs.
+    sync = EagerSync(raw, dense, world > 1)
+    model = sync.model
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = raw.inputs.sparse_optimizer("adam", args.sparse_lr) if target else None
     optimizers = [optimizer, *([sparse] if sparse else [])]
@@ -206,18 +205,16 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             for epoch in books.epochs(args.epochs):
                 model.train()
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
+                planned, steps = sync.agree_steps(books.batches_in(epoch)), 0  # every trainer averages equally often
                 for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
                     loss = loss_fn(*model(x, blocks, pos, neg))
                     meter.mark("forward")
-                    for opt in optimizers:
-                        opt.zero_grad()
-                    loss.backward()
-                    meter.mark("backward")
-                    for opt in optimizers:
-                        opt.step()
+                    sync.step(loss, optimizers, meter.mark)
                     positives = pos[target].num_edges if target else pos.num_edges
                     meter.step_done(loss, positives, sum(b.num_edges for b in blocks))
                     books.step_done(epoch, loss)
+                    steps += 1
+                sync.pad(planned - steps, optimizer)
                 summary = log.add(meter.finish())
                 books.epoch_done(summary)
                 if rank == 0:

@@ -1,4 +1,4 @@
-"""Distributed R-GCN node classification on a heterogeneous graph with distgnn and torch DDP.
+"""Distributed R-GCN node classification on a heterogeneous graph with distgnn.
 
 One node type (``--target-ntype``, by default the one with labels) is classified; its features are
 projected, and every node type without features gets a learnable embedding (a DistEmbedding trained by
@@ -26,7 +26,6 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.data.datasets import add_dataset_args
 from distgnn.errors import ConfigError
@@ -37,6 +36,7 @@ from distgnn.sampling.neighbor import NeighborSampler, add_sampling_args
 from distgnn.train import job
 from distgnn.train.bookkeeping import Bookkeeper, add_bookkeeping_args, check_bookkeeping_args
 from distgnn.train.epoch import TrainingLog, all_reduce
+from distgnn.train.grad_sync import EagerSync
 from distgnn.train.inference import layerwise_inference, typed_input_rows
 from distgnn.train.selection import Selection, add_selection_args, check_selection_args
 
@@ -156,14 +156,14 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
     )
     torch.manual_seed(args.seed)
     net = Net(g, args, target, num_classes).to(device)
-    model = net
-    if trainer.distributed:
-        # Every parameter takes part in an R-GCN step (TypedInput keeps absent types' projections in the graph);
-        # the MLP baseline leaves the other types' projections out.
-        model = DistributedDataParallel(net, find_unused_parameters=net.mlp_only)
     dense = [p for name, p in net.named_parameters() if not name.startswith("inputs.local_embeddings")]
+    # Several trainers average the dense gradients: one flat buffer and one all-reduce on GPUs (the typed step
+    # sizes its relation groups on the host: not captured), DDP on CPUs (the MLP leaves other types' projections out).
+    sync = EagerSync(net, dense, trainer.distributed, find_unused_parameters=net.mlp_only)
+    model = sync.model
     optimizer = torch.optim.Adam(dense, lr=args.lr)
     sparse = None if args.model == "mlp" else net.inputs.sparse_optimizer(args.sparse_optimizer, args.sparse_lr)
+    optimizers = [optimizer, *([sparse] if sparse else [])]
     fanouts = [int(f) for f in args.fanouts.split(",")]
     sampler = NeighborSampler(
         fanouts, device=device if args.sample_device == "cuda" else None, structure=args.structure
@@ -211,20 +211,16 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             for epoch in books.epochs(args.epochs):
                 net.train()
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
+                planned, steps = sync.agree_steps(books.batches_in(epoch)), 0  # every trainer averages equally often
                 for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
-                    optimizer.zero_grad()
-                    if sparse is not None:
-                        sparse.zero_grad()
                     logits = model(input_nodes, output_nodes, blocks, device)
                     loss = F.cross_entropy(logits, y)
                     meter.mark("forward")
-                    loss.backward()
-                    meter.mark("backward")
-                    optimizer.step()
-                    if sparse is not None:
-                        sparse.step()
+                    sync.step(loss, optimizers, meter.mark)
                     meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
                     books.step_done(epoch, loss)
+                    steps += 1
+                sync.pad(planned - steps, optimizer)
                 summary = log.add(meter.finish())
                 books.epoch_done(summary)
                 if trainer.rank == 0:

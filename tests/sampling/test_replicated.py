@@ -75,7 +75,7 @@ def test_the_joined_csc_of_a_typed_graph_keeps_the_edge_type_rows(tmp_path) -> N
 def test_a_structure_larger_than_the_host_memory_is_refused_with_its_size(tmp_path, monkeypatch) -> None:
     graph = synthetic(500, 4, feat_dim=2, num_classes=2, seed=1)
     meta = read_meta(partition_graph(graph, 2, tmp_path / "g", graph_name="g", method="random"))
-    monkeypatch.setattr(structure, "available_host_bytes", lambda: 1000)
+    monkeypatch.setattr(structure, "available_bytes", lambda: 1000)
     with pytest.raises(ConfigError, match=r"needs 0\.00 GiB of host memory, 0\.00 GiB available.*partitioned"):
         structure.replicated_csc(meta, 0)
 
