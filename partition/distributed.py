@@ -646,13 +646,14 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     step()
     logger.info(
-        "rank %d: %s done in %.1f s (peak RSS so far %.2f GiB)",
+        "rank %d: %s done in %.1f s, CPU %.1f s (peak RSS so far %.2f GiB)",
         group.rank,
         name,
         time.perf_counter() - start,
+        time.process_time() - cpu,
         peak_rss_bytes() / (1 << 30),
     )
 
