@@ -282,7 +282,6 @@ def test_a_level_holds_its_adjacency_compactly_and_splits_into_blocks():
 
 
 def test_the_best_move_by_table_equals_the_one_by_sorting_and_the_lexsort_order():
-    from types import SimpleNamespace
 
     from distgnn.partition.multilevel import Multilevel, _first_best, _level_from_keys, _unit
 
