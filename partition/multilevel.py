@@ -112,9 +112,22 @@ def _level_from_keys(n: int, bounds: np.ndarray, rank: int, vw: np.ndarray, keys
     np.remainder(keys, n, out=keys)  # now the neighbours
     nbr = unique_sorted(keys.copy())
     index = np.empty(keys.shape[0], dtype=np.int32 if nbr.shape[0] < (1 << 31) else np.int64)
+    find = _finder(nbr, n, keys.nbytes // 2)
     for start in range(0, keys.shape[0], BLOCK_ENTRIES):
-        index[start : start + BLOCK_ENTRIES] = np.searchsorted(nbr, keys[start : start + BLOCK_ENTRIES])
+        index[start : start + BLOCK_ENTRIES] = find(keys[start : start + BLOCK_ENTRIES])
     return Level(n, bounds, vw, indptr, nbr, index, aw)
+
+
+def _finder(distinct: np.ndarray, bound: int, budget_bytes: int):
+    """A function giving the position in the sorted ``distinct`` ids (< ``bound``) of ids among them: a
+    gather from a table of ``bound`` positions where that table takes at most ``budget_bytes``, else a
+    binary search (one random read per id instead of about log2 of the count)."""
+    dtype = np.int32 if distinct.shape[0] < (1 << 31) else np.int64
+    if np.dtype(dtype).itemsize * bound > budget_bytes:
+        return lambda ids: np.searchsorted(distinct, ids)
+    table = np.empty(bound, dtype=dtype)
+    table[distinct] = np.arange(distinct.shape[0], dtype=dtype)
+    return lambda ids: table[ids]
 
 
 def _bounds(n: int, world: int) -> np.ndarray:
@@ -362,7 +375,7 @@ class Multilevel:
             active = _unit(ids, self.seed, salt) < 0.5
             labels = unique_sorted(nbr_label.copy())
             # the weight of each neighbour's cluster
-            nbr_weight = self.lookup(level, labels, cweight)[np.searchsorted(labels, nbr_label)]
+            nbr_weight = self.lookup(level, labels, cweight)[_finder(labels, level.n, level.index.nbytes)(nbr_label)]
             del labels
 
             def allowed(gu, gt, nbr, level=level, nbr_weight=nbr_weight, active=active):
