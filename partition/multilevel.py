@@ -161,6 +161,14 @@ def _group_sum(keys: np.ndarray, values: np.ndarray | None) -> tuple[np.ndarray,
     return keys[starts], sums, order[starts]
 
 
+def _of_active(au: np.ndarray, index: np.ndarray, aw: np.ndarray | None, active: np.ndarray | None):
+    """A block's entries ``(vertex, neighbour index, weight)`` of the ``active`` vertices only (None: all)."""
+    if active is None:
+        return au, index, aw
+    keep = active[au]
+    return au[keep], index[keep], None if aw is None else aw[keep]
+
+
 def _first_best(gu: np.ndarray, conn: np.ndarray, tie: np.ndarray) -> np.ndarray:
     """Positions of each run of equal ``gu`` (sorted) holding its largest ``conn``, the smallest ``tie`` among
     those, the first such position where both are equal: the first row per ``gu`` in (``gu``, -``conn``,
@@ -268,20 +276,22 @@ class Multilevel:
 
     # -- coarsening -------------------------------------------------------------------------------
 
-    def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None):
+    def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None, active=None):
         """Per owned vertex with a neighbour: ``(vertex, best target, its connection, connection to current)``.
 
         ``targets``: per distinct neighbour (``level.nbr``) its label (or part); ``allowed(vertices,
         targets, neighbours)``: which (vertex, target) pairs may be chosen besides the current one, given
         one neighbour (index into ``level.nbr``) of the vertex with that target (no collective). The best
-        target has the largest connection, ties broken by a hash of (seed, salt, target). Runs over blocks
-        of owned vertices, so its scratch arrays are bounded by ``BLOCK_ENTRIES``.
+        target has the largest connection, ties broken by a hash of (seed, salt, target). ``active``: the
+        owned vertices that may move (None: all); the others' entries are skipped, and their connection to
+        their current target is left 0. Runs over blocks of owned vertices, so its scratch arrays are bounded
+        by ``BLOCK_ENTRIES``.
         """
         bound = max(level.n, self.P)
         cur_conn = np.zeros(current.shape[0], dtype=np.int64)
         out_u, out_t, out_c = [], [], []
         for first, last in level.blocks():
-            au, index, aw = level.block(first, last, ones=False)
+            au, index, aw = _of_active(*level.block(first, last, ones=False), active)
             keys, conn, at = _group_sum(_pair_key(au, targets[index], bound), aw)
             nbr_of_key = index[at]
             del au, index, aw, at
@@ -299,10 +309,10 @@ class Multilevel:
             out_c.append(conn[pick])
         return _join(out_u, np.int64), _join(out_t, np.int64), _join(out_c, np.int64), cur_conn
 
-    def _best_part(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed):
+    def _best_part(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed, active):
         """:meth:`_best` where targets are parts: each block's connections to the ``P`` parts counted into a
         dense (vertices, parts) table instead of sorted; the same result. ``allowed(vertices)``: the
-        ``(vertices, P)`` table of allowed moves."""
+        ``(vertices, P)`` table of allowed moves, never true for a vertex not ``active``."""
         P = self.P
         # Parts in (tie hash, part) order: the first best in that order breaks ties as in _best.
         by_tie = np.argsort(_unit(np.arange(P, dtype=np.int64), self.seed, salt), kind="stable")
@@ -312,7 +322,7 @@ class Multilevel:
         for first, last in level.blocks():
             for a in range(first, last, step):
                 b = min(last, a + step)
-                au, index, aw = level.block(a, b, ones=False)
+                au, index, aw = _of_active(*level.block(a, b, ones=False), active)
                 table = np.bincount((au - a) * P + targets[index], weights=aw, minlength=(b - a) * P)
                 del au, index, aw
                 table = table.astype(np.int64).reshape(b - a, P)
@@ -381,7 +391,7 @@ class Multilevel:
             def allowed(gu, gt, nbr, level=level, nbr_weight=nbr_weight, active=active):
                 return (nbr_weight[nbr] + level.vw[gu] <= max_cluster) & active[gu]
 
-            gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed)
+            gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed, active)
             move = conn > cur[gu]
             gu, gt = gu[move], gt[move]
             prio = _unit(gu + lo, self.seed, salt + 7)
@@ -496,7 +506,7 @@ class Multilevel:
             def allowed(vertices, active=active, room=room):
                 return active[vertices][:, None] & room[None, :]
 
-            gu, gt, conn, cur = self._best_part(level, nbr_part, part, salt, allowed)
+            gu, gt, conn, cur = self._best_part(level, nbr_part, part, salt, allowed, active)
             leave = _unit(ids[gu], self.seed, salt + 3) < over[part[gu]]
             move = (conn > cur[gu]) | leave
             gu, gt, gain = gu[move], gt[move], (conn - cur[gu])[move]
