@@ -5,8 +5,9 @@ process(es), on the same chunked input; per run the table gives
 
 * ``s``: the partition's own time (single: its ``total`` line; job: the slowest rank's seconds), and
   ``time/single``;
-* ``cpu s``: user + system CPU seconds of the whole command (every rank, its start-up included), and
-  ``cpu/single``: on a loaded machine the processes' share of the cores moves ``s``, not this;
+* ``cpu s``: user + system CPU seconds of the whole command (every rank, its start-up included), ``sys s``
+  the system part of it, and ``cpu/single``: on a loaded machine the processes' share of the cores moves
+  ``s``, not this;
 * ``peak GiB``: single: the peak RSS when the partition is written (before ``--check``); job: the largest
   rank's measured peak (ru_maxrss), ``peak/single``, and ``est/peak``: the ``--dry-run`` estimate of that
   rank over its measured peak;
@@ -21,9 +22,11 @@ process(es), on the same chunked input; per run the table gives
     python benchmarks/partition_dist.py --input DIR/metadata.json --workers 2,4 --methods random
     python benchmarks/partition_dist.py --input DIR/metadata.json --workers 4 --methods random --repeat 4
 
-``--repeat N`` runs every row N times, the job before the single process in odd rounds, and prints the
+``--repeat N`` runs every row N times, the job before the single process in odd rounds (with
+``--no-single``, the W in reverse order), and prints the
 median and range of each ratio over the rounds; ``wall s`` is the whole command (start-up, the ranks'
-imports and rendezvous, and the single process's ``--check`` included).
+imports and rendezvous, and the single process's ``--check`` included). With ``--no-single`` and several W,
+each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is).
 """
 
 from __future__ import annotations
@@ -89,36 +92,39 @@ def _same(a: Path, b: Path) -> bool:
     return json.loads(ja.read_text()) == json.loads(jb.read_text())
 
 
-def _cpu_of_children() -> float:
+def _cpu_of_children() -> np.ndarray:
+    """(user, system) CPU seconds of every finished child so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return np.array([usage.ru_utime, usage.ru_stime])
 
 
-def _run(cmd: list[str]) -> tuple[str, float, float]:
-    """Run ``cmd``; returns its output, wall seconds and CPU seconds (user + system, every rank's).
-    The output (every rank's phase lines) also goes to ``OUT.log`` beside its ``--out``."""
+def _run(cmd: list[str]) -> tuple[str, float, float, float]:
+    """Run ``cmd``; returns its output, wall seconds, CPU seconds (user + system, every rank's) and the
+    system part of them.
+    The output (every rank's phase lines) is also appended to ``OUT.log`` beside its ``--out``."""
     start, cpu = time.perf_counter(), _cpu_of_children()
     done = subprocess.run(cmd, capture_output=True, text=True)
     cpu = _cpu_of_children() - cpu
     out = Path(cmd[cmd.index("--out") + 1])
-    out.with_name(out.name + ".log").write_text(done.stdout + done.stderr)
+    with out.with_name(out.name + ".log").open("a") as log:  # every round's output, one after the other
+        log.write(f"$ {' '.join(cmd)}\n{done.stdout}{done.stderr}")
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-3000:]}")
-    return done.stdout, time.perf_counter() - start, cpu
+    return done.stdout, time.perf_counter() - start, float(cpu.sum()), float(cpu[1])
 
 
 def _single(meta: Path, out: Path, method: str, args: argparse.Namespace) -> dict:
-    stdout, wall, cpu = _run(
+    stdout, wall, cpu, sys_cpu = _run(
         [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
          "--seed", str(args.seed), "--overwrite"]
     )  # fmt: skip
     seconds = float(re.search(r"^total ([\d.]+) s", stdout, re.MULTILINE).group(1))
     peak = float(re.findall(r"write done in [\d.]+ s \(peak RSS so far ([\d.]+) GiB\)", stdout)[-1])
-    return dict(seconds=seconds, wall=wall, cpu=cpu, peak=peak, estimate=None)
+    return dict(seconds=seconds, wall=wall, cpu=cpu, sys=sys_cpu, peak=peak, estimate=None)
 
 
 def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Namespace) -> dict:
-    stdout, wall, cpu = _run(
+    stdout, wall, cpu, sys_cpu = _run(
         [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
          "--seed", str(args.seed), "--overwrite", "--workers", str(workers), "--local",
          "--coarse-edges", str(args.coarse_edges), "--message-mb", str(args.message_mb)]
@@ -130,6 +136,7 @@ def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Names
         seconds=max(float(r[5]) for r in rows),
         wall=wall,
         cpu=cpu,
+        sys=sys_cpu,
         peak=peaks[worst],
         estimate=float(rows[worst][2]),
         rounds=int(rows[0][3]),
@@ -157,11 +164,24 @@ def _print_row(method: str, rep: int, workers: int | None, r: dict, base: dict |
     est = "-" if r["estimate"] is None else f"{r['estimate'] / r['peak']:.2f}"
     print(
         f"{method} | {rep} | {'single' if workers is None else f'W={workers}'} | {r['seconds']:.1f} | "
-        f"{ratio('seconds')} | {r['wall']:.1f} | {ratio('wall')} | {r['cpu']:.1f} | {ratio('cpu')} | "
+        f"{ratio('seconds')} | {r['wall']:.1f} | {ratio('wall')} | {r['cpu']:.1f} | {r['sys']:.1f} | {ratio('cpu')} | "
         f"{r['peak']:.2f} | {ratio('peak')} | {est} | {r['cut']:,} | {ratio('cut')} | {r['balance']:.3f} | "
         f"{r['same']}",
         flush=True,
     )
+
+
+def _print_speedups(method: str, workers: list[int], runs_by_rep: list[dict]) -> None:
+    """Without the single process: each W against the smallest W of the same round (``s`` and ``wall``)."""
+    low = min(workers)
+    for w in sorted(set(workers) - {low}):
+        pairs = np.array([[r[low][k] / r[w][k] for k in ("seconds", "wall")] for r in runs_by_rep])
+        print(
+            f"{method} W={low} / W={w} over {len(pairs)} rounds: partition time median {np.median(pairs[:, 0]):.2f} "
+            f"[{pairs[:, 0].min():.2f}, {pairs[:, 0].max():.2f}], whole command median {np.median(pairs[:, 1]):.2f} "
+            f"[{pairs[:, 1].min():.2f}, {pairs[:, 1].max():.2f}]",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -179,7 +199,10 @@ def main() -> None:
     p.add_argument("--message-mb", type=float, default=256.0)
     p.add_argument("--no-single", action="store_true", help="skip the single-process runs (too big for this box)")
     p.add_argument(
-        "--repeat", type=int, default=1, help="rounds of every run; odd rounds run the job before the single process"
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every run; odd rounds run the job before the single process (or the W reversed)",
     )
     p.add_argument("--work", type=Path, default=Path("/tmp/partition_dist"))
     p.add_argument("--keep", action="store_true", help="keep the input and the partitions")
@@ -197,7 +220,7 @@ def main() -> None:
         f"{name}: {nodes:,} nodes, {edges:,} edges, {len(layout['num_edges_per_chunk'][0])} edge chunks, {args.parts} parts"
     )
     header = (
-        "method | rep | run | s | time/single | wall s | wall/single | cpu s | cpu/single | peak GiB | peak/single "
+        "method | rep | run | s | time/single | wall s | wall/single | cpu s | sys s | cpu/single | peak GiB | peak/single "
         "| est/peak | cut | cut/single | balance | same"
     )
     print(header)
@@ -205,13 +228,15 @@ def main() -> None:
     workers = [int(w) for w in args.workers.split(",")]
     for method in args.methods.split(","):
         ratios: dict[int, list[tuple[float, float, float]]] = {w: [] for w in workers}
+        runs_by_rep: list[dict] = []
         for rep in range(args.repeat):
             runs = [None, *workers] if rep % 2 == 0 else [*workers, None]  # None: the single-process tool
             if args.no_single:
-                runs = workers
+                runs = workers if rep % 2 == 0 else workers[::-1]
             results = {}
             for w in runs:
                 results[w] = _one(meta, method, w, args)
+            runs_by_rep.append(results)
             base = results.get(None)
             for w in workers:
                 if base is not None and method != "metis":
@@ -227,6 +252,8 @@ def main() -> None:
                     shutil.rmtree(args.work / f"w{w}-{method}", ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(args.work / f"single-{method}", ignore_errors=True)
+        if args.no_single and len(workers) > 1:
+            _print_speedups(method, workers, runs_by_rep)
         if args.repeat > 1 and not args.no_single:
             for w in workers:
                 cols = np.array(ratios[w])

@@ -30,13 +30,14 @@ logger = logging.getLogger(__name__)
 METHODS = ("metis", "random", "range")
 
 
-def unique_sorted(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an int array, sorting ``values`` in place.
+def unique_sorted(values: np.ndarray, runs: bool = False) -> np.ndarray:
+    """Sorted distinct values of an int array, sorting ``values`` in place; ``runs``: ``values`` is a few
+    sorted runs one after the other, which the stable sort merges.
 
     ``np.unique`` hashes first on recent numpy, which is far slower than the SIMD
     sort at tens of millions of ids.
     """
-    values.sort()
+    values.sort(kind="stable" if runs else None)
     keep = np.empty(values.shape[0], dtype=bool)
     keep[:1] = True
     np.not_equal(values[1:], values[:-1], out=keep[1:])

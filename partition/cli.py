@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -219,6 +220,21 @@ def _partition(args: argparse.Namespace) -> None:
     _print_check(json_path)
 
 
+# A rank of the distributed job sorts and copies with numpy and moves bytes with gloo: no BLAS or OpenMP
+# work. Those libraries start a pool of a thread per core when they load, threads that spin for a while
+# there, beside the job's other ranks on the same cores.
+SINGLE_THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _single_threaded_numerics() -> None:
+    """One thread for BLAS and OpenMP in this process and the ranks it starts, unless the user set them;
+    a process that loaded numpy already (a caller's own) is left as it is."""
+    if "numpy" in sys.modules:
+        return
+    for name in SINGLE_THREAD_ENV:
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input, 130 interrupted)."""
     handler = logging.StreamHandler(sys.stdout)
@@ -232,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.check is not None:
             _print_check(args.check)
         elif args.workers is not None or args.dry_run:
+            _single_threaded_numerics()
             from distgnn.partition.dist_cli import run_workers
 
             return run_workers(args, argv if argv is not None else sys.argv[1:])

@@ -19,7 +19,7 @@ the rank's edges, else by lookups at the owners); send each edge to its destinat
 receives them in original id order and sorts them stably by (edge type, new destination), the order of
 new edge ids; new edge ids
 back to the chunk readers; features chunk by chunk to the writers. Every exchange is
-``RankGroup.alltoallv``; what a rank writes goes to memory-mapped ``.npy`` files.
+``RankGroup.alltoallv``; what a rank writes goes to its ``.npy`` files by plain writes.
 """
 
 from __future__ import annotations
@@ -168,8 +168,7 @@ def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) 
     if breaks.shape[0] > MAX_WRITE_RUNS:
         out = np.load(path, mmap_mode="r+")
         out[positions] = rows
-        out.flush()
-        del out
+        del out  # unmapped without a sync: the pages reach the file as plain writes' do
         return
     row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
     header = path.stat().st_size - row_bytes * length
@@ -180,6 +179,16 @@ def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) 
             _pwrite_all(fd, data, header + row_bytes * int(positions[a]))
     finally:
         os.close(fd)
+
+
+def create_npy(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+    """A new ``.npy`` file of ``dtype`` and ``shape``, its data zeros (a sparse file, filled later by plain
+    writes): no mapping, so no synchronous write to the disk as a mapping's flush would do."""
+    dtype = np.dtype(dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": tuple(shape)}
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.truncate(f.tell() + dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
 
 
 def edge_chunk_readers(layout: ChunkedLayout, world: int) -> dict[tuple, np.ndarray]:
@@ -568,7 +577,7 @@ class _Job:
             path = staging / f"part{p}" / f"{rel}.npy"
             path.parent.mkdir(parents=True, exist_ok=True)
             count = int(ranges[p, 1] - ranges[p, 0])
-            np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=(count, *array.row_shape)).flush()
+            create_npy(path, array.dtype, (count, *array.row_shape))
             outs[p] = (path, count)
         mine, slots = chunks
         for k in range(slots):
@@ -615,8 +624,8 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
         staging = Path(group.broadcast_json(str(writer.staging) if writer else None))
         group.set_cleanup(lambda: shutil.rmtree(staging, ignore_errors=True))
         if writer is not None:
-            np.lib.format.open_memmap(staging / "orig_nid.npy", mode="w+", dtype=np.int64, shape=(job.N,)).flush()
-            np.lib.format.open_memmap(staging / "orig_eid.npy", mode="w+", dtype=np.int64, shape=(job.E,)).flush()
+            create_npy(staging / "orig_nid.npy", np.int64, (job.N,))
+            create_npy(staging / "orig_eid.npy", np.int64, (job.E,))
         job.edge_cut = None
         # The assignment first: METIS-based reads the edges itself, a piece at a time.
         _phase(group, f"{opts.method} assignment into {opts.num_parts}", job.assign)
@@ -646,13 +655,14 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     step()
     logger.info(
-        "rank %d: %s done in %.1f s (peak RSS so far %.2f GiB)",
+        "rank %d: %s done in %.1f s, CPU %.1f s (peak RSS so far %.2f GiB)",
         group.rank,
         name,
         time.perf_counter() - start,
+        time.process_time() - cpu,
         peak_rss_bytes() / (1 << 30),
     )
 

@@ -15,7 +15,8 @@ single-process tool. Each level's vertices are split evenly over the ranks (rank
 * **Uncoarsening**: parts are projected level by level; on each level label propagation over parts
   refines them: a vertex proposes the part it is most connected to when that gains, or, in an
   overweight part, any part with room; the part's rank accepts in (gain, hash) order within
-  ``(1 + imbalance) * total / P``.
+  ``(1 + imbalance) * total / P``; a level's refinement ends once two rounds in a row moved next to no
+  vertex.
 
 Every decision depends on (seed, vertex ids, the graph) only, and every tie is broken by the ids, so the
 partition is the same whatever the number of ranks.
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 COARSE_EDGES = 50_000_000
 COARSEN_ROUNDS = 4
 REFINE_ROUNDS = 10
+# Refinement of a level stops once two rounds in a row moved at most this fraction of its vertices.
+STALL_FRACTION = 1e-3
 IMBALANCE = 0.03
 # A cluster holds at most this fraction of a part's weight.
 CLUSTER_FRACTION = 1 / 16
@@ -87,12 +90,14 @@ class Level:
         edges = unique_sorted(np.concatenate([[0], cuts, [owned]]).astype(np.int64))
         return list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
 
-    def block(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(owned vertex (local index), neighbour index into nbr, weight)`` of the entries of ``first:last``."""
+    def block(self, first: int, last: int, ones: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(owned vertex (local index), neighbour index into nbr, weight)`` of the entries of ``first:last``;
+        the weights are None where every weight is 1 unless ``ones``."""
         e0, e1 = int(self.indptr[first]), int(self.indptr[last])
         au = np.repeat(np.arange(first, last, dtype=np.int64), np.diff(self.indptr[first : last + 1]))
-        aw = np.ones(e1 - e0, dtype=np.int64) if self.aw is None else self.aw[e0:e1]
-        return au, self.index[e0:e1], aw
+        if self.aw is not None:
+            return au, self.index[e0:e1], self.aw[e0:e1]
+        return au, self.index[e0:e1], np.ones(e1 - e0, dtype=np.int64) if ones else None
 
 
 def _level_from_keys(n: int, bounds: np.ndarray, rank: int, vw: np.ndarray, keys: np.ndarray, aw) -> Level:
@@ -107,9 +112,22 @@ def _level_from_keys(n: int, bounds: np.ndarray, rank: int, vw: np.ndarray, keys
     np.remainder(keys, n, out=keys)  # now the neighbours
     nbr = unique_sorted(keys.copy())
     index = np.empty(keys.shape[0], dtype=np.int32 if nbr.shape[0] < (1 << 31) else np.int64)
+    find = _finder(nbr, n, keys.nbytes // 2)
     for start in range(0, keys.shape[0], BLOCK_ENTRIES):
-        index[start : start + BLOCK_ENTRIES] = np.searchsorted(nbr, keys[start : start + BLOCK_ENTRIES])
+        index[start : start + BLOCK_ENTRIES] = find(keys[start : start + BLOCK_ENTRIES])
     return Level(n, bounds, vw, indptr, nbr, index, aw)
+
+
+def _finder(distinct: np.ndarray, bound: int, budget_bytes: int):
+    """A function giving the position in the sorted ``distinct`` ids (< ``bound``) of ids among them: a
+    gather from a table of ``bound`` positions where that table takes at most ``budget_bytes``, else a
+    binary search (one random read per id instead of about log2 of the count)."""
+    dtype = np.int32 if distinct.shape[0] < (1 << 31) else np.int64
+    if np.dtype(dtype).itemsize * bound > budget_bytes:
+        return lambda ids: np.searchsorted(distinct, ids)
+    table = np.empty(bound, dtype=dtype)
+    table[distinct] = np.arange(distinct.shape[0], dtype=dtype)
+    return lambda ids: table[ids]
 
 
 def _bounds(n: int, world: int) -> np.ndarray:
@@ -121,14 +139,49 @@ def _unit(values: np.ndarray, seed: int, salt: int) -> np.ndarray:
     return (hash_ids(values, seed, salt) >> np.uint64(64 - _HASH_BITS)).astype(np.float64) / float(1 << _HASH_BITS)
 
 
-def _sum_by_key(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct sorted ``keys`` and the sum of ``values`` per key."""
+def _sum_by_key(keys: np.ndarray, values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct sorted ``keys`` and the sum of ``values`` per key (``None``: every value 1)."""
+    keys, sums, _ = _group_sum(keys, values)
+    return keys, sums
+
+
+def _group_sum(keys: np.ndarray, values: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct sorted ``keys``, the sum of ``values`` per key (``None``: every value 1) and one position of
+    each key in ``keys``. The keys come in runs already sorted (a block's vertices in order), which numpy's
+    stable sort merges instead of sorting from scratch."""
     order = np.argsort(keys, kind="stable")
-    keys, values = keys[order], values[order]
+    keys = keys[order]
     if not keys.size:
-        return keys, values
+        return keys, np.zeros(0, dtype=np.int64), order
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-    return keys[starts], np.add.reduceat(values, starts)
+    if values is None:
+        sums = np.diff(np.append(starts, keys.shape[0])).astype(np.int64)
+    else:
+        sums = np.add.reduceat(values[order], starts)
+    return keys[starts], sums, order[starts]
+
+
+def _of_active(au: np.ndarray, index: np.ndarray, aw: np.ndarray | None, active: np.ndarray | None):
+    """A block's entries ``(vertex, neighbour index, weight)`` of the ``active`` vertices only (None: all)."""
+    if active is None:
+        return au, index, aw
+    keep = active[au]
+    return au[keep], index[keep], None if aw is None else aw[keep]
+
+
+def _first_best(gu: np.ndarray, conn: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Positions of each run of equal ``gu`` (sorted) holding its largest ``conn``, the smallest ``tie`` among
+    those, the first such position where both are equal: the first row per ``gu`` in (``gu``, -``conn``,
+    ``tie``, position) order, without a sort."""
+    if not gu.size:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], gu[1:] != gu[:-1]]))
+    run = np.repeat(np.arange(starts.shape[0]), np.diff(np.append(starts, gu.shape[0])))
+    top = conn == np.maximum.reduceat(conn, starts)[run]
+    tie = np.where(top, tie, np.inf)
+    pick = np.flatnonzero(top & (tie == np.minimum.reduceat(tie, starts)[run]))
+    first = np.concatenate([[True], run[pick[1:]] != run[pick[:-1]]])
+    return pick[first]
 
 
 def _pair_key(a: np.ndarray, b: np.ndarray, b_bound: int) -> np.ndarray:
@@ -214,8 +267,8 @@ class Multilevel:
             del u, v
             received = self.group.send_to(np.searchsorted(bounds[1:], keys // N, side="right"), keys, self.msg)
             del keys
-            got.append(unique_sorted(received))
-        keys = unique_sorted(_join(got, np.int64))
+            got.append(unique_sorted(received, runs=True))  # a sorted run from each rank
+        keys = unique_sorted(_join(got, np.int64), runs=True)
         lo = int(bounds[self.rank])
         keys -= lo * N
         owned = int(bounds[self.rank + 1]) - lo
@@ -223,35 +276,68 @@ class Multilevel:
 
     # -- coarsening -------------------------------------------------------------------------------
 
-    def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None):
+    def _best(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed=None, active=None):
         """Per owned vertex with a neighbour: ``(vertex, best target, its connection, connection to current)``.
 
         ``targets``: per distinct neighbour (``level.nbr``) its label (or part); ``allowed(vertices,
-        targets)``: which (vertex, target) pairs may be chosen besides the current one (no collective).
-        Runs over blocks of owned vertices, so its scratch arrays are bounded by ``BLOCK_ENTRIES``.
+        targets, neighbours)``: which (vertex, target) pairs may be chosen besides the current one, given
+        one neighbour (index into ``level.nbr``) of the vertex with that target (no collective). The best
+        target has the largest connection, ties broken by a hash of (seed, salt, target). ``active``: the
+        owned vertices that may move (None: all); the others' entries are skipped, and their connection to
+        their current target is left 0. Runs over blocks of owned vertices, so its scratch arrays are bounded
+        by ``BLOCK_ENTRIES``.
         """
         bound = max(level.n, self.P)
         cur_conn = np.zeros(current.shape[0], dtype=np.int64)
         out_u, out_t, out_c = [], [], []
         for first, last in level.blocks():
-            au, index, aw = level.block(first, last)
-            keys, conn = _sum_by_key(_pair_key(au, targets[index], bound), aw)
-            del au, index, aw
+            au, index, aw = _of_active(*level.block(first, last, ones=False), active)
+            keys, conn, at = _group_sum(_pair_key(au, targets[index], bound), aw)
+            nbr_of_key = index[at]
+            del au, index, aw, at
             gu, gt = keys // bound, keys % bound
             del keys
             is_current = gt == current[gu]
             cur_conn[gu[is_current]] = conn[is_current]
             ok = ~is_current
             if allowed is not None:
-                ok &= allowed(gu, gt)
+                ok &= allowed(gu, gt, nbr_of_key)
             gu, gt, conn = gu[ok], gt[ok], conn[ok]
-            tie = _unit(gt, self.seed, salt)
-            order = np.lexsort((tie, -conn, gu))
-            gu, gt, conn = gu[order], gt[order], conn[order]
-            first_of = np.concatenate([[True], gu[1:] != gu[:-1]]) if gu.size else np.zeros(0, dtype=bool)
-            out_u.append(gu[first_of])
-            out_t.append(gt[first_of])
-            out_c.append(conn[first_of])
+            pick = _first_best(gu, conn, _unit(gt, self.seed, salt))
+            out_u.append(gu[pick])
+            out_t.append(gt[pick])
+            out_c.append(conn[pick])
+        return _join(out_u, np.int64), _join(out_t, np.int64), _join(out_c, np.int64), cur_conn
+
+    def _best_part(self, level: Level, targets: np.ndarray, current: np.ndarray, salt: int, allowed, active):
+        """:meth:`_best` where targets are parts: each block's connections to the ``P`` parts counted into a
+        dense (vertices, parts) table instead of sorted; the same result. ``allowed(vertices)``: the
+        ``(vertices, P)`` table of allowed moves, never true for a vertex not ``active``."""
+        P = self.P
+        # Parts in (tie hash, part) order: the first best in that order breaks ties as in _best.
+        by_tie = np.argsort(_unit(np.arange(P, dtype=np.int64), self.seed, salt), kind="stable")
+        cur_conn = np.zeros(current.shape[0], dtype=np.int64)
+        out_u, out_t, out_c = [], [], []
+        step = max(1, (2 * BLOCK_ENTRIES) // P)
+        for first, last in level.blocks():
+            for a in range(first, last, step):
+                b = min(last, a + step)
+                au, index, aw = _of_active(*level.block(a, b, ones=False), active)
+                table = np.bincount((au - a) * P + targets[index], weights=aw, minlength=(b - a) * P)
+                del au, index, aw
+                table = table.astype(np.int64).reshape(b - a, P)
+                rows = np.arange(b - a)
+                cur_conn[a:b] = table[rows, current[a:b]]
+                ok = (table > 0) & allowed(np.arange(a, b, dtype=np.int64))
+                ok[rows, current[a:b]] = False
+                scored = np.where(ok, table, -1)[:, by_tie]
+                del ok, table
+                col = np.argmax(scored, axis=1)
+                conn = scored[rows, col]
+                has = conn > 0
+                out_u.append(rows[has] + a)
+                out_t.append(by_tie[col[has]])
+                out_c.append(conn[has])
         return _join(out_u, np.int64), _join(out_t, np.int64), _join(out_c, np.int64), cur_conn
 
     def _accept(
@@ -298,13 +384,14 @@ class Multilevel:
             nbr_label = self.neighbour_values(level, label)
             active = _unit(ids, self.seed, salt) < 0.5
             labels = unique_sorted(nbr_label.copy())
-            label_weight = self.lookup(level, labels, cweight)
+            # the weight of each neighbour's cluster
+            nbr_weight = self.lookup(level, labels, cweight)[_finder(labels, level.n, level.index.nbytes)(nbr_label)]
+            del labels
 
-            def allowed(gu, gt, level=level, labels=labels, label_weight=label_weight, active=active):
-                room = label_weight[np.searchsorted(labels, gt)] + level.vw[gu] <= max_cluster
-                return room & active[gu]
+            def allowed(gu, gt, nbr, level=level, nbr_weight=nbr_weight, active=active):
+                return (nbr_weight[nbr] + level.vw[gu] <= max_cluster) & active[gu]
 
-            gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed)
+            gu, gt, conn, cur = self._best(level, nbr_label, label, salt, allowed, active)
             move = conn > cur[gu]
             gu, gt = gu[move], gt[move]
             prio = _unit(gu + lo, self.seed, salt + 7)
@@ -400,24 +487,34 @@ class Multilevel:
         heaviest = int(self.group.allreduce(np.array([level.vw.max(initial=0)], dtype=np.int64), "max")[0])
         ids = np.arange(lo, lo + part.shape[0], dtype=np.int64)
         part_rank = np.arange(self.P) % self.world
+        moved = np.zeros(2, dtype=np.int64)  # vertices moved by the last two rounds (this rank's)
+        rounds = 0
         for rnd in range(REFINE_ROUNDS):
             salt = 50_000 + 1000 * depth + rnd
-            weights = self.group.allreduce(np.bincount(part, weights=level.vw, minlength=self.P).astype(np.int64))
+            summed = self.group.allreduce(
+                np.concatenate([np.bincount(part, weights=level.vw, minlength=self.P).astype(np.int64), moved])
+            )
+            weights = summed[: self.P]
+            if rnd >= 2 and summed[self.P :].sum() <= STALL_FRACTION * level.n:
+                break  # the moves stalled
+            rounds = rnd + 1
             over = np.maximum(weights - max_part, 0) / np.maximum(weights, 1)
             nbr_part = self.neighbour_values(level, part)
             active = _unit(ids, self.seed, salt) < 0.5
             room = weights + heaviest <= max_part
 
-            def allowed(gu, gt, active=active, room=room):
-                return active[gu] & room[gt]
+            def allowed(vertices, active=active, room=room):
+                return active[vertices][:, None] & room[None, :]
 
-            gu, gt, conn, cur = self._best(level, nbr_part, part, salt, allowed)
+            gu, gt, conn, cur = self._best_part(level, nbr_part, part, salt, allowed, active)
             leave = _unit(ids[gu], self.seed, salt + 3) < over[part[gu]]
             move = (conn > cur[gu]) | leave
             gu, gt, gain = gu[move], gt[move], (conn - cur[gu])[move]
             prio = -gain.astype(np.float64) + _unit(ids[gu], self.seed, salt + 7)
             ok = self._accept(part_rank[gt], gt, level.vw[gu], prio, ids[gu], lambda t, w=weights: max_part - w[t])
             part[gu[ok]] = gt[ok]
+            moved = np.array([moved[1], np.count_nonzero(ok)], dtype=np.int64)
+        logger.info("level %d refined in %d rounds", depth, rounds)
         return part
 
     def edge_cut(self, level: Level, part: np.ndarray) -> int:

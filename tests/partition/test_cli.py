@@ -298,3 +298,28 @@ def test_chunked_usage_errors(tmp_path, capsys, argv, needle):
     metadata = CHUNKED / "hetero" / "metadata-relative.json"
     code, _, err = _run(["--input", metadata, "--num-parts", 2, "--out", tmp_path / "o", *argv], capsys)
     _assert_one_line_error(code, err, needle)
+
+
+def test_the_distributed_job_runs_its_numerics_single_threaded_unless_told_otherwise():
+    code = (
+        "import os, sys; from distgnn.partition import cli; cli._single_threaded_numerics(); "
+        "print([os.environ.get(n) for n in cli.SINGLE_THREAD_ENV], 'numpy' in sys.modules)"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert fresh.stdout.split() == ["['1',", "'1',", "'1']", "False"], fresh.stderr
+    told = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "OPENBLAS_NUM_THREADS": "4"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert told.stdout.split()[1] == "'4',", told.stderr
+    # a process that loaded numpy already (a caller's) keeps its environment
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import numpy; " + code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert loaded.stdout.split()[:3] == ["[None,", "None,", "None]"], loaded.stderr

@@ -281,6 +281,36 @@ def test_a_level_holds_its_adjacency_compactly_and_splits_into_blocks():
         assert degree[first:last].sum() < 2 * 37 + degree[first:last].max()
 
 
+def test_the_best_move_by_table_equals_the_one_by_sorting_and_the_lexsort_order():
+
+    from distgnn.partition.multilevel import Multilevel, _first_best, _level_from_keys, _unit
+
+    rng = np.random.default_rng(3)
+    n, P = 400, 5
+    keys = np.unique(rng.integers(0, n, 6000) * n + rng.integers(0, n, 6000))
+    weights = rng.integers(1, 4, keys.size)
+    level = _level_from_keys(n, np.array([0, n]), 0, np.ones(n, dtype=np.int64), keys, weights)
+    ml = Multilevel.__new__(Multilevel)
+    ml.P, ml.seed = P, 7
+    part = rng.integers(0, P, n)
+    targets = part[level.nbr]
+    active, room = rng.random(n) < 0.6, np.array([True, False, True, True, True])
+    every = ml._best(level, targets, part, 11, lambda gu, gt, nbr: active[gu] & room[gt])
+    sparse = ml._best(level, targets, part, 11, lambda gu, gt, nbr: active[gu] & room[gt], active)
+    dense = ml._best_part(level, targets, part, 11, lambda v: active[v][:, None] & room[None, :], active)
+    assert all(np.array_equal(a, b) for a, b in zip(sparse, dense, strict=True)) and sparse[0].size > 50
+    # skipping the vertices that may not move changes no move, nor a mover's current connection
+    assert all(np.array_equal(a, b) for a, b in zip(every[:3], sparse[:3], strict=True))
+    assert np.array_equal(every[3][active], sparse[3][active]) and not sparse[3][~active].any()
+    # the first row per vertex in (vertex, -connection, tie hash) order, as a lexsort gives it
+    gu = np.sort(rng.integers(0, 60, 500))
+    conn, gt = rng.integers(1, 4, 500), rng.integers(0, 3, 500)
+    tie = _unit(gt, 1, 2)
+    order = np.lexsort((tie, -conn, gu))
+    first = order[np.concatenate([[True], gu[order][1:] != gu[order][:-1]])]
+    assert np.array_equal(_first_best(gu, conn, tie), first)
+
+
 def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(homo):
     from distgnn.data.chunked import read_chunked_layout
     from distgnn.partition.memory import PER_COARSE_ENTRY, estimate_ranks
