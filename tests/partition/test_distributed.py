@@ -182,11 +182,14 @@ def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_pat
     ]  # fmt: skip
     job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        # Rank 1's pid first: the job's last phases take well under a second, less than a scan of /proc under load.
+        deadline = time.monotonic() + 60
+        while (pid := _rank_pid(str(out), 1)) is None and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid is not None, "rank 1 never started"
         for line in job.stdout:
             if "number nodes done" in line:
                 break
-        pid = _rank_pid(str(out), 1)
-        assert pid is not None
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, err = job.communicate(timeout=30)
