@@ -6,19 +6,29 @@ A test is a CUDA test when it is marked ``cuda``, when it has a ``skipif`` whose
 do not count), or when a parameter of it is a CUDA device (``"cuda"``, ``"cuda:1"``, a ``torch.device``; such
 parameters exist only where torch sees a GPU). A test that skips itself from its body (``pytest.skip``) is not
 seen: mark it.
+
+In a pytest-xdist worker (``.ci/run`` starts two) torch computes on one thread: the other worker has the other
+core, and an op split over two threads waits for its slower half whenever the box is busy.
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
+import torch
 
 NEEDS_GPU = re.compile(r"^needs\b.*\b(CUDA|GPUs?)\b")
 
 
 def _cuda_device(value: object) -> bool:
     return str(value) == "cuda" or str(value).startswith("cuda:")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,12 +14,17 @@ import time
 from collections.abc import Callable
 
 
-def run_ranks(target: Callable, args: tuple = (), world_size: int = 2, timeout_s: float = 120) -> dict[int, object]:
+def run_ranks(
+    target: Callable, args: tuple = (), world_size: int = 2, timeout_s: float = 120, clean_exit: bool = False
+) -> dict[int, object]:
     """``{rank: result}`` of ``world_size`` spawned ``target(rank, *args, out)``.
 
+    With ``clean_exit`` every worker must also exit with code 0 after it reported (its teardown, such as
+    ``destroy_process_group``, succeeded).
+
     Raises:
-        AssertionError: a worker exited before it reported (its exit code named), or not every rank reported
-            within ``timeout_s``.
+        AssertionError: a worker exited before it reported (its exit code named), not every rank reported
+            within ``timeout_s``, or (``clean_exit``) a worker exited with another code than 0.
     """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -50,4 +55,6 @@ def run_ranks(target: Callable, args: tuple = (), world_size: int = 2, timeout_s
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+    codes = [proc.exitcode for proc in procs]
+    assert not clean_exit or codes == [0] * world_size, f"exit codes of the ranks: {codes}"
     return results

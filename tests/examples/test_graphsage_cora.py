@@ -18,7 +18,9 @@ COMMON += ["--fanouts=10,10", "--quiet", "--seed=0"]
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")
 def test_two_by_two_cluster_matches_single_process_accuracy(tmp_path, capsys) -> None:
-    single = run_example("graphsage", [*COMMON, "--single", "--no-malloc-tuning", "--batch-size=140"], capsys).result
+    single = run_example(
+        "graphsage", [*COMMON, "--single", "--no-malloc-tuning", "--num-threads=1", "--batch-size=140"], capsys
+    ).result
     cluster_flags = ["--local", "--num-parts=2", "--trainers-per-machine=2", "--batch-size=35", f"--workdir={tmp_path}"]
     cluster = run_example("graphsage", [*COMMON, *cluster_flags], capsys).result
     assert single["num_trainers"] == 1 and cluster["num_trainers"] == 4

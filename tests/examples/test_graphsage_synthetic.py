@@ -19,7 +19,7 @@ def load_example():
 
 
 def train_single(example, argv: list[str]) -> dict:
-    args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
+    args = example.parse_args([*argv, "--single", "--no-malloc-tuning", "--num-threads=1"])
     with job.start_trainer(args) as trainer:
         return example.run_trainer(trainer, args)
 

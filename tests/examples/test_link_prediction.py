@@ -34,7 +34,7 @@ def run(argv: list[str], capsys) -> dict:
 
 
 def train_single(example, argv: list[str]) -> dict:
-    args = example.parse_args([*argv, "--single", "--no-malloc-tuning"])
+    args = example.parse_args([*argv, "--single", "--no-malloc-tuning", "--num-threads=1"])
     trainer = job.Trainer(InProcessGraph(load_link_split(args).train), torch.device("cpu"), 0, 1, None, False)
     return example.run_trainer(trainer, args)
 
@@ -135,7 +135,7 @@ CORA_ARGS = ["--dataset=cora", f"--data-dir={CORA}", "--epochs=8", "--quiet", "-
 @pytest.mark.skipif(not (CORA / "ind.cora.graph").exists(), reason=f"Cora files not found in {CORA}")
 def test_cora_two_by_two_cluster_matches_single_process(tmp_path, capsys) -> None:
     # The cluster's 4 trainers take 128 edges each per step: one DDP step averages the 512 edges of a local step.
-    single = run([*CORA_ARGS, "--single", "--no-malloc-tuning", "--batch-size=512"], capsys)
+    single = run([*CORA_ARGS, "--single", "--no-malloc-tuning", "--num-threads=1", "--batch-size=512"], capsys)
     cluster_flags = [
         "--local",
         "--num-parts=2",

@@ -25,7 +25,7 @@ def load_example():
 
 
 def train_single(example, argv: list[str]) -> dict:
-    args = example.parse_args([*argv, "--single"])
+    args = example.parse_args([*argv, "--single", "--num-threads=1"])
     with job.start_trainer(args) as trainer:
         return example.run_trainer(trainer, args)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from netns_cluster import free_port
+from spawned import run_ranks
 
 from distgnn.train import collective
 from tests.train import test_selection
@@ -47,20 +47,7 @@ def _member(rank: int, port: int, out) -> None:
 
 @pytest.mark.slow
 def test_two_ranks_gather_scatter_and_broadcast() -> None:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_member, args=(r, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(out.get(timeout=120) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    assert [p.exitcode for p in procs] == [0, 0]
+    results = run_ranks(_member, (free_port(),), clean_exit=True)
     for rank, got in results.items():
         for kind in ("numpy", "torch"):
             assert [a.shape for a in got[kind]] == [(1, 3), (3, 3)]
