@@ -109,11 +109,13 @@ def test_a_killed_server_is_named_by_its_node(tmp_path):
         pid = int((fake / "server-m1-s0.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         started = time.monotonic()
+        named = f"distgnn node: error: server 0 of machine 1 (partition 1, pid {pid}) was killed by SIGKILL"
+        # The node's own detection is bounded tightly; its exit also waits for torchrun to stop the other local
+        # rank, which a loaded machine slows (the 30 s wait below bounds it).
+        while named not in (tmp_path / "node1.err").read_text():
+            assert time.monotonic() - started < 10, "node 1 did not name the killed server within 10 s"
+            time.sleep(0.05)
         assert procs[1].wait(timeout=30) != 0
-        took = time.monotonic() - started
-        err = (tmp_path / "node1.err").read_text()
-        assert f"distgnn node: error: server 0 of machine 1 (partition 1, pid {pid}) was killed by SIGKILL" in err
-        assert took < 10, f"{took:.1f} s from kill -9 to node 1's exit"
         procs[0].send_signal(signal.SIGTERM)  # node 0's stand-in trainers sleep; real ones would fail on RPC
         procs[0].wait(timeout=30)
         assert_nothing_left(reports(tmp_path)[0]["job_id"], tmp_path)
