@@ -1,13 +1,13 @@
 """The CPU sampling backend: the C++ kernels and one distributed layer over numpy arrays.
 
-The ops (:func:`sample_neighbors`, :func:`take`, :func:`to_block`) run in the multi-threaded C++ extension
-``distgnn._cpu_kernels`` (built at install time, or once on first use, see :mod:`distgnn.native.cpu`);
-:mod:`distgnn.sampling.reference` holds plain numpy versions with the same semantics. Inputs are numpy arrays
-on a CSC graph (the in-edges of each node), such as a partition's ``indptr``/``indices`` in shared memory; they
-are read in place, never copied. :class:`CpuSampling` is the backend :class:`~distgnn.sampling.neighbor.
-NeighborSampler` picks without a device: per layer, seeds split by owner, remote owners' seeds sent as
-``sample`` requests first, this machine's sampled while they are in flight, replies merged into seed order and
-relabelled into a Block.
+The ops (:func:`sample_neighbors` and :func:`take`, defined torch-free in :mod:`distgnn.sampling.kernels`, and
+:func:`to_block`) run in the multi-threaded C++ extension ``distgnn._cpu_kernels`` (built at install time, or once
+on first use, see :mod:`distgnn.native.cpu`); :mod:`distgnn.sampling.reference` holds plain numpy versions with
+the same semantics. Inputs are numpy arrays on a CSC graph (the in-edges of each node), such as a partition's
+``indptr``/``indices`` in shared memory; they are read in place, never copied. :class:`CpuSampling` is the backend
+:class:`~distgnn.sampling.neighbor.NeighborSampler` picks without a device: per layer, seeds split by owner, remote
+owners' seeds sent as ``sample`` requests first, this machine's sampled while they are in flight, replies merged
+into seed order and relabelled into a Block.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from distgnn.native.cpu import extension
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling.block import Block
 from distgnn.sampling.items import layer_items
+from distgnn.sampling.kernels import as_int64_ids, sample_neighbors, take
 from distgnn.sampling.source import LocalCSC, RemoteSampling, SampleRequest, as_node_ids
 
 
@@ -171,91 +172,6 @@ def merge(
     return counts, src, eids
 
 
-def sample_neighbors(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    seeds: np.ndarray,
-    fanout: int | np.ndarray,
-    replace: bool = False,
-    prob: np.ndarray | None = None,
-    rng_seed: int = 0,
-    num_threads: int | None = None,
-    return_neighbors: bool = False,
-) -> tuple[np.ndarray, ...]:
-    """Pick up to ``fanout`` in-neighbours of each seed from a CSC graph.
-
-    Without replacement a seed gets ``min(fanout, degree)`` distinct edges;
-    with replacement ``fanout`` edges (none when its degree is 0); ``fanout=-1``
-    takes every edge. With ``prob``, zero-weight edges are never picked and
-    "degree" counts the non-zero-weight edges only; picks without replacement
-    are successive weighted draws (as in DGL), with replacement independent
-    draws proportional to weight.
-
-    Args:
-        indptr: ``(num_nodes + 1,)`` int64 CSC row pointer, ``indptr[-1] == len(indices)``.
-        indices: ``(num_edges,)`` int32 or int64 source node of each edge position.
-        seeds: ``(num_seeds,)`` integer node ids (``0 <= seed < num_nodes``), repeats allowed.
-        fanout: picks per seed, ``-1`` for all; or a ``(num_seeds,)`` int64 array, one fanout per seed
-            (typed sampling, where a "seed" is a row ``v * R + t`` of the typed CSC).
-        replace: draw with replacement.
-        prob: optional ``(num_edges,)`` float32 finite non-negative weight per edge position.
-        rng_seed: seed of the random streams. Seed ``i`` draws from a stream
-            keyed by ``(rng_seed, i)`` alone, so the result does not depend on
-            ``num_threads``; pass a fresh ``rng_seed`` per call for fresh samples.
-        num_threads: threads to use; ``None`` follows ``torch.get_num_threads()``
-            (so ``torch.set_num_threads(1)`` in a worker process keeps it single-threaded).
-        return_neighbors: also return ``indices[positions]`` as int64, gathered
-            in parallel inside the kernel (faster than numpy's gather).
-
-    Returns:
-        ``counts``: ``(num_seeds,)`` int64 picks per seed, and ``positions``:
-        ``(counts.sum(),)`` int64 positions into ``indices`` grouped by seed in
-        seed order, so ``indices[positions]`` are the neighbours and
-        ``eids[positions]`` the edge ids; with ``return_neighbors`` a third
-        array, ``neighbors`` = ``indices[positions]`` (int64).
-
-    Raises:
-        ValueError: a dtype or shape is wrong, a seed is out of range, the
-            ``indptr`` range of a seed is corrupt, or a weight is negative or not finite.
-    """
-    seeds = _as_int64_ids(seeds, "seeds")
-    fanouts = None
-    if isinstance(fanout, np.ndarray):
-        fanouts, fanout = np.ascontiguousarray(fanout, dtype=np.int64), 0
-    elif not isinstance(fanout, (int, np.integer)) or fanout < -1:
-        raise ValueError(f"fanout must be an int >= -1 (-1 = all neighbours) or an array, got {fanout!r}")
-    return extension().sample_neighbors(
-        indptr,
-        indices,
-        seeds,
-        int(fanout),
-        bool(replace),
-        prob,
-        int(rng_seed) % 2**64,
-        _thread_count(num_threads),
-        bool(return_neighbors),
-        fanouts,
-    )
-
-
-def take(values: np.ndarray, positions: np.ndarray, num_threads: int | None = None) -> np.ndarray:
-    """``values[positions]`` as int64, gathered in parallel (e.g. ``eids[positions]``, ``local2global[nbrs]``).
-
-    Args:
-        values: ``(n,)`` int32 or int64 array, read in place.
-        positions: ``(m,)`` integer positions, ``0 <= p < n``.
-        num_threads: as in :func:`sample_neighbors`.
-
-    Returns:
-        ``(m,)`` int64.
-
-    Raises:
-        ValueError: a dtype is wrong or a position is out of range.
-    """
-    positions = _as_int64_ids(positions, "positions")
-    return extension().take(values, positions, _thread_count(num_threads))
-
-
 def to_block(
     dst_nids: np.ndarray,
     counts: np.ndarray,
@@ -279,10 +195,10 @@ def to_block(
     Raises:
         ValueError: shapes or dtypes disagree, or ``dst_nids`` has repeats.
     """
-    dst_nids = _as_int64_ids(dst_nids, "dst_nids")
-    src_nids_per_edge = _as_int64_ids(src_nids_per_edge, "src_nids_per_edge")
-    counts = _as_int64_ids(counts, "counts")
-    eids = _as_int64_ids(eids, "eids")
+    dst_nids = as_int64_ids(dst_nids, "dst_nids")
+    src_nids_per_edge = as_int64_ids(src_nids_per_edge, "src_nids_per_edge")
+    counts = as_int64_ids(counts, "counts")
+    eids = as_int64_ids(eids, "eids")
     if len(counts) != len(dst_nids):
         raise ValueError(f"counts must have one entry per dst node ({len(dst_nids)}), got {len(counts)}")
     if len(eids) != len(src_nids_per_edge):
@@ -301,21 +217,3 @@ def to_block(
         indices=torch.from_numpy(indices),
         eids=torch.from_numpy(eids),
     )
-
-
-def _thread_count(num_threads: int | None) -> int:
-    if num_threads is None:
-        return torch.get_num_threads()
-    if int(num_threads) < 1:
-        raise ValueError(f"num_threads must be >= 1 or None, got {num_threads}")
-    return int(num_threads)
-
-
-def _as_int64_ids(ids: np.ndarray, name: str) -> np.ndarray:
-    """A 1-D contiguous int64 view (or copy) of an integer array; ValueError otherwise."""
-    if isinstance(ids, torch.Tensor):
-        ids = ids.numpy()
-    ids = np.asarray(ids)
-    if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
-        raise ValueError(f"{name} must be a 1-D integer array, got dtype {ids.dtype} and shape {ids.shape}")
-    return np.ascontiguousarray(ids, dtype=np.int64)

@@ -26,5 +26,5 @@ if __name__ == "__main__":
     logging.shutdown()
     sys.stdout.flush()
     # Everything the server owns (shared memory, sockets, auth thread) is released by now. Skip the
-    # interpreter's teardown: once the sample op has loaded torch it takes seconds, stalling every stop.
+    # interpreter's teardown: with large modules loaded it takes seconds, stalling every stop.
     os._exit(code)

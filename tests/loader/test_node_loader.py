@@ -227,12 +227,23 @@ def test_leaving_mid_epoch_without_close_exits_cleanly_with_the_prefetch_thread_
     import sys
     import time
 
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", EXIT_MID_EPOCH], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "left mid-epoch" in proc.stdout
-    assert "terminate called" not in proc.stderr
-    assert time.monotonic() - start < 30
+    proc = subprocess.Popen(
+        [sys.executable, "-c", EXIT_MID_EPOCH], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()  # the script's last line, printed as it returns
+        left = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        # Timed from the script's return, not its start: torch's import under load is not what is tested.
+        exited_after = time.monotonic() - left
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    assert "left mid-epoch" in line
+    assert "terminate called" not in err
+    assert exited_after < 30, f"{exited_after:.1f} s from leaving mid-epoch to the process's exit"
 
 
 @pytest.mark.cuda

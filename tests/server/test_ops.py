@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from serving_graphs import child_processes, job_files, small_graph
@@ -157,6 +159,15 @@ def test_sample_is_deterministic_for_a_seed(served):
     b = client.call(0, "sample", {"fanout": 2, "seed": 11}, [seeds], server_id=1).arrays
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_a_server_samples_without_loading_torch(served):
+    graph, cluster, client = served
+    seeds = np.arange(*graph.node_map[0], dtype=np.int64)
+    client.call(0, "sample", {"fanout": 2, "seed": 3}, [seeds], server_id=0)
+    maps = (Path("/proc") / str(cluster.process(0, 0).pid) / "maps").read_text()
+    assert "_cpu_kernels" in maps  # the compiled sampler is loaded ...
+    assert "libtorch" not in maps  # ... and torch is not
 
 
 def test_push_assign_and_add_on_a_new_tensor(served):
