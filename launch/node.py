@@ -130,10 +130,12 @@ class RendezvousServer:
                 arrived[int(message["node"])] = (conn, message["value"])
                 if len(arrived) == self.num_nodes:
                     answer = json.dumps({"values": [arrived[n][1] for n in sorted(arrived)]}).encode() + b"\n"
-                    for peer, _ in arrived.values():
+                    # Node 0 (this process's own leader) last: once it has its answer it may exit, and this
+                    # daemon thread with it, so every other node's answer must be on its way by then.
+                    for node in sorted(arrived, reverse=True):
                         with contextlib.suppress(OSError):
-                            peer.sendall(answer)
-                            peer.close()
+                            arrived[node][0].sendall(answer)
+                            arrived[node][0].close()
 
     def close(self) -> None:
         self.sock.close()
