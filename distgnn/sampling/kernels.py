@@ -7,8 +7,10 @@ here imports torch, so a graph server answers ``sample`` requests without loadin
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -102,14 +104,28 @@ def take(values: np.ndarray, positions: np.ndarray, num_threads: int | None = No
 def default_threads() -> int:
     """The kernels' thread count when none is given: ``torch.get_num_threads()`` in a process that has loaded
     torch (so ``torch.set_num_threads(1)`` in a worker keeps them single-threaded); elsewhere (a graph server)
-    ``OMP_NUM_THREADS`` where set, else the CPUs this process may run on."""
+    ``OMP_NUM_THREADS`` where set, else torch's own default: the physical cores this process may run on."""
     torch = sys.modules.get("torch")
     if torch is not None:
         return torch.get_num_threads()
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) >= 1:
         return int(env)
-    return len(os.sched_getaffinity(0))
+    return _physical_cores()
+
+
+@functools.cache
+def _physical_cores() -> int:
+    """Distinct (package, core) pairs among the CPUs this process may run on (hyperthreads counted once)."""
+    allowed = os.sched_getaffinity(0)
+    cores = set()
+    for cpu in allowed:
+        topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
+        except OSError:
+            return len(allowed)  # no topology to read (a container without /sys): every allowed CPU
+    return max(1, len(cores))
 
 
 def _thread_count(num_threads: int | None) -> int:

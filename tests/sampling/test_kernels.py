@@ -380,3 +380,20 @@ def test_installed_build_of_other_sources_is_passed_over(monkeypatch):
     assert native_cpu.load_extension() is cached
     monkeypatch.setattr(native_cpu.importlib, "import_module", lambda name: current)
     assert native_cpu.load_extension() is current
+
+
+def test_a_process_without_torch_gives_the_kernels_torchs_default_thread_count():
+    # A graph server samples without loading torch: its kernels take the threads torch would have given them.
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom distgnn.sampling import kernels\nmine = kernels.default_threads()\n"
+        "assert 'torch' not in sys.modules\nimport torch\nprint(mine, torch.get_num_threads())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    mine, torchs = out.stdout.split()
+    assert mine == torchs
