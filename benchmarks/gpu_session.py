@@ -233,10 +233,14 @@ grep -E "^(stream|scaling|trainers| +[124] )" "$OUT/tgn_scaling.log"
     Stage(
         "cuda",
         570,
-        "every CUDA test of the suite: pytest -m cuda (tests/conftest.py marks the tests that need a GPU)",
+        "every CUDA test of the suite: pytest -m cuda (tests/conftest.py marks the tests that need a GPU); "
+        "CUDA_PROCS (default 1): test processes (pytest-xdist, a test file each); the failed tests run once more "
+        "alone",
         r"""
-timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=8 -m cuda tests >"$OUT/pytest_cuda.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_cuda.log" | tail -25
+procs=${CUDA_PROCS:-1}
+timeout 480 python3 -m pytest -q --durations=12 -n "$procs" --dist loadfile -m cuda tests >"$OUT/pytest_cuda.log" 2>&1 \
+  || { status=1; timeout 60 python3 -m pytest -q -n 0 -m cuda --lf tests >"$OUT/pytest_cuda_again.log" 2>&1; }
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT"/pytest_cuda*.log | tail -30
 """,
     ),
     Stage(
