@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from spawned import run_ranks
 from torch.nn.parallel import DistributedDataParallel
 
 from distgnn.data.events import synthetic_events
@@ -74,19 +74,7 @@ def _trainer(rank: int, init: str, out) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not TWO_GPUS, reason="needs two CUDA GPUs")
 def test_memory_copies_on_two_gpus_captured_step_matches_eager_ddp(tmp_path):
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_trainer, args=(r, f"file://{tmp_path}/init", out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        results = dict(out.get(timeout=240) for _ in procs)
-    finally:
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-    assert all(p.exitcode == 0 for p in procs)
+    results = run_ranks(_trainer, (f"file://{tmp_path}/init",), timeout_s=240, clean_exit=True)
     for rank in (0, 1):
         eager_losses, eager_weights = results[rank]["eager"]
         graph_losses, graph_weights = results[rank]["graph"]
