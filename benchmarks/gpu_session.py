@@ -244,6 +244,18 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT"/pytest_cuda*.log | tail -30
 """,
     ),
     Stage(
+        "accuracy",
+        400,
+        "benchmarks/accuracy_gpus.py: GraphSAGE's test accuracy trained on 1 and on 2 GPUs of one machine, Cora, "
+        "seeds ACC_SEEDS (default 0 1 2 3 4), three runs at once; data from DATA_ROOT (default ../shared/data)",
+        r"""
+# shellcheck disable=SC2086
+timeout 370 python3 benchmarks/accuracy_gpus.py --data-dir "${DATA_ROOT:-../shared/data}/planetoid" \
+  --seeds ${ACC_SEEDS:-0 1 2 3 4} --parallel 3 --workdir /tmp/distgnn-accuracy >"$OUT/accuracy.txt" 2>&1 || status=1
+tail -16 "$OUT/accuracy.txt"
+""",
+    ),
+    Stage(
         "steptests",
         330,
         "the tests of the step captured across GPUs (tests/train/test_step*.py, test_grad_sync.py; 2 GPUs)",

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from distgnn.train.result import read_result
+
 VARIANTS = ("distgnn kernels", "distgnn torch path", "DGL 1.1.3")
 
 
@@ -146,8 +148,7 @@ def main() -> int:
                     break
                 sys.stderr.write(proc.stderr)
                 return 1
-            line = next(li for li in proc.stdout.splitlines() if li.startswith("RESULT "))
-            rows[(variant, malloc)] = json.loads(line[len("RESULT ") :])
+            rows[(variant, malloc)] = read_result(proc.stdout)
     base = rows.get(("DGL 1.1.3", "default"))
     print(
         f"\nGraphSAGE training step, batch 1024, fanouts 15,10,5, hidden 256, {args.num_nodes:,}-node graph, 1 thread"

@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from distgnn.train.result import read_result
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tgn" / "train_dist.py"
 
@@ -43,12 +45,11 @@ def run(args: argparse.Namespace, variant: str, seed: int) -> dict:
     if args.columns:
         cmd += ["--columns", args.columns]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
+    if done.returncode != 0 or "RESULT " not in done.stdout:
         sys.exit(
             f"{variant} seed {seed} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         )
-    return json.loads(lines[-1][len("RESULT ") :])
+    return read_result(done.stdout)
 
 
 def late_epoch_s(result: dict, late: int) -> float:

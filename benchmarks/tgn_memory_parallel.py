@@ -40,6 +40,7 @@ from distgnn.temporal import build_temporal_csr
 from distgnn.temporal.job import load_stream
 from distgnn.temporal.train import TGNRunner, batch_ranges, chronological_split
 from distgnn.temporal.warm import replay_memory
+from distgnn.train.result import read_result
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "tgn" / "train_dist.py"
@@ -75,7 +76,7 @@ def run_all(args: argparse.Namespace, work: Path) -> dict[tuple[int, str], dict]
         out, _ = proc.communicate()
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(proc.args)} failed (exit {proc.returncode})")
-        result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+        result = read_result(out)
         records = [json.loads(line) for line in (run_dir / "run" / "metrics.jsonl").read_text().splitlines()]
         result["epochs_log"] = [r for r in records if r["kind"] == "epoch"]
         done[key] = result

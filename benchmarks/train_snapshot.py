@@ -44,6 +44,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from distgnn.train.result import read_result
+
 ROOT = Path(__file__).resolve().parents[1]
 PGT_DATA = ROOT / ".." / "shared" / "data" / "pyg_temporal"
 TRAIN = ROOT / "examples" / "snapshot" / "train_dist.py"
@@ -373,8 +375,7 @@ def run_example(schedule: str, trainers: int, args: argparse.Namespace, workdir:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT ") :])
+    return read_result(proc.stdout)
 
 
 def part_schedules(args: argparse.Namespace) -> list[dict]:

@@ -8,13 +8,14 @@ and ``--single`` trains in that one process: run here, neither pays for a fresh 
 from __future__ import annotations
 
 import importlib.util
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+
+from distgnn.train.result import read_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,9 +39,10 @@ class ExampleRun:
     def result(self) -> dict:
         """The one ``RESULT {json}`` line's fields (asserts the run succeeded and printed exactly one)."""
         assert self.code == 0, self.err[-3000:]
-        lines = [line for line in self.out.splitlines() if line.startswith("RESULT ")]
-        assert len(lines) == 1, self.out[-3000:]
-        return json.loads(lines[0][len("RESULT ") :])
+        try:
+            return read_result(self.out)
+        except ValueError as err:
+            raise AssertionError(self.out[-3000:]) from err
 
 
 def run_example(name: str, argv: list[str], capsys: pytest.CaptureFixture) -> ExampleRun:

@@ -6,8 +6,9 @@ model by a validation figure (:mod:`distgnn.train.selection`) adds :data:`SELECT
 ``last_val_<metric>`` and ``last_test_<metric>`` (its kind's ``metric``). ``epoch_time_s`` is
 :func:`epoch_time_s` everywhere: the median of the epochs after the first (the first also pays for warm-up:
 allocations, caches, a CUDA graph's capture). :func:`print_result` checks a result against its kind's schema
-before printing it; :func:`exit_code` runs an example's body and turns a :class:`~distgnn.errors.DistGNNError`
-into one ``error: ...`` line on stderr and exit code 2.
+before printing it, and :func:`read_result` reads it back from a run's output; :func:`exit_code` runs an
+example's body and turns a :class:`~distgnn.errors.DistGNNError` into one ``error: ...`` line on stderr and exit
+code 2.
 """
 
 from __future__ import annotations
@@ -114,6 +115,18 @@ def print_result(result: dict[str, Any], kind: str) -> None:
     schema.check(result)
     ordered = {k: result[k] for k in SHARED_KEYS} | result
     print("RESULT " + json.dumps(ordered), flush=True)
+
+
+def read_result(output: str) -> dict[str, Any]:
+    """The result of the one ``RESULT {json}`` line in a run's ``output`` (what :func:`print_result` printed).
+
+    Raises:
+        ValueError: ``output`` holds no RESULT line, or more than one.
+    """
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    if len(lines) != 1:
+        raise ValueError(f"expected one RESULT line in the run's output, found {len(lines)}")
+    return json.loads(lines[0][len("RESULT ") :])
 
 
 def exit_code(body: Callable[[], int]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from distgnn.client.tensor import DistTensor
 from distgnn.errors import ConfigError, InputError
 from distgnn.partition.format import read_meta
 from distgnn.train.cluster import LocalCluster
+from distgnn.train.result import read_result
 
 NUM_NODES = 500
 
@@ -267,7 +267,7 @@ def _train(tmp_path, cache_gb: str, *extra: str) -> tuple[dict, list[str]]:
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    result = json.loads(next(line for line in lines if line.startswith("RESULT "))[len("RESULT ") :])
+    result = read_result(proc.stdout)
     return result, [line for line in lines if line.startswith("epoch")]
 
 

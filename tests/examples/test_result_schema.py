@@ -4,12 +4,11 @@ first, ``epoch_time_s`` the median after the first epoch, and bad input as one `
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 
-from distgnn.train.result import SCHEMAS, SHARED_KEYS, ResultSchema, epoch_time_s
+from distgnn.train.result import SCHEMAS, SHARED_KEYS, ResultSchema, epoch_time_s, print_result, read_result
 
 ROOT = Path(__file__).resolve().parents[2]
 KIND = {"graphsage": "node", "rgcn": "node", "link_prediction": "link", "tgn": "temporal", "snapshot": "snapshot"}
@@ -45,9 +44,10 @@ def load(name: str):
 
 
 def printed_result(out: str) -> dict:
-    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    assert len(lines) == 1, out[-3000:]
-    return json.loads(lines[0][len("RESULT ") :])
+    try:
+        return read_result(out)
+    except ValueError as err:
+        raise AssertionError(out[-3000:]) from err
 
 
 @pytest.mark.parametrize("name", sorted(KIND))
@@ -96,3 +96,20 @@ def test_the_schema_names_what_a_result_lacks() -> None:
         schema.check({k: v for k, v in shared.items() if k != "epoch_times_s"})
     with pytest.raises(ValueError, match=r"evaluation keys \['test_mrr'\]; expected one of"):
         schema.check({**shared, "loss": 1.0, "test_mrr": 0.5})
+
+
+def test_read_result_reads_back_the_printed_line_and_names_a_missing_or_second_one(capsys) -> None:
+    result = {**dict.fromkeys(SHARED_KEYS, 1), "loss": 0.5}
+    schema = ResultSchema("demo", ("loss",), (frozenset({"test_mse"}),))
+    SCHEMAS["demo"] = schema
+    try:
+        print("epoch 0 loss 0.9")
+        print_result(result, "demo")
+    finally:
+        del SCHEMAS["demo"]
+    out = capsys.readouterr().out
+    assert read_result(out) == result
+    with pytest.raises(ValueError, match="expected one RESULT line in the run's output, found 0"):
+        read_result("epoch 0 loss 0.9\n")
+    with pytest.raises(ValueError, match="found 2"):
+        read_result(out + out)
