@@ -118,8 +118,9 @@ def log_to_stderr() -> None:
 
 
 def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
-    """``--num-threads``, or this host's cores shared out among its trainers."""
-    return args.num_threads or max(1, (os.cpu_count() or 1) // max(trainers_on_host, 1))
+    """``--num-threads``, or the CPUs this process may run on (its affinity: a container's or ``taskset``'s
+    share, not every CPU of the host) shared out among the host's trainers."""
+    return args.num_threads or max(1, len(os.sched_getaffinity(0)) // max(trainers_on_host, 1))
 
 
 def configure_torch(args: argparse.Namespace, trainers_on_host: int) -> None:

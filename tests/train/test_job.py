@@ -43,6 +43,15 @@ def test_job_flags_have_the_examples_defaults_and_local_excludes_single(capsys) 
     assert "not allowed with argument" in capsys.readouterr().err
 
 
+def test_torch_threads_share_out_the_cpus_this_process_may_run_on(monkeypatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the host's CPUs; the affinity below is what counts
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6, 7, 8, 9})
+    args = parser().parse_args([])
+    assert args.num_threads == 0
+    assert [job.torch_threads(args, n) for n in (1, 2, 4, 12)] == [6, 3, 1, 1]
+    assert job.torch_threads(parser().parse_args(["--num-threads", "5"]), 2) == 5
+
+
 def test_the_single_process_trainer_holds_the_whole_graph() -> None:
     args = parser().parse_args([*SMALL, "--single", "--no-malloc-tuning", "--quiet"])
     with job.start_trainer(args) as trainer:
