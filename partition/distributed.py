@@ -655,14 +655,18 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
-    start, cpu = time.perf_counter(), time.process_time()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     step()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     logger.info(
-        "rank %d: %s done in %.1f s, CPU %.1f s (peak RSS so far %.2f GiB)",
+        "rank %d: %s done in %.1f s, CPU %.1f s (system %.1f s, %d minor faults; peak RSS so far %.2f GiB)",
         group.rank,
         name,
         time.perf_counter() - start,
-        time.process_time() - cpu,
+        user + system,
+        system,
+        after.ru_minflt - before.ru_minflt,
         peak_rss_bytes() / (1 << 30),
     )
 
