@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 DIST_METHODS = ("random", "range", "metis")
 # Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
 LOOKUP_SLICE = 1 << 21
+# Up to this many bounds, a value's bucket is counted by comparisons instead of a binary search.
+FEW_BOUNDS = 16
 # Above this many runs of consecutive rows, received feature rows are written through a mapping.
 MAX_WRITE_RUNS = 4096
 
@@ -108,6 +110,23 @@ def _offsets(counts: list[int]) -> np.ndarray:
 def _ranges(sizes: np.ndarray) -> np.ndarray:
     ends = np.cumsum(sizes.reshape(-1), dtype=np.int64)
     return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
+
+
+def bucket_of(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """int64 ``searchsorted(bounds, values, side="right")`` for sorted ``bounds``: with few bounds one
+    comparison pass per bound, else a binary search in the values' own dtype (a search across dtypes
+    converts every value first)."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if values.dtype.kind in "iu" and (bounds.size == 0 or np.can_cast(bounds.max(), values.dtype)):
+        bounds = bounds.astype(values.dtype)
+    if bounds.size > FEW_BOUNDS:
+        return np.searchsorted(bounds, values, side="right").astype(np.int64, copy=False)
+    out = np.zeros(values.shape, dtype=np.uint8)
+    above = np.empty(values.shape, dtype=bool)
+    for bound in bounds:
+        np.greater_equal(values, bound, out=above)
+        out += above
+    return out.astype(np.int64)
 
 
 def check_chunking(layout: ChunkedLayout) -> None:
@@ -245,7 +264,7 @@ class _Job:
         return np.searchsorted(self.owner_bounds[1:], ids, side="right")
 
     def part_of_new(self, new_ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.node_map[:, 1], new_ids, side="right")
+        return bucket_of(self.node_map[:-1, 1], new_ids)
 
     def my_chunks(self, num_chunks: int) -> list[int]:
         return list(range(self.rank, num_chunks, self.world))
@@ -511,6 +530,11 @@ class _Job:
         return readers_a[chunk], firsts_a[chunk] + eids - starts_a[chunk]
 
     def scatter_node_features(self, staging: Path, node_specs: dict[str, FeatureSpec]) -> None:
+        """Node data chunk by chunk to the writers: the rows of one chunk in one partition have consecutive
+        new ids (new ids follow (partition, original id), a chunk is a run of original ids), so a chunk
+        travels as its rows ordered by partition plus, per partition, a count and a first new id, and a
+        writer writes what it receives as runs, straight from its receive buffer."""
+        slots = -(-self.P // self.world)  # partitions per writer
         for t, ntype in enumerate(self.ntypes):
             arrays = self.layout.ndata.get(ntype, {})
             if not arrays:
@@ -518,24 +542,100 @@ class _Job:
             chunks = self.layout.node_chunks[ntype]
             offsets = _offsets(chunks) + self.node_offsets[t]
             mine = self.my_chunks(len(chunks))
-            ids = [np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine]
-            new_flat = self.new_node_ids(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64))
-            ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
-            new_of_chunk = {j: new_flat[end - len(i) : end] for j, i, end in zip(mine, ids, ends, strict=True)}
-            first = self.node_type_ranges[:, t, 0]
+            rounds = -(-len(chunks) // self.world)
+            # Per round: this rank's chunk's rows ordered by (writer, partition), and each partition's
+            # row count and first new id, gathered from every rank: runs[k, src, p] = (count, first).
+            orders, runs = [], np.zeros((rounds, self.P, 2), dtype=np.int64)
+            ids = self.new_node_ids(
+                np.concatenate([np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine])
+                if mine
+                else np.empty(0, dtype=np.int64)
+            )
+            at = 0
+            for k, j in enumerate(mine):
+                new = ids[at : at + chunks[j]]
+                at += chunks[j]
+                part = self.part_of_new(new)
+                order = self.group.order_by_rank((part % self.world) * slots + part // self.world)
+                count = np.bincount(part, minlength=self.P)
+                starts = _offsets(count[self._slot_order()].tolist())[:-1]
+                first = new[order[np.minimum(starts, max(len(order) - 1, 0))]] if len(order) else starts
+                runs[k, self._slot_order(), 0] = count[self._slot_order()]
+                runs[k, self._slot_order(), 1] = first
+                orders.append(order)
+            del ids
+            runs = self.group.allgather(runs)  # (W, rounds, P, 2)
             for name, array in arrays.items():
                 key = feature_key(ntype, name, DEFAULT_NTYPE)
                 node_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
-                self._scatter(
-                    staging,
-                    self.node_map,
-                    f"node_feat/{key}",
-                    array,
-                    (mine, -(-len(chunks) // self.world)),
-                    new_of_chunk,
-                    first,
-                    self.node_type_ranges[:, t],
-                )
+                self._scatter_runs(staging, f"node_feat/{key}", array, mine, orders, runs, t)
+
+    def _slot_order(self) -> np.ndarray:
+        """The partitions in the order they travel: by writer rank, then by their slot on that writer."""
+        parts = np.arange(self.P)
+        return parts[np.lexsort((parts // self.world, parts % self.world))]
+
+    def _scatter_runs(
+        self,
+        staging: Path,
+        rel: str,
+        array: ChunkedArray,
+        mine: list[int],
+        orders: list[np.ndarray],
+        runs: np.ndarray,
+        t: int,
+    ) -> None:
+        """One node array of type ``t`` to the writers (see :meth:`scatter_node_features`); ``orders[k]``:
+        the rows of this rank's ``k``-th chunk by (writer, partition); ``runs[src, k, p]``: count and
+        first new id of partition ``p``'s rows in rank ``src``'s ``k``-th chunk."""
+        W, rounds = self.world, runs.shape[1]
+        row_shape = tuple(array.row_shape)
+        row_bytes = array.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        first_of_type = self.node_type_ranges[:, t, 0]
+        files = {}
+        try:
+            for p in self.my_parts:
+                path = staging / f"part{p}" / f"{rel}.npy"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                count = int(self.node_type_ranges[p, t, 1] - first_of_type[p])
+                create_npy(path, array.dtype, (count, *row_shape))
+                files[p] = (os.open(path, os.O_WRONLY), path.stat().st_size - row_bytes * count)
+            largest = max((len(o) for o in orders), default=0)
+            send = np.empty((largest, *row_shape), dtype=array.dtype)
+            recv = None
+            writer_of = np.arange(self.P) % W
+            for k in range(rounds):
+                n = 0
+                if k < len(mine):
+                    block = _load_chunk(array, mine[k])
+                    n = len(block)
+                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")  # "raise" would buffer
+                    del block
+                counts = np.zeros((W, W), dtype=np.int64)  # counts[src, dst]
+                for src in range(W):
+                    counts[src] = np.bincount(writer_of, weights=runs[src, k, :, 0], minlength=W)
+                # Per source, this rank's partitions in slot order: where each one's rows start in what the
+                # source sends it.
+                mine_counts = runs[:, k, self.my_parts, 0]  # (W, my parts)
+                mine_starts = np.cumsum(mine_counts, axis=1) - mine_counts
+                for got, first, got_n in self.group.alltoallv_rounds(send[:n], counts, self.opts.message_bytes, recv):
+                    recv = got.base if got.base is not None else got
+                    at = 0
+                    for src in range(W):
+                        lo, hi = int(first[src]), int(first[src] + got_n[src])
+                        for i, p in enumerate(self.my_parts):
+                            a = max(lo, int(mine_starts[src, i]))
+                            b = min(hi, int(mine_starts[src, i] + mine_counts[src, i]))
+                            if a >= b:
+                                continue
+                            fd, header = files[p]
+                            row = int(runs[src, k, p, 1] - first_of_type[p]) + a - int(mine_starts[src, i])
+                            data = memoryview(got[at + a - lo : at + b - lo]).cast("B")
+                            _pwrite_all(fd, data, header + row_bytes * row)
+                        at += hi - lo
+        finally:
+            for fd, _ in files.values():
+                os.close(fd)
 
     def scatter_edge_features(self, staging: Path, edge_specs: dict[str, FeatureSpec]) -> None:
         for t, etype in enumerate(self.etypes):
