@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
@@ -116,11 +117,11 @@ def run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     return _run_rank(opts, workers, args)
 
 
-def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> int:
+def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> NoReturn:
     """The W ranks on this host, forked from this process once it has imported torch.distributed: the
     import, most of a rank's start, happens once for the job instead of once per rank. A failed rank is
     named in one line and every other stopped (each removes its staging directory); Ctrl-C and SIGTERM
-    stop them all; a rank whose launcher dies gets SIGTERM."""
+    stop them all; a rank whose launcher dies gets SIGTERM. Ends this process with the job's exit status."""
     layout, estimates = _estimates(opts, workers)
     check_output_dir(opts.out.resolve(), opts.graph_name or layout.graph_name, opts.overwrite)
     _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
@@ -138,7 +139,11 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.
         print("error: interrupted; no partition was written", file=sys.stderr)
     elif ranks.failed is not None:
         print(f"error: rank {ranks.failed} failed; every rank stopped, no partition was written", file=sys.stderr)
-    return code
+    # Like a finished rank, this process leaves without the interpreter's teardown of torch's modules.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class _LocalRanks:

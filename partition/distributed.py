@@ -164,7 +164,18 @@ def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
         data, at = data[done:], at + done
 
 
-def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None:
+class _Arange:
+    """``np.arange(start, stop)`` (int64) for :func:`_write_rows`, made a slice at a time."""
+
+    def __init__(self, start: int, stop: int):
+        self.start, self.shape = start, (stop - start,)
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        lo, hi, _ = where.indices(self.shape[0])
+        return np.arange(self.start + lo, self.start + hi, dtype=np.int64)
+
+
+def _write_rows(path: Path, length: int, first: int, values: np.ndarray | _Arange) -> None:
     """Write ``values`` as int64 rows ``first ..`` of the ``(length,)`` int64 ``.npy`` file ``path``, a slice
     at a time (plain writes: nothing of the file stays mapped in this process)."""
     header = path.stat().st_size - 8 * length
@@ -368,12 +379,14 @@ class _Job:
         so a writer holds one partition's edges at a time, and the rank's own edges are dropped before
         the last partition is written."""
         R = len(self.etypes)
+        steps_s = _Steps()
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
+        steps_s.done("renumber")
         part = self.part_of_new(self.dst)
-        etype = self.etype if R > 1 else 0
-        counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
-        del etype
+        keys = part * R + self.etype if R > 1 else part
+        counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
+        del keys
         counts = self.group.allreduce(counts)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
@@ -381,18 +394,20 @@ class _Job:
         order = self.group.order_by_rank(part)  # by partition
         per_part = np.bincount(part, minlength=self.P).astype(np.int64)
         del part
-        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition.
+        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition. (The
+        # order's positions are valid: take's "clip" mode gathers in place, "raise" through a buffer.)
         rows = np.empty((len(order), 4 if R > 1 else 3), dtype=self.id_dtype)
-        np.take(self.src, order, out=rows[:, 0])
+        np.take(self.src, order, out=rows[:, 0], mode="clip")
         self.src = None
-        np.take(self.dst, order, out=rows[:, 1])
+        np.take(self.dst, order, out=rows[:, 1], mode="clip")
         self.dst = None
         if R > 1:
-            np.take(self.etype, order, out=rows[:, 3])
+            np.take(self.etype, order, out=rows[:, 3], mode="clip")
             self.etype = None
         for k in range(0, len(order), LOOKUP_SLICE):
             np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
         del order
+        steps_s.done("order")
         starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
@@ -403,6 +418,7 @@ class _Job:
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
             edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            steps_s.done("exchange")
             if k == steps - 1:
                 rows = None
             p = first + self.rank
@@ -434,6 +450,7 @@ class _Job:
                 dsts, types = edges[:, 1][by], edges[:, 3][by]
                 del edges, by
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
+            steps_s.done("sort and write")
         del rows
         # orig_nid: the owners send (new id, original id) to the writers.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -451,6 +468,7 @@ class _Job:
             orig[mine[:, 0] - n0] = mine[:, 1]
             _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
         del pairs, part
+        steps_s.done("orig_nid")
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
             new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
@@ -458,6 +476,8 @@ class _Job:
             got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
+        steps_s.done("ids back")
+        logger.info("rank %d: dispatch steps (wall s): %s", self.rank, steps_s)
 
     def _write_part(
         self,
@@ -506,9 +526,12 @@ class _Job:
         save("indices", indices)
         del indices
         save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
-        eids = np.arange(e0, e1, dtype=np.int64)
-        save("eids", eids if eid_order is None else eids[eid_order])
-        del eids, eid_order
+        if eid_order is None:  # the new edge ids in order, written a slice at a time
+            create_npy(where / "eids.npy", np.int64, (e1 - e0,))
+            _write_rows(where / "eids.npy", e1 - e0, 0, _Arange(e0, e1))
+        else:
+            save("eids", np.arange(e0, e1, dtype=np.int64)[eid_order])
+        del eid_order
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 
@@ -609,7 +632,7 @@ class _Job:
                 if k < len(mine):
                     block = _load_chunk(array, mine[k])
                     n = len(block)
-                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")  # "raise" would buffer
+                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")
                     del block
                 counts = np.zeros((W, W), dtype=np.int64)  # counts[src, dst]
                 for src in range(W):
@@ -752,6 +775,22 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
             writer.__exit__(None, None, None)
         raise
     return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
+
+
+class _Steps:
+    """Wall seconds of a phase's steps, summed by name in the order first seen."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {s:.2f}" for name, s in self.seconds.items())
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
