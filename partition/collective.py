@@ -315,7 +315,7 @@ class RankGroup:
 
     def order_by_rank(self, ranks: np.ndarray) -> np.ndarray:
         """Stable order of positions by ``ranks`` (any small non-negative keys: ranks, partitions): for a few
-        distinct keys one scan per key, else numpy's radix sort of 16-bit keys."""
+        distinct keys one scan per key, else numpy's radix sort of 8- or 16-bit keys."""
         bound = int(ranks.max(initial=-1)) + 1
         if bound <= FEW_KEYS:
             out = np.empty(ranks.shape[0], dtype=np.int64)
@@ -325,7 +325,7 @@ class RankGroup:
                 out[at : at + positions.shape[0]] = positions
                 at += positions.shape[0]
             return out
-        small = np.int16 if bound <= (1 << 15) else np.int64
+        small = np.uint8 if bound <= (1 << 8) else np.int16 if bound <= (1 << 15) else np.int64
         return np.argsort(ranks.astype(small, copy=False), kind="stable")
 
     def send_to(self, dest: np.ndarray, columns: np.ndarray, message_bytes: int) -> np.ndarray:
