@@ -313,7 +313,7 @@ def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(ho
     assert whole[1].peak_bytes == small[1].peak_bytes > random[1].peak_bytes
 
 
-@pytest.mark.parametrize("bound", [1, 3, 4, 5, 40_000])
+@pytest.mark.parametrize("bound", [1, 3, 4, 5, 256, 300, 40_000])  # scans; 8-bit, 16-bit radix sorts
 def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
     from types import SimpleNamespace
 
