@@ -186,7 +186,48 @@ def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_pat
         job.wait()
     assert job.returncode != 0
     assert "rank 1 failed; every rank stopped, no partition was written" in err
-    assert not Path(f"/proc/{pids[0]}").exists()
+    assert not _running(pids[0])
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (an exited one waiting to be reaped is a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_local_launcher_stops_its_ranks_and_leaves_no_partition(hetero, tmp_path, sig):
+    out = tmp_path / "out"
+    args = [
+        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
+        "--message-mb", 0.00005,
+    ]  # fmt: skip
+    job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = []
+        for line in job.stdout:
+            if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
+                pids = [int(x) for x in found.groups()]
+            if "number nodes done" in line:
+                break
+        assert pids, "the ranks' pids were not printed"
+        job.send_signal(sig)
+        _, err = job.communicate(timeout=30)
+        deadline = time.monotonic() + 30  # SIGKILL: the ranks see their launcher die and stop on their own
+        while any(map(_running, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        job.wait()
+    assert not [pid for pid in pids if _running(pid)]
+    if sig == signal.SIGTERM:
+        assert job.returncode == 128 + signal.SIGTERM
+        assert "error: interrupted; no partition was written" in err
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
 
