@@ -206,7 +206,6 @@ class _LocalRanks:
                     code = max(os.waitstatus_to_exitcode(status), 1)
             if self.signal_received is not None:
                 code = 128 + self.signal_received
-            self._stop()
             return code
         finally:
             self._stop()

@@ -117,8 +117,10 @@ def bucket_of(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
     comparison pass per bound, else a binary search in the values' own dtype (a search across dtypes
     converts every value first)."""
     bounds = np.asarray(bounds, dtype=np.int64)
-    if values.dtype.kind in "iu" and (bounds.size == 0 or np.can_cast(bounds.max(), values.dtype)):
-        bounds = bounds.astype(values.dtype)
+    if values.dtype.kind in "iu" and bounds.size:
+        limits = np.iinfo(values.dtype)
+        if limits.min <= bounds[0] and bounds[-1] <= limits.max:
+            bounds = bounds.astype(values.dtype)
     if bounds.size > FEW_BOUNDS:
         return np.searchsorted(bounds, values, side="right").astype(np.int64, copy=False)
     out = np.zeros(values.shape, dtype=np.uint8)

@@ -403,3 +403,16 @@ def test_feature_rows_are_written_at_their_positions(tmp_path, monkeypatch, max_
     got = np.load(path)
     assert np.array_equal(got[positions], rows)
     assert not np.delete(got, positions, axis=0).any()
+
+
+@pytest.mark.parametrize("num_bounds", [0, 1, 7, 16, 17, 40])  # comparisons up to FEW_BOUNDS, then a search
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_a_values_bucket_by_comparisons_equals_the_binary_search(num_bounds, dtype):
+    from distgnn.partition.distributed import bucket_of
+
+    rng = np.random.default_rng(num_bounds)
+    bounds = np.sort(rng.integers(0, 1000, num_bounds))  # above uint8's range: compared as int64
+    values = rng.integers(0, 1100 if dtype != np.uint8 else 256, 3000).astype(dtype)
+    got = bucket_of(bounds, values)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.searchsorted(bounds, values, side="right"))
