@@ -381,10 +381,10 @@ class _Job:
         so a writer holds one partition's edges at a time, and the rank's own edges are dropped before
         the last partition is written."""
         R = len(self.etypes)
-        steps_s = _Steps()
+        clock = _Steps()
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
-        steps_s.done("renumber")
+        clock.done("renumber")
         part = self.part_of_new(self.dst)
         keys = part * R + self.etype if R > 1 else part
         counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
@@ -409,7 +409,7 @@ class _Job:
         for k in range(0, len(order), LOOKUP_SLICE):
             np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
         del order
-        steps_s.done("order")
+        clock.done("order")
         starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
@@ -420,7 +420,7 @@ class _Job:
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
             edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
-            steps_s.done("exchange")
+            clock.done("exchange")
             if k == steps - 1:
                 rows = None
             p = first + self.rank
@@ -452,7 +452,7 @@ class _Job:
                 dsts, types = edges[:, 1][by], edges[:, 3][by]
                 del edges, by
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
-            steps_s.done("sort and write")
+            clock.done("sort and write")
         del rows
         # orig_nid: the owners send (new id, original id) to the writers.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -470,7 +470,7 @@ class _Job:
             orig[mine[:, 0] - n0] = mine[:, 1]
             _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
         del pairs, part
-        steps_s.done("orig_nid")
+        clock.done("orig_nid")
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
             new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
@@ -478,8 +478,8 @@ class _Job:
             got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
-        steps_s.done("ids back")
-        logger.info("rank %d: dispatch steps (wall s): %s", self.rank, steps_s)
+        clock.done("ids back")
+        logger.info("rank %d: dispatch steps (wall s): %s", self.rank, clock)
 
     def _write_part(
         self,
@@ -560,6 +560,7 @@ class _Job:
         travels as its rows ordered by partition plus, per partition, a count and a first new id, and a
         writer writes what it receives as runs, straight from its receive buffer."""
         slots = -(-self.P // self.world)  # partitions per writer
+        slot_order = self._slot_order()
         for t, ntype in enumerate(self.ntypes):
             arrays = self.layout.ndata.get(ntype, {})
             if not arrays:
@@ -568,8 +569,8 @@ class _Job:
             offsets = _offsets(chunks) + self.node_offsets[t]
             mine = self.my_chunks(len(chunks))
             rounds = -(-len(chunks) // self.world)
-            # Per round: this rank's chunk's rows ordered by (writer, partition), and each partition's
-            # row count and first new id, gathered from every rank: runs[k, src, p] = (count, first).
+            # Per round k: this rank's chunk's rows ordered by (writer, partition), and each partition's
+            # row count and first new id, runs[k, p]; gathered from every rank: runs[src, k, p].
             orders, runs = [], np.zeros((rounds, self.P, 2), dtype=np.int64)
             ids = self.new_node_ids(
                 np.concatenate([np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine])
@@ -583,10 +584,10 @@ class _Job:
                 part = self.part_of_new(new)
                 order = self.group.order_by_rank((part % self.world) * slots + part // self.world)
                 count = np.bincount(part, minlength=self.P)
-                starts = _offsets(count[self._slot_order()].tolist())[:-1]
-                first = new[order[np.minimum(starts, max(len(order) - 1, 0))]] if len(order) else starts
-                runs[k, self._slot_order(), 0] = count[self._slot_order()]
-                runs[k, self._slot_order(), 1] = first
+                runs[k, :, 0] = count
+                group_start = _offsets(count[slot_order].tolist())[:-1]  # each partition's first row in order
+                present = count[slot_order] > 0
+                runs[k, slot_order[present], 1] = new[order[group_start[present]]]
                 orders.append(order)
             del ids
             runs = self.group.allgather(runs)  # (W, rounds, P, 2)
@@ -644,7 +645,7 @@ class _Job:
                 mine_counts = runs[:, k, self.my_parts, 0]  # (W, my parts)
                 mine_starts = np.cumsum(mine_counts, axis=1) - mine_counts
                 for got, first, got_n in self.group.alltoallv_rounds(send[:n], counts, self.opts.message_bytes, recv):
-                    recv = got.base if got.base is not None else got
+                    recv = got.base if got.base is not None else got  # got: a leading slice of the buffer, kept
                     at = 0
                     for src in range(W):
                         lo, hi = int(first[src]), int(first[src] + got_n[src])
