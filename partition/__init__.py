@@ -2,8 +2,8 @@
 
 The runtime reads only ``format`` and ``book``; the partitioner (``partition_graph``) loads on first use, and
 nothing here touches the servers or rpc. ``distributed`` runs the tool as W ranks of torch.distributed (gloo)
-over a chunked graph no process reads whole (``--local`` under the launcher's supervisor). May import: errors,
-launch, data.
+over a chunked graph no process reads whole (``--local``: ranks forked after one torch import). May import:
+errors, launch, data.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import numpy as np
@@ -41,6 +41,12 @@ ENV_NAMES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 PEER_LOST_EXIT = 3
 # Up to this many distinct keys, ordering rows by destination scans once per key instead of sorting.
 FEW_KEYS = 4
+
+
+def _rows_per_round(rows: np.ndarray, world: int, message_bytes: int) -> int:
+    """Rows one rank sends each peer in one round of an exchange bounded by ``message_bytes`` (at least one)."""
+    row_bytes = max(1, int(np.prod(rows.shape[1:], dtype=np.int64)) * rows.dtype.itemsize)
+    return max(1, message_bytes // world // row_bytes)
 
 
 class RankFailure(DistGNNError):
@@ -238,41 +244,64 @@ class RankGroup:
         """
         rows = np.ascontiguousarray(rows)
         dest_counts = np.asarray(dest_counts, dtype=np.int64)
+        counts = self.allgather(dest_counts)  # counts[src, dst]
+        recv_counts = counts[:, self.rank]
+        out = np.empty((int(recv_counts.sum()), *rows.shape[1:]), dtype=rows.dtype)
+        recv_starts = np.concatenate([[0], np.cumsum(recv_counts)])
+        one_round = counts.max(initial=0) <= _rows_per_round(rows, self.world, message_bytes)
+        for got, first, n in self.alltoallv_rounds(rows, counts, message_bytes, out if one_round else None):
+            if one_round:
+                break  # received in place
+            at = 0
+            for s in range(self.world):
+                out[recv_starts[s] + first[s] : recv_starts[s] + first[s] + n[s]] = got[at : at + n[s]]
+                at += int(n[s])
+        return out, recv_counts
+
+    def alltoallv_rounds(
+        self, rows: np.ndarray, counts: np.ndarray, message_bytes: int, recv: np.ndarray | None = None
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The rounds of :meth:`alltoallv`, each's received rows handed over as they arrive.
+
+        Args:
+            rows: as in :meth:`alltoallv` (C-contiguous), sorted by destination.
+            counts: ``(world, world)`` rows each rank sends each rank (``counts[src, dst]``), known to all.
+            message_bytes: as in :meth:`alltoallv`.
+            recv: a buffer of ``rows``' dtype and row shape to receive into where it is large enough (else
+                one is allocated); reused by the caller across exchanges, no fresh pages each time.
+
+        Yields, per round, ``(got, first, n)``: ``got`` holds, by source rank, rows ``first[s] ..
+        first[s] + n[s]`` of what source ``s`` sends this rank; it is valid until the next round.
+        """
+        counts = np.asarray(counts, dtype=np.int64)
         row_shape, dtype = rows.shape[1:], rows.dtype
         row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize)
-        counts = self.allgather(dest_counts)  # counts[src, dst]
-        per_round = max(1, message_bytes // self.world // row_bytes)
+        per_round = _rows_per_round(rows, self.world, message_bytes)
         num_rounds = int(-(-counts.max() // per_round)) if counts.size else 0
+        dest_counts, recv_counts = counts[self.rank], counts[:, self.rank]
         send_starts = np.concatenate([[0], np.cumsum(dest_counts)])
-        recv_counts = counts[:, self.rank]
-        out = np.empty((int(recv_counts.sum()), *row_shape), dtype=dtype)
-        recv_starts = np.concatenate([[0], np.cumsum(recv_counts)])
         flat = rows.view(np.uint8).reshape(-1) if rows.size else np.empty(0, dtype=np.uint8)
-        out_flat = out.view(np.uint8).reshape(-1) if out.size else np.empty(0, dtype=np.uint8)
-        if num_rounds == 1:
-            # One round: the rows are already laid out by destination; no staging copies.
-            self._all_to_all(out_flat, flat, recv_counts * row_bytes, dest_counts * row_bytes)
-            num_rounds = 0
+        most = int(np.minimum(recv_counts, per_round).sum()) if num_rounds else 0
+        if recv is None or recv.shape[0] < most or recv.dtype != dtype or recv.shape[1:] != row_shape:
+            recv = np.empty((most, *row_shape), dtype=dtype)
+        recv_flat = recv.view(np.uint8).reshape(-1) if recv.size else np.empty(0, dtype=np.uint8)
         for k in range(num_rounds):
             lo = k * per_round
             send_n = np.clip(dest_counts - lo, 0, per_round)
             recv_n = np.clip(recv_counts - lo, 0, per_round)
-            pieces = [
-                flat[(send_starts[d] + lo) * row_bytes : (send_starts[d] + lo + send_n[d]) * row_bytes]
-                for d in range(self.world)
-            ]
-            send = np.concatenate(pieces)
-            recv = np.empty(int(recv_n.sum()) * row_bytes, dtype=np.uint8)
-            self._all_to_all(recv, send, recv_n * row_bytes, send_n * row_bytes)
-            at = 0
-            for s in range(self.world):
-                n = int(recv_n[s]) * row_bytes
-                if n:
-                    begin = (recv_starts[s] + lo) * row_bytes
-                    out_flat[begin : begin + n] = recv[at : at + n]
-                    at += n
-            del send, recv
-        return out, recv_counts
+            if num_rounds == 1:
+                send = flat  # one round: the rows are already laid out by destination, no staging copy
+            else:
+                send = np.concatenate(
+                    [
+                        flat[(send_starts[d] + lo) * row_bytes : (send_starts[d] + lo + send_n[d]) * row_bytes]
+                        for d in range(self.world)
+                    ]
+                )
+            got = int(recv_n.sum())
+            self._all_to_all(recv_flat[: got * row_bytes], send, recv_n * row_bytes, send_n * row_bytes)
+            del send
+            yield recv[:got], np.minimum(recv_counts, lo), recv_n
 
     def _all_to_all(self, recv: np.ndarray, send: np.ndarray, recv_bytes: np.ndarray, send_bytes: np.ndarray) -> None:
         """One ``all_to_all_single`` round of uint8 buffers split by byte counts per rank."""
@@ -286,7 +315,7 @@ class RankGroup:
 
     def order_by_rank(self, ranks: np.ndarray) -> np.ndarray:
         """Stable order of positions by ``ranks`` (any small non-negative keys: ranks, partitions): for a few
-        distinct keys one scan per key, else numpy's radix sort of 16-bit keys."""
+        distinct keys one scan per key, else numpy's radix sort of 8- or 16-bit keys."""
         bound = int(ranks.max(initial=-1)) + 1
         if bound <= FEW_KEYS:
             out = np.empty(ranks.shape[0], dtype=np.int64)
@@ -296,7 +325,7 @@ class RankGroup:
                 out[at : at + positions.shape[0]] = positions
                 at += positions.shape[0]
             return out
-        small = np.int16 if bound <= (1 << 15) else np.int64
+        small = np.uint8 if bound <= (1 << 8) else np.int16 if bound <= (1 << 15) else np.int64
         return np.argsort(ranks.astype(small, copy=False), kind="stable")
 
     def send_to(self, dest: np.ndarray, columns: np.ndarray, message_bytes: int) -> np.ndarray:

@@ -1,32 +1,35 @@
 """``distgnn-partition --workers W``: the distributed job's command line (one rank, or ``--local``'s W ranks).
 
-``--local`` checks the input and the memory, then runs W copies of the same command as ranks 0..W-1 with
-torchrun's environment on this host, under the launcher's supervisor (:mod:`distgnn.launch.supervisor`, as
-every ``--local`` job): when one fails, the others are stopped; Ctrl-C and SIGTERM stop them all.
+``--local`` checks the input and the memory, imports torch.distributed, then forks ranks 0..W-1 with
+torchrun's environment on this host: when one fails, the others are stopped; Ctrl-C and SIGTERM stop them
+all.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
-import secrets
 import signal
 import sys
+import time
+from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
 
-from distgnn.errors import ConfigError, InputError
-from distgnn.launch.ip_config import Machine
-from distgnn.launch.plan import LaunchOptions, local_plan
-from distgnn.launch.supervisor import Job
-from distgnn.launch.transport import LocalTransport, free_port
+from distgnn.errors import ConfigError, DistGNNError, InputError
+from distgnn.launch.supervisor import die_with_parent
+from distgnn.launch.transport import free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import available_bytes, check_output_dir
 from distgnn.partition.memory import BASE_BYTES, estimate_ranks, local_world_size, resident_bytes
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0
+# How often the launching process looks for a rank's exit.
+WAIT_POLL_S = 0.02
 GIB = float(1 << 30)
 
 
@@ -114,43 +117,120 @@ def run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     return _run_rank(opts, workers, args)
 
 
-def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> int:
-    """The W ranks on this host as ``distgnn-launch``'s :class:`~distgnn.launch.supervisor.Job` (trainers alone,
-    torchrun's environment): a failed rank named in one line and every other stopped (each removes its staging
-    directory), Ctrl-C and SIGTERM stop them all."""
+def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.Namespace) -> NoReturn:
+    """The W ranks on this host, forked from this process once it has imported torch.distributed: the
+    import, most of a rank's start, happens once for the job instead of once per rank. A failed rank is
+    named in one line and every other stopped (each removes its staging directory); Ctrl-C and SIGTERM
+    stop them all; a rank whose launcher dies gets SIGTERM. Ends this process with the job's exit status."""
     layout, estimates = _estimates(opts, workers)
     check_output_dir(opts.out.resolve(), opts.graph_name or layout.graph_name, opts.overwrite)
     _check_memory(sum(e.peak_bytes for e in estimates), f"--local with {workers} ranks")
-    child_argv = [a for a in argv if a != "--local"]
-    launch_opts = LaunchOptions(
-        ip_config="",
-        part_config=None,
-        command=(sys.executable, "-m", "distgnn.partition.cli", *child_argv),
-        num_trainers=workers,
-        num_servers=0,
-        local=True,
-    )
-    job_id = f"p{secrets.token_hex(4)}"
-    plan = local_plan([Machine("127.0.0.1", 0)], launch_opts, job_id, free_port())
-    job = Job(
-        plan,
-        LocalTransport(os.getcwd()),
-        sys.executable,
-        secrets.token_hex(16),
-        workers,
-        grace_s=STOP_GRACE_S,
-        name="",
-        labelled=False,
-        server_exit_grace_s=0.0,
-    )
-    code = job.run()
-    if job.signal_received is not None:
+    import distgnn.partition.collective  # noqa: F401  (torch.distributed, inherited by every rank)
+
+    env = {
+        "WORLD_SIZE": str(workers),
+        "LOCAL_WORLD_SIZE": str(workers),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    ranks = _LocalRanks(workers, env, lambda: _run_rank(opts, workers, args))
+    code = ranks.run()
+    if ranks.signal_received is not None:
         print("error: interrupted; no partition was written", file=sys.stderr)
-        return code
-    if job.cause is not None:
-        print(f"error: rank {job.cause.index} failed; every rank stopped, no partition was written", file=sys.stderr)
-        return job.cause.returncode if job.cause.returncode > 0 else 1
-    return code
+    elif ranks.failed is not None:
+        print(f"error: rank {ranks.failed} failed; every rank stopped, no partition was written", file=sys.stderr)
+    # Like a finished rank, this process leaves without the interpreter's teardown of torch's modules.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class _LocalRanks:
+    """Ranks ``0 .. world - 1`` as forked children, each in its own process group (a Ctrl-C at the terminal
+    reaches this process, which stops them in order), watched until all have exited."""
+
+    def __init__(self, world: int, env: dict[str, str], main: Callable[[], int]):
+        self.world, self.env, self.main = world, env, main
+        self.pids: dict[int, int] = {}  # pid -> rank
+        self.failed: int | None = None  # the rank whose failure stopped the job
+        self.signal_received: int | None = None
+
+    def _on_signal(self, signum, frame) -> None:
+        self.signal_received = signum
+
+    def _child(self, rank: int) -> None:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            die_with_parent()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            os.environ.update(self.env, RANK=str(rank), LOCAL_RANK=str(rank))
+            code = self.main()
+        except KeyboardInterrupt:
+            print("error: interrupted; no partition was written", file=sys.stderr)
+            code = 130
+        except (DistGNNError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            code = 2
+        except BaseException as exc:  # a rank never returns into its launcher's code
+            print(f"error: rank {rank}: {exc!r}", file=sys.stderr)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+
+    def run(self) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for rank in range(self.world):
+                if self.signal_received is not None:
+                    break
+                pid = os.fork()
+                if pid == 0:
+                    self._child(rank)
+                self.pids[pid] = rank
+            logging.getLogger(__name__).info("ranks 0-%d: pids %s", self.world - 1, " ".join(map(str, self.pids)))
+            code = 0
+            while self.pids and self.signal_received is None and self.failed is None:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    time.sleep(WAIT_POLL_S)
+                    continue
+                rank = self.pids.pop(pid)
+                if os.waitstatus_to_exitcode(status) != 0:
+                    self.failed = rank
+                    code = max(os.waitstatus_to_exitcode(status), 1)
+            if self.signal_received is not None:
+                code = 128 + self.signal_received
+            return code
+        finally:
+            self._stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _stop(self) -> None:
+        """SIGTERM to every rank left; SIGKILL to those still there after ``STOP_GRACE_S``; all reaped."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while self.pids:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                self.pids.pop(pid, None)
+            elif time.monotonic() < deadline:
+                time.sleep(WAIT_POLL_S)
+            else:
+                for pid in self.pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                for pid in list(self.pids):
+                    os.waitpid(pid, 0)
+                self.pids.clear()
 
 
 def _terminate(signum, frame) -> None:

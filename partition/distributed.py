@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 DIST_METHODS = ("random", "range", "metis")
 # Edge ends renumbered per lookup: bounds the lookup's scratch arrays whatever the edge count.
 LOOKUP_SLICE = 1 << 21
+# Up to this many bounds, a value's bucket is counted by comparisons instead of a binary search.
+FEW_BOUNDS = 16
 # Above this many runs of consecutive rows, received feature rows are written through a mapping.
 MAX_WRITE_RUNS = 4096
 
@@ -110,6 +112,25 @@ def _ranges(sizes: np.ndarray) -> np.ndarray:
     return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
 
 
+def bucket_of(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """int64 ``searchsorted(bounds, values, side="right")`` for sorted ``bounds``: with few bounds one
+    comparison pass per bound, else a binary search in the values' own dtype (a search across dtypes
+    converts every value first)."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if values.dtype.kind in "iu" and bounds.size:
+        limits = np.iinfo(values.dtype)
+        if limits.min <= bounds[0] and bounds[-1] <= limits.max:
+            bounds = bounds.astype(values.dtype)
+    if bounds.size > FEW_BOUNDS:
+        return np.searchsorted(bounds, values, side="right").astype(np.int64, copy=False)
+    out = np.zeros(values.shape, dtype=np.uint8)
+    above = np.empty(values.shape, dtype=bool)
+    for bound in bounds:
+        np.greater_equal(values, bound, out=above)
+        out += above
+    return out.astype(np.int64)
+
+
 def check_chunking(layout: ChunkedLayout) -> None:
     """Data files must follow the chunking, so the reader of a chunk reads its data rows too."""
     for owner, arrays, chunks in [
@@ -145,7 +166,18 @@ def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
         data, at = data[done:], at + done
 
 
-def _write_rows(path: Path, length: int, first: int, values: np.ndarray) -> None:
+class _Arange:
+    """``np.arange(start, stop)`` (int64) for :func:`_write_rows`, made a slice at a time."""
+
+    def __init__(self, start: int, stop: int):
+        self.start, self.shape = start, (stop - start,)
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        lo, hi, _ = where.indices(self.shape[0])
+        return np.arange(self.start + lo, self.start + hi, dtype=np.int64)
+
+
+def _write_rows(path: Path, length: int, first: int, values: np.ndarray | _Arange) -> None:
     """Write ``values`` as int64 rows ``first ..`` of the ``(length,)`` int64 ``.npy`` file ``path``, a slice
     at a time (plain writes: nothing of the file stays mapped in this process)."""
     header = path.stat().st_size - 8 * length
@@ -245,7 +277,7 @@ class _Job:
         return np.searchsorted(self.owner_bounds[1:], ids, side="right")
 
     def part_of_new(self, new_ids: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.node_map[:, 1], new_ids, side="right")
+        return bucket_of(self.node_map[:-1, 1], new_ids)
 
     def my_chunks(self, num_chunks: int) -> list[int]:
         return list(range(self.rank, num_chunks, self.world))
@@ -349,12 +381,14 @@ class _Job:
         so a writer holds one partition's edges at a time, and the rank's own edges are dropped before
         the last partition is written."""
         R = len(self.etypes)
+        clock = _Steps()
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
+        clock.done("renumber")
         part = self.part_of_new(self.dst)
-        etype = self.etype if R > 1 else 0
-        counts = np.bincount(part * R + etype, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
-        del etype
+        keys = part * R + self.etype if R > 1 else part
+        counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
+        del keys
         counts = self.group.allreduce(counts)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
@@ -362,18 +396,20 @@ class _Job:
         order = self.group.order_by_rank(part)  # by partition
         per_part = np.bincount(part, minlength=self.P).astype(np.int64)
         del part
-        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition.
+        # Rows (new source, new destination, original edge id[, edge type]) ordered by partition. (The
+        # order's positions are valid: take's "clip" mode gathers in place, "raise" through a buffer.)
         rows = np.empty((len(order), 4 if R > 1 else 3), dtype=self.id_dtype)
-        np.take(self.src, order, out=rows[:, 0])
+        np.take(self.src, order, out=rows[:, 0], mode="clip")
         self.src = None
-        np.take(self.dst, order, out=rows[:, 1])
+        np.take(self.dst, order, out=rows[:, 1], mode="clip")
         self.dst = None
         if R > 1:
-            np.take(self.etype, order, out=rows[:, 3])
+            np.take(self.etype, order, out=rows[:, 3], mode="clip")
             self.etype = None
         for k in range(0, len(order), LOOKUP_SLICE):
             np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
         del order
+        clock.done("order")
         starts = _offsets(per_part.tolist())
         self.part_counts: dict[int, tuple[int, int, int]] = {}
         back_eid, back_new = [], []
@@ -384,6 +420,7 @@ class _Job:
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
             edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            clock.done("exchange")
             if k == steps - 1:
                 rows = None
             p = first + self.rank
@@ -415,6 +452,7 @@ class _Job:
                 dsts, types = edges[:, 1][by], edges[:, 3][by]
                 del edges, by
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
+            clock.done("sort and write")
         del rows
         # orig_nid: the owners send (new id, original id) to the writers.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
@@ -432,6 +470,7 @@ class _Job:
             orig[mine[:, 0] - n0] = mine[:, 1]
             _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
         del pairs, part
+        clock.done("orig_nid")
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
             new = np.concatenate(back_new) if back_new else np.empty(0, dtype=np.int64)
@@ -439,6 +478,8 @@ class _Job:
             got = self.group.send_to(reader, np.stack([local, new], axis=1), self.opts.message_bytes)
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
+        clock.done("ids back")
+        logger.info("rank %d: dispatch steps (wall s): %s", self.rank, clock)
 
     def _write_part(
         self,
@@ -487,9 +528,12 @@ class _Job:
         save("indices", indices)
         del indices
         save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
-        eids = np.arange(e0, e1, dtype=np.int64)
-        save("eids", eids if eid_order is None else eids[eid_order])
-        del eids, eid_order
+        if eid_order is None:  # the new edge ids in order, written a slice at a time
+            create_npy(where / "eids.npy", np.int64, (e1 - e0,))
+            _write_rows(where / "eids.npy", e1 - e0, 0, _Arange(e0, e1))
+        else:
+            save("eids", np.arange(e0, e1, dtype=np.int64)[eid_order])
+        del eid_order
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 
@@ -511,6 +555,12 @@ class _Job:
         return readers_a[chunk], firsts_a[chunk] + eids - starts_a[chunk]
 
     def scatter_node_features(self, staging: Path, node_specs: dict[str, FeatureSpec]) -> None:
+        """Node data chunk by chunk to the writers: the rows of one chunk in one partition have consecutive
+        new ids (new ids follow (partition, original id), a chunk is a run of original ids), so a chunk
+        travels as its rows ordered by partition plus, per partition, a count and a first new id, and a
+        writer writes what it receives as runs, straight from its receive buffer."""
+        slots = -(-self.P // self.world)  # partitions per writer
+        slot_order = self._slot_order()
         for t, ntype in enumerate(self.ntypes):
             arrays = self.layout.ndata.get(ntype, {})
             if not arrays:
@@ -518,24 +568,100 @@ class _Job:
             chunks = self.layout.node_chunks[ntype]
             offsets = _offsets(chunks) + self.node_offsets[t]
             mine = self.my_chunks(len(chunks))
-            ids = [np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine]
-            new_flat = self.new_node_ids(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64))
-            ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
-            new_of_chunk = {j: new_flat[end - len(i) : end] for j, i, end in zip(mine, ids, ends, strict=True)}
-            first = self.node_type_ranges[:, t, 0]
+            rounds = -(-len(chunks) // self.world)
+            # Per round k: this rank's chunk's rows ordered by (writer, partition), and each partition's
+            # row count and first new id, runs[k, p]; gathered from every rank: runs[src, k, p].
+            orders, runs = [], np.zeros((rounds, self.P, 2), dtype=np.int64)
+            ids = self.new_node_ids(
+                np.concatenate([np.arange(offsets[j], offsets[j + 1], dtype=np.int64) for j in mine])
+                if mine
+                else np.empty(0, dtype=np.int64)
+            )
+            at = 0
+            for k, j in enumerate(mine):
+                new = ids[at : at + chunks[j]]
+                at += chunks[j]
+                part = self.part_of_new(new)
+                order = self.group.order_by_rank((part % self.world) * slots + part // self.world)
+                count = np.bincount(part, minlength=self.P)
+                runs[k, :, 0] = count
+                group_start = _offsets(count[slot_order].tolist())[:-1]  # each partition's first row in order
+                present = count[slot_order] > 0
+                runs[k, slot_order[present], 1] = new[order[group_start[present]]]
+                orders.append(order)
+            del ids
+            runs = self.group.allgather(runs)  # (W, rounds, P, 2)
             for name, array in arrays.items():
                 key = feature_key(ntype, name, DEFAULT_NTYPE)
                 node_specs[key] = FeatureSpec(str(array.dtype), tuple(int(d) for d in array.shape))
-                self._scatter(
-                    staging,
-                    self.node_map,
-                    f"node_feat/{key}",
-                    array,
-                    (mine, -(-len(chunks) // self.world)),
-                    new_of_chunk,
-                    first,
-                    self.node_type_ranges[:, t],
-                )
+                self._scatter_runs(staging, f"node_feat/{key}", array, mine, orders, runs, t)
+
+    def _slot_order(self) -> np.ndarray:
+        """The partitions in the order they travel: by writer rank, then by their slot on that writer."""
+        parts = np.arange(self.P)
+        return parts[np.lexsort((parts // self.world, parts % self.world))]
+
+    def _scatter_runs(
+        self,
+        staging: Path,
+        rel: str,
+        array: ChunkedArray,
+        mine: list[int],
+        orders: list[np.ndarray],
+        runs: np.ndarray,
+        t: int,
+    ) -> None:
+        """One node array of type ``t`` to the writers (see :meth:`scatter_node_features`); ``orders[k]``:
+        the rows of this rank's ``k``-th chunk by (writer, partition); ``runs[src, k, p]``: count and
+        first new id of partition ``p``'s rows in rank ``src``'s ``k``-th chunk."""
+        W, rounds = self.world, runs.shape[1]
+        row_shape = tuple(array.row_shape)
+        row_bytes = array.dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        first_of_type = self.node_type_ranges[:, t, 0]
+        files = {}
+        try:
+            for p in self.my_parts:
+                path = staging / f"part{p}" / f"{rel}.npy"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                count = int(self.node_type_ranges[p, t, 1] - first_of_type[p])
+                create_npy(path, array.dtype, (count, *row_shape))
+                files[p] = (os.open(path, os.O_WRONLY), path.stat().st_size - row_bytes * count)
+            largest = max((len(o) for o in orders), default=0)
+            send = np.empty((largest, *row_shape), dtype=array.dtype)
+            recv = None
+            writer_of = np.arange(self.P) % W
+            for k in range(rounds):
+                n = 0
+                if k < len(mine):
+                    block = _load_chunk(array, mine[k])
+                    n = len(block)
+                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")
+                    del block
+                counts = np.zeros((W, W), dtype=np.int64)  # counts[src, dst]
+                for src in range(W):
+                    counts[src] = np.bincount(writer_of, weights=runs[src, k, :, 0], minlength=W)
+                # Per source, this rank's partitions in slot order: where each one's rows start in what the
+                # source sends it.
+                mine_counts = runs[:, k, self.my_parts, 0]  # (W, my parts)
+                mine_starts = np.cumsum(mine_counts, axis=1) - mine_counts
+                for got, first, got_n in self.group.alltoallv_rounds(send[:n], counts, self.opts.message_bytes, recv):
+                    recv = got.base if got.base is not None else got  # got: a leading slice of the buffer, kept
+                    at = 0
+                    for src in range(W):
+                        lo, hi = int(first[src]), int(first[src] + got_n[src])
+                        for i, p in enumerate(self.my_parts):
+                            a = max(lo, int(mine_starts[src, i]))
+                            b = min(hi, int(mine_starts[src, i] + mine_counts[src, i]))
+                            if a >= b:
+                                continue
+                            fd, header = files[p]
+                            row = int(runs[src, k, p, 1] - first_of_type[p]) + a - int(mine_starts[src, i])
+                            data = memoryview(got[at + a - lo : at + b - lo]).cast("B")
+                            _pwrite_all(fd, data, header + row_bytes * row)
+                        at += hi - lo
+        finally:
+            for fd, _ in files.values():
+                os.close(fd)
 
     def scatter_edge_features(self, staging: Path, edge_specs: dict[str, FeatureSpec]) -> None:
         for t, etype in enumerate(self.etypes):
@@ -654,15 +780,35 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
     return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
 
 
+class _Steps:
+    """Wall seconds of a phase's steps, summed by name in the order first seen."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def done(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {s:.2f}" for name, s in self.seconds.items())
+
+
 def _phase(group: RankGroup, name: str, step) -> None:
-    start, cpu = time.perf_counter(), time.process_time()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     step()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     logger.info(
-        "rank %d: %s done in %.1f s, CPU %.1f s (peak RSS so far %.2f GiB)",
+        "rank %d: %s done in %.1f s, CPU %.1f s (system %.1f s, %d minor faults; peak RSS so far %.2f GiB)",
         group.rank,
         name,
         time.perf_counter() - start,
-        time.process_time() - cpu,
+        user + system,
+        system,
+        after.ru_minflt - before.ru_minflt,
         peak_rss_bytes() / (1 << 30),
     )
 

@@ -160,20 +160,6 @@ def test_a_killed_rank_stops_every_rank_naming_it_and_leaves_no_partition(hetero
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
 
 
-def _rank_pid(marker: str, rank: int) -> int | None:
-    """The pid of the partition rank ``rank`` whose command line holds ``marker`` (not its launcher wrapper)."""
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        ours = marker.encode() in argv and b"distgnn.partition.cli" in argv and b"distgnn.launch.remote" not in argv
-        if ours and f"RANK={rank}".encode() in env:
-            return int(entry.name)
-    return None
-
-
 def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_path):
     out = tmp_path / "out"
     args = [
@@ -182,14 +168,14 @@ def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_pat
     ]  # fmt: skip
     job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Rank 1's pid first: the job's last phases take well under a second, less than a scan of /proc under load.
-        deadline = time.monotonic() + 60
-        while (pid := _rank_pid(str(out), 1)) is None and job.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert pid is not None, "rank 1 never started"
+        pids = []
         for line in job.stdout:
+            if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
+                pids = [int(x) for x in found.groups()]
             if "number nodes done" in line:
                 break
+        assert pids, "the ranks' pids were not printed"
+        pid = pids[1]
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, err = job.communicate(timeout=30)
@@ -200,7 +186,48 @@ def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_pat
         job.wait()
     assert job.returncode != 0
     assert "rank 1 failed; every rank stopped, no partition was written" in err
-    assert _rank_pid(str(out), 0) is None
+    assert not _running(pids[0])
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (an exited one waiting to be reaped is a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_local_launcher_stops_its_ranks_and_leaves_no_partition(hetero, tmp_path, sig):
+    out = tmp_path / "out"
+    args = [
+        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
+        "--message-mb", 0.00005,
+    ]  # fmt: skip
+    job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = []
+        for line in job.stdout:
+            if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
+                pids = [int(x) for x in found.groups()]
+            if "number nodes done" in line:
+                break
+        assert pids, "the ranks' pids were not printed"
+        job.send_signal(sig)
+        _, err = job.communicate(timeout=30)
+        deadline = time.monotonic() + 30  # SIGKILL: the ranks see their launcher die and stop on their own
+        while any(map(_running, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        job.wait()
+    assert not [pid for pid in pids if _running(pid)]
+    if sig == signal.SIGTERM:
+        assert job.returncode == 128 + signal.SIGTERM
+        assert "error: interrupted; no partition was written" in err
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
 
@@ -327,7 +354,7 @@ def test_the_metis_estimate_counts_its_phase_and_the_coarsest_graph_on_rank_0(ho
     assert whole[1].peak_bytes == small[1].peak_bytes > random[1].peak_bytes
 
 
-@pytest.mark.parametrize("bound", [1, 3, 4, 5, 40_000])
+@pytest.mark.parametrize("bound", [1, 3, 4, 5, 256, 300, 40_000])  # scans; 8-bit, 16-bit radix sorts
 def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
     from types import SimpleNamespace
 
@@ -376,3 +403,16 @@ def test_feature_rows_are_written_at_their_positions(tmp_path, monkeypatch, max_
     got = np.load(path)
     assert np.array_equal(got[positions], rows)
     assert not np.delete(got, positions, axis=0).any()
+
+
+@pytest.mark.parametrize("num_bounds", [0, 1, 7, 16, 17, 40])  # comparisons up to FEW_BOUNDS, then a search
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_a_values_bucket_by_comparisons_equals_the_binary_search(num_bounds, dtype):
+    from distgnn.partition.distributed import bucket_of
+
+    rng = np.random.default_rng(num_bounds)
+    bounds = np.sort(rng.integers(0, 1000, num_bounds))  # above uint8's range: compared as int64
+    values = rng.integers(0, 1100 if dtype != np.uint8 else 256, 3000).astype(dtype)
+    got = bucket_of(bounds, values)
+    assert got.dtype == np.int64
+    assert np.array_equal(got, np.searchsorted(bounds, values, side="right"))
