@@ -8,19 +8,16 @@ all.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from typing import NoReturn
 
 import numpy as np
 
 from distgnn.errors import ConfigError, DistGNNError, InputError
-from distgnn.launch.supervisor import die_with_parent
+from distgnn.launch.forked import INTERRUPTED_EXIT, ForkedRanks
 from distgnn.launch.transport import free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import available_bytes, check_output_dir
@@ -28,9 +25,9 @@ from distgnn.partition.memory import BASE_BYTES, estimate_ranks, local_world_siz
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0
-# How often the launching process looks for a rank's exit.
-WAIT_POLL_S = 0.02
 GIB = float(1 << 30)
+
+log = logging.getLogger(__name__)
 
 
 def _options(args: argparse.Namespace) -> DistOptions:
@@ -133,7 +130,7 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
     }
-    ranks = _LocalRanks(workers, env, lambda: _run_rank(opts, workers, args))
+    ranks = ForkedRanks(workers, env, lambda: _forked_rank(opts, workers, args), STOP_GRACE_S, log)
     code = ranks.run()
     if ranks.signal_received is not None:
         print("error: interrupted; no partition was written", file=sys.stderr)
@@ -146,91 +143,16 @@ def _run_local(opts: DistOptions, workers: int, argv: list[str], args: argparse.
     os._exit(code)
 
 
-class _LocalRanks:
-    """Ranks ``0 .. world - 1`` as forked children, each in its own process group (a Ctrl-C at the terminal
-    reaches this process, which stops them in order), watched until all have exited."""
-
-    def __init__(self, world: int, env: dict[str, str], main: Callable[[], int]):
-        self.world, self.env, self.main = world, env, main
-        self.pids: dict[int, int] = {}  # pid -> rank
-        self.failed: int | None = None  # the rank whose failure stopped the job
-        self.signal_received: int | None = None
-
-    def _on_signal(self, signum, frame) -> None:
-        self.signal_received = signum
-
-    def _child(self, rank: int) -> None:
-        code = 1
-        try:
-            os.setpgid(0, 0)
-            die_with_parent()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_DFL)
-            os.environ.update(self.env, RANK=str(rank), LOCAL_RANK=str(rank))
-            code = self.main()
-        except KeyboardInterrupt:
-            print("error: interrupted; no partition was written", file=sys.stderr)
-            code = 130
-        except (DistGNNError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            code = 2
-        except BaseException as exc:  # a rank never returns into its launcher's code
-            print(f"error: rank {rank}: {exc!r}", file=sys.stderr)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-
-    def run(self) -> int:
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for rank in range(self.world):
-                if self.signal_received is not None:
-                    break
-                pid = os.fork()
-                if pid == 0:
-                    self._child(rank)
-                self.pids[pid] = rank
-            logging.getLogger(__name__).info("ranks 0-%d: pids %s", self.world - 1, " ".join(map(str, self.pids)))
-            code = 0
-            while self.pids and self.signal_received is None and self.failed is None:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    time.sleep(WAIT_POLL_S)
-                    continue
-                rank = self.pids.pop(pid)
-                if os.waitstatus_to_exitcode(status) != 0:
-                    self.failed = rank
-                    code = max(os.waitstatus_to_exitcode(status), 1)
-            if self.signal_received is not None:
-                code = 128 + self.signal_received
-            return code
-        finally:
-            self._stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    def _stop(self) -> None:
-        """SIGTERM to every rank left; SIGKILL to those still there after ``STOP_GRACE_S``; all reaped."""
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while self.pids:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid:
-                self.pids.pop(pid, None)
-            elif time.monotonic() < deadline:
-                time.sleep(WAIT_POLL_S)
-            else:
-                for pid in self.pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                for pid in list(self.pids):
-                    os.waitpid(pid, 0)
-                self.pids.clear()
+def _forked_rank(opts: DistOptions, workers: int, args: argparse.Namespace) -> int:
+    """A rank forked by ``--local``: :func:`_run_rank`, its errors as one line and an exit code."""
+    try:
+        return _run_rank(opts, workers, args)
+    except KeyboardInterrupt:
+        print("error: interrupted; no partition was written", file=sys.stderr)
+        return INTERRUPTED_EXIT
+    except (DistGNNError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _terminate(signum, frame) -> None:
