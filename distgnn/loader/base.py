@@ -151,8 +151,10 @@ class BatchLoader:
         self._workers: Workers | None = None
         self._active_epoch: int | None = None
         # GPU sampling in this process (inline or the prefetch thread) gets a stream of its own: the sampler's
-        # host syncs then wait for the sampling kernels alone, not for the training step queued before.
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # host syncs then wait for the sampling kernels alone, not for the training step queued before. Its
+        # priority is the highest: the GPU schedules the sampling kernels' blocks ahead of the step's, so each
+        # sync returns after the sampling's own work and the step fills the time between them.
+        self._stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._maker = maker if self._stream is None else OnStream(maker, self._stream)
         if options.num_workers > 0 or options.prefetch_count > 0:
             # (Worker processes only take CPU samplers, so only the prefetch thread gets a maker on a stream.)
