@@ -278,13 +278,15 @@ tail -4 "$OUT/scaling_link.log"
         "(inline, rank 0's per-batch stage spans and their plots under $OUT), repeats (inline, 1 and 2 "
         "GPUs run 3 times each, interleaved), replicated (2 machines x 1 GPU, partitioned and with the structure "
         "replicated on every trainer, 2 interleaved repeats), threadrepeats (the sampling thread, 1 and 2 GPUs 3 times "
-        "each, interleaved); SCALING_EPOCHS epochs a run (default 8), SCALING_WORKDIR the partition's folder "
+        "each, interleaved), both (inline and the thread, 1 and 2 GPUs each, SCALING_REPEATS interleaved rounds, "
+        "default 3); SCALING_EPOCHS epochs a run (default 8), SCALING_WORKDIR the partition's folder "
         "(scaling.py's --workdir; /tmp/distgnn-train1 shares train1's)",
         r"""
 epochs=${SCALING_EPOCHS:-8}
 for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
   "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json" "repeats:--repeats 3" \
-  "replicated:--machines many --replicated-rows --repeats 2" "threadrepeats:--repeats 3 -- --prefetch 1"; do
+  "replicated:--machines many --replicated-rows --repeats 2" "threadrepeats:--repeats 3 -- --prefetch 1" \
+  "both:--thread-rows --repeats ${SCALING_REPEATS:-3}"; do
   name=${variant%%:*}
   [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086
@@ -445,11 +447,11 @@ sed -n '/^graph/,$p' "$OUT/sample_span.log" | grep -v "^ *$" | head -60
     Stage(
         "sampletests",
         300,
-        "the CUDA tests of the GPU sampler, relabel and the loader's sampling stream (tests/sampling/test_gpu.py, "
-        "test_device.py, tests/loader/test_node_loader.py)",
+        "the CUDA tests of the GPU sampler, relabel, the loader's sampling stream and the feature path "
+        "(tests/sampling/test_gpu.py, test_device.py, tests/loader/test_node_loader.py, tests/cache/test_feature_path.py)",
         r"""
 timeout 280 python3 -m pytest -q -p no:cacheprovider -m cuda tests/sampling/test_gpu.py tests/sampling/test_device.py \
-  tests/loader/test_node_loader.py >"$OUT/pytest_sampling.log" 2>&1 || status=1
+  tests/loader/test_node_loader.py tests/cache/test_feature_path.py >"$OUT/pytest_sampling.log" 2>&1 || status=1
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_sampling.log" | tail -15
 """,
     ),

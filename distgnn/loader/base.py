@@ -228,6 +228,8 @@ class BatchLoader:
     def _to_device(self, batch):
         if self.device.type == "cpu" and self._sampler_device.type == "cpu":
             return batch
+        if batch.ready is not None and all(t.device == self.device for t in batch.tensors()):
+            return batch  # made on the device by a GPU sampler (and handed over): nothing to move
         # Tensors already there stay as they are; a copy back to the host must finish before it is read.
         return batch.to(self.device, non_blocking=self.device.type == "cuda")
 
