@@ -202,9 +202,9 @@ class Workers:
         # The loader's own sampler: a GPU sampler's placed partition is not made twice.
         args = (g, sampler, 0, 1, maker, plan, self.commands[0], self.outputs[0], threading.main_thread().is_alive)
         self.procs = [threading.Thread(target=sample_loop, args=args, name="distgnn-prefetch", daemon=False)]
+        self.procs[0].start()
         _short_switches.acquire()
         self._switches_held = True
-        self.procs[0].start()
 
     @property
     def count(self) -> int:
