@@ -8,7 +8,9 @@
 // output size has a small upper bound (num_seeds * fanout) the outputs are allocated at that size before the
 // sync, so the GPU never waits for the host; the outputs returned are views of their first `total` entries.
 // Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill. The error word goes back
-// to Python, which raises the ValueError.
+// to Python, which raises the ValueError. `sample_block` queues a bounded layer's sampling and its relabel (over
+// the bound, the picks' total read on the device) back to back and makes one sync for both: one copy of
+// [total, error word, new sources].
 
 #include <array>
 #include <cstdint>
