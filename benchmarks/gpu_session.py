@@ -10,7 +10,8 @@ bash with ``OUT`` (the log folder: ``$OUT``, else /tmp/distgnn-gpu-session), ``s
 ``here_cache`` (the extension cache) and the ``train1`` helper (one ``scaling.py --gpus 1`` run of a checkout) set;
 a stage fails when its body exits non-zero (``status=1`` in it) or runs past its limit (its processes are then
 killed). Stages run in the order named; the exit status is 1 when any failed. Keep one call under 10 minutes.
-Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, BASE, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
+Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, SCALING_REPEATS, SCALING_WORKDIR, BASE,
+BASE_FILES, REPEATS, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
 TGN_VARIANTS, TGN_DEADLINE, DATA, DATA_ROOT, STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
 """
 
