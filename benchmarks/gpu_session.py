@@ -10,7 +10,8 @@ bash with ``OUT`` (the log folder: ``$OUT``, else /tmp/distgnn-gpu-session), ``s
 ``here_cache`` (the extension cache) and the ``train1`` helper (one ``scaling.py --gpus 1`` run of a checkout) set;
 a stage fails when its body exits non-zero (``status=1`` in it) or runs past its limit (its processes are then
 killed). Stages run in the order named; the exit status is 1 when any failed. Keep one call under 10 minutes.
-Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, BASE, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
+Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, SCALING_REPEATS, SCALING_WORKDIR, BASE,
+BASE_FILES, REPEATS, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
 TGN_VARIANTS, TGN_DEADLINE, DATA, DATA_ROOT, STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
 """
 
@@ -293,16 +294,21 @@ tail -4 "$OUT/scaling_link.log"
         "deep (--prefetch 4), replicate (every GPU caches the whole hot set: no peer reads), timeline "
         "(inline, rank 0's per-batch stage spans and their plots under $OUT), repeats (inline, 1 and 2 "
         "GPUs run 3 times each, interleaved), replicated (2 machines x 1 GPU, partitioned and with the structure "
-        "replicated on every trainer, 2 interleaved repeats); SCALING_EPOCHS epochs a run (default 8)",
+        "replicated on every trainer, 2 interleaved repeats), threadrepeats (the sampling thread, 1 and 2 GPUs 3 times "
+        "each, interleaved), both (inline and the thread, 1 and 2 GPUs each, SCALING_REPEATS interleaved rounds, "
+        "default 3); SCALING_EPOCHS epochs a run (default 8), SCALING_WORKDIR the partition's folder "
+        "(scaling.py's --workdir; /tmp/distgnn-train1 shares train1's)",
         r"""
 epochs=${SCALING_EPOCHS:-8}
 for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
   "replicate:--cache-policy replicate" "timeline:--timeline $OUT/tl.json" "repeats:--repeats 3" \
-  "replicated:--machines many --replicated-rows --repeats 2"; do
+  "replicated:--machines many --replicated-rows --repeats 2" "threadrepeats:--repeats 3 -- --prefetch 1" \
+  "both:--thread-rows --repeats ${SCALING_REPEATS:-3}"; do
   name=${variant%%:*}
   [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086
-  timeout 450 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" ${variant#*:} \
+  timeout 450 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" \
+    ${SCALING_WORKDIR:+--workdir "$SCALING_WORKDIR"} ${variant#*:} \
     >"$OUT/scaling_$name.log" 2>&1 || status=1
   echo "scaling $name:"; sed -n '/^ *GPUs/,$p' "$OUT/scaling_$name.log"; grep -E "Error|failed" "$OUT/scaling_$name.log" | tail -3
 done
@@ -442,6 +448,53 @@ for variant in "inline:" "thread:--prefetch 1"; do
   if [[ -n "${BASE:-}" ]]; then train1 "base_$name" "$BASE" /tmp/xdg-base -- ${variant#*:}; fi
   # shellcheck disable=SC2086
   train1 "this_$name" "$PWD" "$here_cache" ${TIMELINE:+--timeline "$OUT/$name.json"} -- ${variant#*:}
+done
+""",
+    ),
+    Stage(
+        "samplespan",
+        300,
+        "benchmarks/sample_span.py: the host span of a GPU-sampled products-scale batch (one-call vs two-call layers, "
+        "GPU idle or busy with a stand-in step, sampling stream of normal or highest priority) and its cProfile",
+        r"""
+timeout 280 python3 benchmarks/sample_span.py >"$OUT/sample_span.log" 2>&1 || status=1
+sed -n '/^graph/,$p' "$OUT/sample_span.log" | grep -v "^ *$" | head -60
+""",
+    ),
+    Stage(
+        "sampletests",
+        300,
+        "the CUDA tests of the GPU sampler, relabel, the loader's sampling stream and the feature path "
+        "(tests/sampling/test_gpu.py, test_device.py, tests/loader/test_node_loader.py, tests/cache/test_feature_path.py)",
+        r"""
+timeout 280 python3 -m pytest -q -p no:cacheprovider -m cuda tests/sampling/test_gpu.py tests/sampling/test_device.py \
+  tests/loader/test_node_loader.py tests/cache/test_feature_path.py >"$OUT/pytest_sampling.log" 2>&1 || status=1
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_sampling.log" | tail -15
+""",
+    ),
+    Stage(
+        "train1swap",
+        590,
+        "benchmarks/scaling.py --gpus 1 of this tree against this tree with the files BASE_FILES (paths from the "
+        "repository root) taken from the checkout $BASE: one extension build serves both when the files are Python; "
+        "inline and with the sampling thread, REPEATS (default 1) interleaved rounds; TIMELINE=1: this tree's "
+        "timelines; SCALING_EPOCHS epochs a run (default 4)",
+        r"""
+saved=$(mktemp -d)
+for f in ${BASE_FILES:?name the files to take from BASE}; do mkdir -p "$saved/$(dirname "$f")"; cp "$f" "$saved/$f"; done
+restore() { for f in $BASE_FILES; do cp "$saved/$f" "$f"; done; }
+trap restore EXIT
+for rep in $(seq "${REPEATS:-1}"); do
+  for variant in "inline:" "thread:--prefetch 1"; do
+    name=${variant%%:*}
+    for f in $BASE_FILES; do cp "${BASE:?}/$f" "$f"; done
+    # shellcheck disable=SC2086
+    train1 "base_${name}_$rep" "$PWD" "$here_cache" --epochs "${SCALING_EPOCHS:-4}" -- ${variant#*:}
+    restore
+    # shellcheck disable=SC2086
+    train1 "this_${name}_$rep" "$PWD" "$here_cache" --epochs "${SCALING_EPOCHS:-4}" \
+      ${TIMELINE:+--timeline "$OUT/${name}_$rep.json"} -- ${variant#*:}
+  done
 done
 """,
     ),

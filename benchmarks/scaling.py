@@ -6,7 +6,8 @@ one graph server) with 1, then n trainers, one per GPU, the gradients averaged o
 step, or by DDP with ``--step eager``); by default local sampling on the GPU and a clique feature cache. With
 ``--machines many`` the n trainers are n simulated machines of one trainer each (n partitions, one server each).
 ``--ddp-rows`` adds each n > 1 with ``--step eager`` (DDP) against the same baseline; ``--replicated-rows`` adds each
-n > 1 with ``--structure replicated`` (every trainer samples the whole graph's structure itself, no sampling RPC). Every run of a layout reads
+n > 1 with ``--structure replicated`` (every trainer samples the whole graph's structure itself, no sampling RPC);
+``--thread-rows`` adds every count with ``--prefetch 1`` (the sampling thread) against the first count's thread run. Every run of a layout reads
 the same partition (made once in ``--workdir``). Prints a table (a run's time is its median epoch after the
 first; with ``--repeats`` the median over the runs, the spread their fastest and slowest, and each repeat's
 efficiency against the baseline run of the same repeat) and writes the RESULT lines as JSON. Efficiency is the
@@ -60,6 +61,12 @@ def parse_args() -> argparse.Namespace:
         "--replicated-rows",
         action="store_true",
         help="also run each count > 1 with --structure replicated (the structure on every trainer)",
+    )
+    p.add_argument(
+        "--thread-rows",
+        action="store_true",
+        help="also run every count with --prefetch 1 (the sampling thread), its efficiency against the first "
+        "count's run with the thread",
     )
     p.add_argument(
         "--repeats", type=int, default=1, help="runs of every row, interleaved; the table's spread is theirs"
@@ -165,27 +172,35 @@ def per_batch(result: dict, epoch_s: float) -> float:
 def main() -> None:
     args = parse_args()
     counts = [int(g) for g in args.gpus.split(",")]
-    rows = [(str(gpus), gpus, []) for gpus in counts]
+    # (label, trainers, more flags, the label of the row it is compared with)
+    first = str(counts[0])
+    rows = [(str(gpus), gpus, [], first) for gpus in counts]
     if args.ddp_rows:
-        rows += [(f"{gpus} ddp", gpus, ["--step=eager"]) for gpus in counts if gpus > 1]
+        rows += [(f"{gpus} ddp", gpus, ["--step=eager"], first) for gpus in counts if gpus > 1]
     if args.replicated_rows:
-        rows += [(f"{gpus} repl", gpus, ["--structure=replicated"]) for gpus in counts if gpus > 1]
-    results: dict[str, list[dict]] = {label: [] for label, _, _ in rows}
+        rows += [(f"{gpus} repl", gpus, ["--structure=replicated"], first) for gpus in counts if gpus > 1]
+    if args.thread_rows:
+        rows += [(f"{gpus} thr", gpus, ["--prefetch=1"], f"{counts[0]} thr") for gpus in counts]
+    results: dict[str, list[dict]] = {label: [] for label, *_ in rows}
     for _ in range(args.repeats):  # interleaved, so that a slow spell of the host touches every row
-        for label, gpus, more in rows:
+        for label, gpus, more, _ in rows:
             layout = args.machines if gpus > 1 else "one"
             results[label].append(run(argparse.Namespace(**{**vars(args), "machines": layout}), gpus, more))
             if args.timeline:
                 plot(run_path(args.timeline, gpus))
     runs = {label: [steady(result) for result in results[label]] for label in results}
-    base = [per_batch(r, median) for r, (median, *_) in zip(results[rows[0][0]], runs[rows[0][0]], strict=True)]
+    bases = {
+        label: [per_batch(r, median) for r, (median, *_) in zip(results[label], runs[label], strict=True)]
+        for label in {base for *_, base in rows}
+    }
     spread_name = "runs" if args.repeats > 1 else "epochs"
     print(
         f"\n{'GPUs':>7} {'epoch s':>8} {'spread (' + spread_name + ')':>15} {'sample':>7} {'fetch':>7} "
         f"{'compute':>8} {'waited':>7} {'hit':>6} {'peer':>6} {'loss':>7} {'speedup':>8} {'efficiency':>10} "
         f"{'eff. runs':>11}"
     )
-    for label, gpus, _ in rows:
+    for label, gpus, _, base_label in rows:
+        base = bases[base_label]
         medians = [median for median, *_ in runs[label]]
         epoch = statistics.median(medians)
         if args.repeats > 1:

@@ -8,10 +8,14 @@
 // output size has a small upper bound (num_seeds * fanout) the outputs are allocated at that size before the
 // sync, so the GPU never waits for the host; the outputs returned are views of their first `total` entries.
 // Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill. The error word goes back
-// to Python, which raises the ValueError.
+// to Python, which raises the ValueError. `sample_block` queues a bounded layer's sampling and its relabel (over
+// the bound, the picks' total read on the device) back to back and makes one sync for both: one copy of
+// [total, error word, new sources].
 
+#include <array>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -50,8 +54,10 @@ const void* device_readable(const torch::Tensor& t, const torch::Device& device,
   return attr.devicePointer;
 }
 
-// Pinned 16-byte slots for [total, error word], reused across calls; one per call in flight, so concurrent
-// callers (the GIL is released during the sync) never share one. Slots live as long as the process.
+// Pinned slots of kSlotWords words for a call's summary ([total, error word], and the new sources' total of a
+// layer), reused across calls; one per call in flight, so concurrent callers (the GIL is released during the
+// sync) never share one. Slots live as long as the process.
+constexpr size_t kSlotWords = 4;
 class SummarySlots {
  public:
   int64_t* acquire() {
@@ -59,8 +65,8 @@ class SummarySlots {
     if (free_.empty()) {
       constexpr size_t kSlotsPerPage = 256;
       void* page = nullptr;
-      C10_CUDA_CHECK(cudaHostAlloc(&page, kSlotsPerPage * 2 * sizeof(int64_t), cudaHostAllocPortable));
-      for (size_t k = 0; k < kSlotsPerPage; ++k) free_.push_back(static_cast<int64_t*>(page) + 2 * k);
+      C10_CUDA_CHECK(cudaHostAlloc(&page, kSlotsPerPage * kSlotWords * sizeof(int64_t), cudaHostAllocPortable));
+      for (size_t k = 0; k < kSlotsPerPage; ++k) free_.push_back(static_cast<int64_t*>(page) + kSlotWords * k);
     }
     int64_t* slot = free_.back();
     free_.pop_back();
@@ -92,25 +98,41 @@ void check_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const 
                 "indices must be a contiguous 1-D int32 or int64 tensor");
 }
 
-// Copies [total, flags] (the start of the scan's state) to the host and waits for the stream.
-std::pair<int64_t, int64_t> read_summary(const int64_t* state, cudaStream_t stream) {
+// Copies [total, flags] (the start of the scan's state) and, given `extra`, one more device word to the host, and
+// waits for the stream (GIL released): one sync.
+std::array<int64_t, 3> read_summary(const int64_t* state, cudaStream_t stream, const int64_t* extra = nullptr) {
   int64_t* slot = summary_slots().acquire();
+  slot[2] = 0;
   cudaError_t err = cudaMemcpyAsync(slot, state, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess && extra != nullptr) {
+    err = cudaMemcpyAsync(slot + 2, extra, sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  }
   if (err == cudaSuccess) {
     const pybind11::gil_scoped_release no_gil;
     err = cudaStreamSynchronize(stream);
   }
-  const std::pair<int64_t, int64_t> summary{slot[0], slot[1]};
+  const std::array<int64_t, 3> summary{slot[0], slot[1], slot[2]};
   summary_slots().release(slot);
   C10_CUDA_CHECK(err);
   return summary;
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbors(
-    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& seeds, int64_t fanout,
-    bool replace, uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
-  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
-  const c10::cuda::CUDAGuard guard(device);
+// The sampler's launches on the current stream, before its one sync: a scan (+ fill) whose state holds
+// [total, flags, ...]. Bounded (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks): positions (and neighbors)
+// have the bound's length and are filled already; otherwise they are empty and `fill` waits for the total.
+// `pageable` != 0: nothing was launched (a CSC array is in pageable host memory).
+struct SampleLaunch {
+  torch::Tensor counts, positions, neighbors, scratch;
+  const int64_t* state = nullptr;
+  distgnn_sample::FillParams fill{};
+  bool bounded = false;
+  int64_t pageable = 0;
+  cudaStream_t stream = nullptr;
+};
+
+SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& seeds,
+                           int64_t fanout, bool replace, uint64_t rng_seed, bool return_neighbors,
+                           const torch::Device& device) {
   check_csc(indptr, indices, "num_nodes");
   DISTGNN_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
                     seeds.device() == device,
@@ -119,25 +141,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
 
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const int64_t num_seeds = seeds.numel();
-  const torch::Tensor none;
+  SampleLaunch out;
 
   const void* indptr_ptr = device_readable(indptr, device, "indptr");
   const void* indices_ptr = indices.numel() > 0 ? device_readable(indices, device, "indices") : nullptr;
-  int64_t pageable = 0;
-  if (indptr_ptr == nullptr) pageable |= distgnn_sample::kIndptrPageable;
-  if (indices.numel() > 0 && indices_ptr == nullptr) pageable |= distgnn_sample::kIndicesPageable;
-  if (pageable != 0) return {torch::empty({0}, ids), torch::empty({0}, ids), none, pageable};
+  if (indptr_ptr == nullptr) out.pageable |= distgnn_sample::kIndptrPageable;
+  if (indices.numel() > 0 && indices_ptr == nullptr) out.pageable |= distgnn_sample::kIndicesPageable;
+  if (out.pageable != 0) return out;
 
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-
-  const bool bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
-  const bool fused = bounded && distgnn_sample::fusable(fanout);
+  out.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  out.bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
+  const bool fused = out.bounded && distgnn_sample::fusable(fanout);
   const int64_t num_tiles = distgnn_sample::scan_tiles(num_seeds, fanout, fused);
 
   // One scratch allocation: the scan's state ([total, flags, tile counter, tile status words], zeroed by one
   // memset), then offsets[] when the fill is a kernel of its own.
   const int64_t state_words = 3 + num_tiles;
-  torch::Tensor scratch = torch::empty({state_words + (fused ? 0 : num_seeds + 1)}, ids);
+  out.scratch = torch::empty({state_words + (fused ? 0 : num_seeds + 1)}, ids);
   distgnn_sample::ScanParams sp{};
   sp.indptr = static_cast<const int64_t*>(indptr_ptr);
   sp.num_nodes = indptr.numel() - 1;
@@ -146,12 +166,13 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   sp.num_seeds = num_seeds;
   sp.fanout = fanout;
   sp.replace = replace;
-  sp.state = scratch.data_ptr<int64_t>();
+  sp.state = out.scratch.data_ptr<int64_t>();
   sp.offsets = fused ? nullptr : sp.state + state_words;
-  C10_CUDA_CHECK(cudaMemsetAsync(sp.state, 0, state_words * sizeof(int64_t), stream));
+  out.state = sp.state;
+  C10_CUDA_CHECK(cudaMemsetAsync(sp.state, 0, state_words * sizeof(int64_t), out.stream));
 
-  torch::Tensor counts = torch::empty({num_seeds}, ids);
-  distgnn_sample::FillParams fp{};
+  out.counts = torch::empty({num_seeds}, ids);
+  distgnn_sample::FillParams& fp = out.fill;
   fp.indptr = sp.indptr;
   fp.indices = indices_ptr;
   fp.indices_int64 = indices.scalar_type() == torch::kInt64;
@@ -161,77 +182,156 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   fp.fanout = fanout;
   fp.replace = replace;
   fp.rng_seed = rng_seed;
-  fp.counts = counts.data_ptr<int64_t>();
-
-  torch::Tensor positions;
-  torch::Tensor neighbors;
-  if (bounded) {
+  fp.counts = out.counts.data_ptr<int64_t>();
+  if (out.bounded) {
     // The fill runs before the sync; a flagged seed counts 0, so a bad input makes it write nothing.
-    positions = torch::empty({num_seeds * fanout}, ids);
-    neighbors = return_neighbors ? torch::empty({num_seeds * fanout}, ids) : none;
-    fp.positions = positions.data_ptr<int64_t>();
-    fp.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
+    out.positions = torch::empty({num_seeds * fanout}, ids);
+    out.neighbors = return_neighbors ? torch::empty({num_seeds * fanout}, ids) : torch::Tensor();
+    fp.positions = out.positions.data_ptr<int64_t>();
+    fp.neighbors = return_neighbors ? out.neighbors.data_ptr<int64_t>() : nullptr;
   }
-  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, fused ? &fp : nullptr, stream));
-  if (bounded && !fused) C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
-  const auto [total, flags] = read_summary(sp.state, stream);
-  if (flags != 0) return {counts, torch::empty({0}, ids), none, flags};
-  if (bounded) {
-    positions = positions.narrow(0, 0, total);
-    if (return_neighbors) neighbors = neighbors.narrow(0, 0, total);
+  C10_CUDA_CHECK(distgnn_sample::launch_scan(sp, fused ? &fp : nullptr, out.stream));
+  if (out.bounded && !fused) C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, out.stream));
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbors(
+    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& seeds, int64_t fanout,
+    bool replace, uint64_t rng_seed, bool return_neighbors, int64_t device_index) {
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+  const c10::cuda::CUDAGuard guard(device);
+  SampleLaunch run = start_sample(indptr, indices, seeds, fanout, replace, rng_seed, return_neighbors, device);
+  const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor none;
+  if (run.pageable != 0) return {torch::empty({0}, ids), torch::empty({0}, ids), none, run.pageable};
+  const auto summary = read_summary(run.state, run.stream);
+  const int64_t total = summary[0], flags = summary[1];
+  if (flags != 0) return {run.counts, torch::empty({0}, ids), none, flags};
+  torch::Tensor positions, neighbors;
+  if (run.bounded) {
+    positions = run.positions.narrow(0, 0, total);
+    if (return_neighbors) neighbors = run.neighbors.narrow(0, 0, total);
   } else {
     positions = torch::empty({total}, ids);
     neighbors = return_neighbors ? torch::empty({total}, ids) : none;
-    fp.positions = positions.data_ptr<int64_t>();
-    fp.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
-    C10_CUDA_CHECK(distgnn_sample::launch_fill(fp, stream));
+    run.fill.positions = positions.data_ptr<int64_t>();
+    run.fill.neighbors = return_neighbors ? neighbors.data_ptr<int64_t>() : nullptr;
+    C10_CUDA_CHECK(distgnn_sample::launch_fill(run.fill, run.stream));
   }
-  return {counts, positions, neighbors, 0};
+  return {run.counts, positions, neighbors, 0};
 }
 
-// Relabel of one layer (relabel.cu): (src_nids, indices), one host sync to size src_nids.
-std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const torch::Tensor& src) {
-  DISTGNN_CHECK(dst.is_cuda() && src.device() == dst.device(), "dst and src must be on one CUDA device");
-  for (const auto* t : {&dst, &src}) {
-    DISTGNN_CHECK(t->scalar_type() == torch::kInt64 && t->dim() == 1 && t->is_contiguous(),
-                  "dst and src must be contiguous 1-D int64 tensors");
-  }
+// The relabel's launches (relabel.cu) on the current stream, before its sync: src_nids (dst first, then room
+// for every edge's source), indices, and the device word that will hold the new sources' total. `edges_used`
+// (device, optional) is how many of the `src` entries are in use; `map` (optional) maps src through a table.
+struct RelabelLaunch {
+  torch::Tensor src_nids, indices, table, flags, scan;
+  const int64_t* total = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, const int64_t* edges_used,
+                             const torch::Tensor& map) {
   const int64_t num_dst = dst.numel(), num_edges = src.numel(), n = num_dst + num_edges;
   DISTGNN_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
-  const c10::cuda::CUDAGuard guard(dst.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dst.device().index()).stream();
+  RelabelLaunch out;
+  out.stream = c10::cuda::getCurrentCUDAStream(dst.device().index()).stream();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(dst.device());
   int64_t capacity = 1024;
   while (capacity < 2 * n) capacity <<= 1;
   // keys | first | local, then [total, 0] for read_summary; keys and first start all-ones, the summary zero.
-  torch::Tensor table = torch::empty({3 * capacity + 2}, i64);
-  int64_t* words = table.data_ptr<int64_t>();
-  C10_CUDA_CHECK(cudaMemsetAsync(words, 0xFF, 2 * capacity * sizeof(int64_t), stream));
-  C10_CUDA_CHECK(cudaMemsetAsync(words + 3 * capacity, 0, 2 * sizeof(int64_t), stream));
-  torch::Tensor flags = torch::empty({n + 2 * num_edges}, i64.dtype(torch::kInt32));
-  torch::Tensor src_nids = torch::empty({n}, i64);
-  torch::Tensor indices = torch::empty({num_edges}, i64);
+  out.table = torch::empty({3 * capacity + 2}, i64);
+  int64_t* words = out.table.data_ptr<int64_t>();
+  C10_CUDA_CHECK(cudaMemsetAsync(words, 0xFF, 2 * capacity * sizeof(int64_t), out.stream));
+  C10_CUDA_CHECK(cudaMemsetAsync(words + 3 * capacity, 0, 2 * sizeof(int64_t), out.stream));
+  out.flags = torch::empty({n + 2 * num_edges}, i64.dtype(torch::kInt32));
+  out.src_nids = torch::empty({n}, i64);
+  out.indices = torch::empty({num_edges}, i64);
   const size_t scan_bytes = distgnn_sample::relabel_scan_bytes(num_edges);
-  torch::Tensor scan = torch::empty({static_cast<int64_t>(scan_bytes) + 1}, i64.dtype(torch::kUInt8));
+  out.scan = torch::empty({static_cast<int64_t>(scan_bytes) + 1}, i64.dtype(torch::kUInt8));
 
   distgnn_sample::RelabelParams p{};
   p.dst = dst.data_ptr<int64_t>();
   p.num_dst = num_dst;
   p.src = src.data_ptr<int64_t>();
   p.num_edges = num_edges;
+  p.edges_used = edges_used;
+  p.map = map.defined() ? map.data_ptr<int64_t>() : nullptr;
   p.keys = reinterpret_cast<unsigned long long*>(words);
   p.first = reinterpret_cast<unsigned long long*>(words + capacity);
   p.local = words + 2 * capacity;
   p.capacity = capacity;
-  p.slot_of = flags.data_ptr<int32_t>();
+  p.slot_of = out.flags.data_ptr<int32_t>();
   p.is_new = p.slot_of + n;
   p.rank = p.is_new + num_edges;
-  p.src_nids = src_nids.data_ptr<int64_t>();
-  p.indices = indices.data_ptr<int64_t>();
+  p.src_nids = out.src_nids.data_ptr<int64_t>();
+  p.indices = out.indices.data_ptr<int64_t>();
   p.total = words + 3 * capacity;
-  C10_CUDA_CHECK(distgnn_sample::launch_relabel(p, scan.data_ptr(), scan_bytes, stream));
-  const int64_t total = read_summary(p.total, stream).first;
-  return {src_nids.narrow(0, 0, num_dst + total), indices};
+  out.total = p.total;
+  C10_CUDA_CHECK(distgnn_sample::launch_relabel(p, out.scan.data_ptr(), scan_bytes, out.stream));
+  return out;
+}
+
+void check_relabel_ids(const torch::Tensor& dst, const torch::Tensor& src) {
+  DISTGNN_CHECK(dst.is_cuda() && src.device() == dst.device(), "dst and src must be on one CUDA device");
+  for (const auto* t : {&dst, &src}) {
+    DISTGNN_CHECK(t->scalar_type() == torch::kInt64 && t->dim() == 1 && t->is_contiguous(),
+                  "dst and src must be contiguous 1-D int64 tensors");
+  }
+}
+
+// Relabel of one layer (relabel.cu): (src_nids, indices), one host sync to size src_nids.
+std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const torch::Tensor& src) {
+  check_relabel_ids(dst, src);
+  const c10::cuda::CUDAGuard guard(dst.device());
+  const RelabelLaunch run = start_relabel(dst, src, nullptr, torch::Tensor());
+  const int64_t total = read_summary(run.total, run.stream)[0];
+  return {run.src_nids.narrow(0, 0, dst.numel() + total), run.indices};
+}
+
+// One sampled layer as a block, with one host sync: the sampler's picks for `rows` (the CSC rows of the
+// destinations `dst`, global ids), their neighbours' ids through `local_to_global` (when defined) relabelled
+// against `dst` over the bound num_seeds * fanout (the picks' total read on the device), the block's indptr, and
+// the picked edges' ids: `edge_start` + position when edge_start >= 0, else edge_ids[position]. One sync reads
+// [picks, error word, new sources]. Returns (indptr, src_nids, indices, eids, error word); with an error word
+// the tensors are meaningless. Needs a bounded fanout (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_block(
+    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& rows, const torch::Tensor& dst,
+    int64_t fanout, bool replace, uint64_t rng_seed, const std::optional<torch::Tensor>& local_to_global,
+    int64_t edge_start, const std::optional<torch::Tensor>& edge_ids, int64_t device_index) {
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+  const c10::cuda::CUDAGuard guard(device);
+  DISTGNN_CHECK(fanout >= 0 && (fanout == 0 || rows.numel() <= kMaxBoundPicks / fanout),
+                "sample_block needs a bounded fanout: 0 <= fanout and num_seeds * fanout <= ", kMaxBoundPicks,
+                ", got fanout ", fanout, " for ", rows.numel(), " seeds");
+  check_relabel_ids(dst, dst);
+  DISTGNN_CHECK(dst.device() == device && dst.numel() == rows.numel(), "dst must be on ", device,
+                " with one id per row (", rows.numel(), "), got ", dst.numel(), " on ", dst.device());
+  torch::Tensor map;
+  if (local_to_global.has_value()) {
+    map = *local_to_global;
+    DISTGNN_CHECK(map.device() == device && map.scalar_type() == torch::kInt64 && map.dim() == 1 &&
+                      map.is_contiguous(),
+                  "local_to_global must be a contiguous 1-D int64 tensor on ", device);
+  }
+  DISTGNN_CHECK(edge_start >= 0 || edge_ids.has_value(), "pass edge_start >= 0 or edge_ids");
+  SampleLaunch picks = start_sample(indptr, indices, rows, fanout, replace, rng_seed, true, device);
+  const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  const torch::Tensor empty = torch::empty({0}, ids);
+  if (picks.pageable != 0) return {empty, empty, empty, empty, picks.pageable};
+  const RelabelLaunch block = start_relabel(dst, picks.neighbors, picks.state, map);
+  const auto summary = read_summary(picks.state, picks.stream, block.total);
+  const int64_t total = summary[0], flags = summary[1], new_sources = summary[2];
+  if (flags != 0) return {empty, empty, empty, empty, flags};
+  const int64_t num_dst = dst.numel();
+  torch::Tensor block_indptr = torch::empty({num_dst + 1}, ids);
+  block_indptr.narrow(0, 0, 1).zero_();
+  torch::Tensor ends = block_indptr.narrow(0, 1, num_dst);
+  at::cumsum_out(ends, picks.counts, 0);
+  const torch::Tensor positions = picks.positions.narrow(0, 0, total);
+  const torch::Tensor eids = edge_start >= 0 ? positions + edge_start : edge_ids->index_select(0, positions);
+  return {block_indptr, block.src_nids.narrow(0, 0, num_dst + new_sources), block.indices.narrow(0, 0, total), eids,
+          0};
 }
 
 }  // namespace
@@ -333,6 +433,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn graph kernels on the GPU: neighbour sampling, relabel, mean aggregation";
   m.def("relabel", &relabel, "dst first, then new sources in first-appearance order; (src_nids, indices)",
         pybind11::arg("dst"), pybind11::arg("src"));
+  m.def("sample_block", &sample_block,
+        "one sampled layer relabelled into a block with one host sync; returns (indptr, src_nids, indices, eids, "
+        "error bits), meaningful only when the error bits are 0",
+        pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("rows"), pybind11::arg("dst"),
+        pybind11::arg("fanout"), pybind11::arg("replace"), pybind11::arg("rng_seed"),
+        pybind11::arg("local_to_global"), pybind11::arg("edge_start"), pybind11::arg("edge_ids"),
+        pybind11::arg("device_index"));
   m.def("sample_neighbors", &sample_neighbors,
         "scan -> fill; returns (counts, positions, neighbors or None, error bits); outputs are meaningful only "
         "when the error bits are 0",

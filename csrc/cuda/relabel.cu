@@ -7,6 +7,8 @@
 // order of first appearance: local id num_dst + rank - 1. Destinations keep local id i. A last pass reads each
 // edge's local id from its slot. Kernels: insert, flag, scan (cub), assign, relabel; the caller's memsets clear
 // the table. Ids must be >= 0 (-1 marks an empty slot); the reference is distgnn.sampling.kernels.to_block.
+// With `edges_used` (a device count) the launches cover the bound `num_edges` and every kernel stops at the
+// count: edges past it insert nothing and are never new, so the scan's last rank is still the new sources' total.
 
 #include <cub/device/device_scan.cuh>
 
@@ -25,12 +27,22 @@ __device__ __forceinline__ int64_t hash_slot(unsigned long long key, int64_t mas
   return static_cast<int64_t>(key) & mask;
 }
 
+__device__ __forceinline__ int64_t edges_in_use(const RelabelParams& p) {
+  if (p.edges_used == nullptr) return p.num_edges;
+  const int64_t used = *p.edges_used;
+  return used < p.num_edges ? used : p.num_edges;
+}
+
+__device__ __forceinline__ int64_t edge_id(const RelabelParams& p, int64_t k) {
+  return p.map == nullptr ? p.src[k] : p.map[p.src[k]];
+}
+
 __device__ __forceinline__ int64_t position_id(const RelabelParams& p, int64_t pos) {
-  return pos < p.num_dst ? p.dst[pos] : p.src[pos - p.num_dst];
+  return pos < p.num_dst ? p.dst[pos] : edge_id(p, pos - p.num_dst);
 }
 
 __global__ void insert_kernel(const RelabelParams p) {
-  const int64_t n = p.num_dst + p.num_edges;
+  const int64_t n = p.num_dst + edges_in_use(p);
   const int64_t mask = p.capacity - 1;
   for (int64_t pos = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pos < n; pos += int64_t(gridDim.x) * blockDim.x) {
     const auto key = static_cast<unsigned long long>(position_id(p, pos));
@@ -46,8 +58,12 @@ __global__ void insert_kernel(const RelabelParams p) {
 }
 
 __global__ void flag_kernel(const RelabelParams p) {
-  const int64_t n = p.num_dst + p.num_edges;
+  const int64_t n = p.num_dst + p.num_edges, used = p.num_dst + edges_in_use(p);
   for (int64_t pos = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pos < n; pos += int64_t(gridDim.x) * blockDim.x) {
+    if (pos >= used) {
+      p.is_new[pos - p.num_dst] = 0;  // past the edges in use: never new, so the scan ends at the total
+      continue;
+    }
     const int32_t slot = p.slot_of[pos];
     if (pos < p.num_dst) {
       p.local[slot] = pos;  // destinations are unique: their own first appearance
@@ -65,12 +81,13 @@ __global__ void assign_kernel(const RelabelParams p) {
     if (!p.is_new[k]) continue;
     const int64_t id = p.num_dst + p.rank[k] - 1;
     p.local[p.slot_of[p.num_dst + k]] = id;
-    p.src_nids[id] = p.src[k];
+    p.src_nids[id] = edge_id(p, k);
   }
 }
 
 __global__ void relabel_kernel(const RelabelParams p) {
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < p.num_edges;
+  const int64_t used = edges_in_use(p);
+  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < used;
        k += int64_t(gridDim.x) * blockDim.x) {
     p.indices[k] = p.local[p.slot_of[p.num_dst + k]];
   }

@@ -12,8 +12,13 @@ namespace distgnn_sample {
 struct RelabelParams {
   const int64_t* dst;  // (num_dst,) unique node ids >= 0, device memory
   int64_t num_dst;
-  const int64_t* src;  // (num_edges,) node ids >= 0, device memory
-  int64_t num_edges;
+  const int64_t* src;  // (num_edges,) node ids >= 0 (or rows of `map`), device memory
+  int64_t num_edges;   // entries of src; with edges_used, a bound on the edges
+  // Optional: the number of edges in use (<= num_edges) in device memory, read by the kernels (the sampler's
+  // total, not known on the host); positions past it take no part. nullptr: all num_edges.
+  const int64_t* edges_used;
+  // Optional: ids of src through this table (id = map[src[k]], e.g. a partition's local-to-global ids).
+  const int64_t* map;
   // Hash table of `capacity` (a power of two >= 2 * (num_dst + num_edges)) slots: keys (-1 = empty) and the
   // first position (dst i = i, edge k = num_dst + k) of each key, both all-ones before the launch; local ids.
   unsigned long long* keys;
@@ -22,9 +27,9 @@ struct RelabelParams {
   int64_t capacity;
   int32_t* slot_of;  // (num_dst + num_edges,) the slot of each position
   int32_t* is_new;   // (num_edges,) 1 where edge k is the first appearance of a non-destination source
-  int32_t* rank;     // (num_edges,) inclusive prefix sum of is_new
+  int32_t* rank;     // (num_edges,) inclusive prefix sum of is_new (0 past edges_used)
   int64_t* src_nids;  // (num_dst + num_edges,) out: dst, then the new sources; the first num_dst + total used
-  int64_t* indices;   // (num_edges,) out: local id of each edge's source
+  int64_t* indices;   // (num_edges,) out: local id of each edge's source (the first edges_used written)
   int64_t* total;     // device scalar out: number of new sources
 };
 

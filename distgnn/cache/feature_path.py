@@ -223,8 +223,11 @@ class FeaturePath:
             self.feat.use_cache(self.cached)  # feat[ids] now reads through the cache, onto the device
         # On a GPU, the training seeds' labels wait there: a batch's labels are looked up on the device, with
         # no trip of its seeds through host memory (a host sync per batch that kept the step from being queued).
+        # Also with a GPU sampler's prefetch thread: a lookup of a few launches in the trainer's thread instead
+        # of a read through the host in the sampling thread, which holds the GIL the trainer's thread waits for.
         self.seed_labels = None
-        if self.device.type == "cuda" and not prefetching and len(seeds):
+        labels_here = not prefetching or options.sample_device == "cuda"
+        if self.device.type == "cuda" and labels_here and len(seeds):
             self.seed_labels = SeedLabels(seeds, self.label[seeds], self.device)
         # With the cache on a GPU, batch t+1 is copied and gathered on a side stream while batch t trains.
         self.pipeline = self.cached is not None and self.device.type == "cuda" and options.pipeline
@@ -301,7 +304,7 @@ class FeaturePath:
             "input_feats": (self.feature_name,)
             if self.prefetching and self.cached is None and self.first_layer == "rows"
             else (),
-            "output_feats": (self.label_name,) if self.prefetching else (),
+            "output_feats": (self.label_name,) if self.prefetching and self.seed_labels is None else (),
         }
 
     def batches(self, loader: Iterable[MiniBatch]) -> Iterable[Any]:

@@ -16,6 +16,7 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -32,6 +33,10 @@ from distgnn.sampling.neighbor import NeighborSampler
 
 POLL_S = 0.5
 WORKER_START_TIMEOUT_S = 120.0
+# While a prefetch thread runs, the interpreter's switch interval is at most this. The trainer's thread and the
+# sampling thread share the GIL and both release it in every torch call; a thread whose call returns while the
+# other holds the GIL otherwise waits for that one's next blocking call, or up to the default 5 ms.
+PREFETCH_SWITCH_INTERVAL_S = 1e-4
 
 # ``maker(g, sampler, batch_seeds, rng_seed) -> batch``: a picklable callable with a ``sampler_spec``.
 BatchMakerFn = Callable[[Any, NeighborSampler, np.ndarray, int], Any]
@@ -198,6 +203,8 @@ class Workers:
         args = (g, sampler, 0, 1, maker, plan, self.commands[0], self.outputs[0], threading.main_thread().is_alive)
         self.procs = [threading.Thread(target=sample_loop, args=args, name="distgnn-prefetch", daemon=False)]
         self.procs[0].start()
+        _short_switches.acquire()
+        self._switches_held = True
 
     @property
     def count(self) -> int:
@@ -241,6 +248,9 @@ class Workers:
                     break
 
     def stop(self) -> None:
+        if getattr(self, "_switches_held", False):
+            self._switches_held = False
+            _short_switches.release()
         for commands, proc in zip(self.commands, self.procs, strict=True):
             if proc.is_alive():
                 with contextlib.suppress(OSError, ValueError):
@@ -266,6 +276,32 @@ class Workers:
             if hasattr(q, "cancel_join_thread"):
                 q.cancel_join_thread()
                 q.close()
+
+
+class _ShortSwitches:
+    """Holds the switch interval at most :data:`PREFETCH_SWITCH_INTERVAL_S` while any prefetch thread runs, and
+    restores the one found when the last stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved = 0.0
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._saved, PREFETCH_SWITCH_INTERVAL_S))
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                sys.setswitchinterval(self._saved)
+
+
+_short_switches = _ShortSwitches()
 
 
 @dataclass(frozen=True)

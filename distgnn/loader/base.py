@@ -151,8 +151,10 @@ class BatchLoader:
         self._workers: Workers | None = None
         self._active_epoch: int | None = None
         # GPU sampling in this process (inline or the prefetch thread) gets a stream of its own: the sampler's
-        # host syncs then wait for the sampling kernels alone, not for the training step queued before.
-        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # host syncs then wait for the sampling kernels alone, not for the training step queued before. Its
+        # priority is the highest: the GPU schedules the sampling kernels' blocks ahead of the step's, so each
+        # sync returns after the sampling's own work and the step fills the time between them.
+        self._stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._maker = maker if self._stream is None else OnStream(maker, self._stream)
         if options.num_workers > 0 or options.prefetch_count > 0:
             # (Worker processes only take CPU samplers, so only the prefetch thread gets a maker on a stream.)
@@ -226,6 +228,8 @@ class BatchLoader:
     def _to_device(self, batch):
         if self.device.type == "cpu" and self._sampler_device.type == "cpu":
             return batch
+        if batch.ready is not None and all(t.device == self.device for t in batch.tensors()):
+            return batch  # made on the device by a GPU sampler (and handed over): nothing to move
         # Tensors already there stay as they are; a copy back to the host must finish before it is read.
         return batch.to(self.device, non_blocking=self.device.type == "cuda")
 

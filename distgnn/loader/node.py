@@ -14,7 +14,8 @@ yields the same batches whatever the worker count.
 A sampler on a CUDA device (``NeighborSampler(..., device="cuda")``) makes its
 blocks on the GPU, inline or in the prefetch thread (not in worker processes,
 whose queues carry CPU tensors); the fetched node data then follows them there.
-Inline and in the prefetch thread it samples on a CUDA stream of its own: the
+Inline and in the prefetch thread it samples on a CUDA stream of its own (of the
+highest priority, so its kernels go ahead of the step's): the
 sampler's host syncs (it sizes its outputs) then wait for the sampling kernels
 alone, not for the training step the trainer queued just before, so sampling
 batch t+1 overlaps the GPU's work on batch t. A handed-out batch makes the

@@ -25,7 +25,10 @@ in draw order (ascending only when every edge is taken). On a machine where torc
 Layers. :class:`DeviceSampling` is the backend :class:`~distgnn.sampling.neighbor.NeighborSampler` picks for
 a device: :class:`DeviceCSC` places the local partition's CSC on a CUDA device once; per layer the remote
 replies are copied over, and the blocks are merged (:func:`merge`) and relabelled (:func:`to_block`) there,
-with host synchronisation only for output sizes. On a CPU device the same torch steps run over the C++
+with host synchronisation only for output sizes. A layer the local CSC samples alone (the replicated structure,
+or a graph of one partition) with a bounded fanout is one call, :meth:`DeviceCSC.sample_block`: the picks, their
+relabel over the bound ``len(seeds) * fanout`` (the picks' total read on the device) and the block's arrays, with
+one host sync where sampling and relabelling apart take two. On a CPU device the same torch steps run over the C++
 kernel's picks (the same blocks as the CPU backend).
 """
 
@@ -68,9 +71,14 @@ class DeviceSampling:
         construction, relabel without a host sync."""
         host_seeds = as_node_ids(seeds)
         book.nid2partid(host_seeds)  # range check, with the CPU path's error
-        if len(np.unique(host_seeds)) != len(host_seeds):
+        ordered = np.sort(host_seeds)  # sorting and comparing neighbours: cheaper than np.unique's hash here
+        if (ordered[1:] == ordered[:-1]).any():
             raise InputError("seeds must be unique node ids, got repeats")
-        return torch.from_numpy(host_seeds).to(self.device)
+        frontier = torch.from_numpy(host_seeds)
+        if self.device.type != "cuda":
+            return frontier.to(self.device)
+        # From pinned memory the copy is queued: the host does not wait for the stream (a pageable one syncs it).
+        return frontier.pin_memory().to(self.device, non_blocking=True)
 
     def layer(
         self,
@@ -87,6 +95,9 @@ class DeviceSampling:
         placed = self._placed_csc(local) if self.device.type == "cuda" else None
         range_ends = self._device_range_ends(book)
         items = layer_items(book, fanout, frontier)  # typed items are listed on the host (one frontier copy)
+        if items.pos is None and placed is not None and _samples_all_here(local, range_ends, items.fanout, frontier):
+            block = placed.sample_block(frontier, items.fanout, replace, part_seeds[local.part_id])
+            return block, block.src_nids
         if items.pos is None:
             counts, src, eids = sample_layer_on_device(
                 range_ends, local, placed, remote, frontier, items.fanout, replace, prob, part_seeds
@@ -191,6 +202,14 @@ def sample_layer_on_device(
     return merge(len(seeds), wheres, results, device)
 
 
+def _samples_all_here(local: LocalCSC, range_ends: torch.Tensor, fanout: int, frontier: torch.Tensor) -> bool:
+    """Whether one layer over ``frontier`` is the local CSC's alone (replicated, or the only partition) with a
+    bounded size: then :meth:`DeviceCSC.sample_block` makes its block in one call with one host sync."""
+    if not (local.replicated or (len(range_ends) == 1 and local.part_id == 0)):
+        return False
+    return fanout >= 0 and len(frontier) * fanout <= MAX_BOUND_PICKS
+
+
 def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[int, torch.Tensor | None]:
     """Positions of each owner's seeds (ascending, on the device), None where one owner has them all."""
     if len(seeds) == 0:
@@ -208,6 +227,8 @@ def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[i
 
 
 GRAPH_MEMORY = ("gpu", "pinned")
+# The binding sizes a layer's outputs ahead (no sync between its launches) up to this many picks (graph_binding.cpp).
+MAX_BOUND_PICKS = 1 << 24
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
@@ -290,6 +311,33 @@ class DeviceCSC:
             wheres.append(where)
             results.append(self._sample_rows(rows[where], value, replace, rng_seed + k))
         return merge(len(rows), wheres, results, rows.device)
+
+    def sample_block(self, seeds: torch.Tensor, fanout: int, replace: bool, rng_seed: int) -> Block:
+        """One untyped layer's :class:`Block` over owned global ``seeds`` (unique int64 on the device) with a
+        bounded fanout (``0 <= fanout``, ``len(seeds) * fanout <=`` :data:`MAX_BOUND_PICKS`): the picks of
+        :meth:`sample` relabelled as :func:`to_block` does, by one binding call with one host sync (the picks'
+        total stays on the device; the relabel covers the bound).
+
+        Raises:
+            ValueError: a seed is out of range, or the CSC is corrupt or in pageable host memory.
+        """
+        rows = seeds if self.node_start == 0 else seeds - self.node_start
+        indptr, src_nids, indices, eids, bits = graph_kernels().sample_block(
+            self.indptr,
+            self.indices,
+            rows,
+            seeds,
+            int(fanout),
+            bool(replace),
+            int(rng_seed) % 2**64,
+            self.local2global,
+            -1 if self.edge_start is None else int(self.edge_start),
+            self.eids,
+            seeds.device.index,
+        )
+        if bits:
+            _raise_for(bits, len(self.indptr) - 1, len(self.indices))
+        return Block(src_nids=src_nids, num_dst=len(seeds), indptr=indptr, indices=indices, eids=eids)
 
     def _sample_rows(
         self, rows: torch.Tensor, fanout: int, replace: bool, rng_seed: int

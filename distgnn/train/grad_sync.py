@@ -10,7 +10,8 @@ be captured in a CUDA graph. :class:`GradSync` is the plain version a captured s
   with one collective per dtype; the addresses never change, so a CUDA graph can hold all three;
 * :meth:`GradSync.agree_steps`, before the steps, tells every trainer the most steps any of them plans: one that
   has fewer batches adds steps on an empty batch (a zero gradient), so every trainer calls the all-reduce equally
-  often.
+  often; :func:`padded_epoch` (``TrainStep.epoch``, :meth:`EagerSync.epoch`) does the agreeing, counting and
+  padding around one epoch's loop.
 
 Never let an optimiser set the gradients to None (``zero_grad(set_to_none=True)``): the views would be lost;
 :meth:`GradSync.attach` puts them back. Used by :class:`~distgnn.train.step.TrainStep` for a step captured across
@@ -20,14 +21,15 @@ eager step of the jobs that are not captured (R-GCN, link prediction): a GradSyn
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from distgnn.errors import ConfigError
+from distgnn.errors import ConfigError, InputError
 from distgnn.train.collective import broadcast_tensors
 
 
@@ -135,6 +137,32 @@ class GradSync:
         return int(most.item())
 
 
+@contextlib.contextmanager
+def padded_epoch(sync: Any, planned: int, *pad_args: Any) -> Iterator[int]:
+    """One epoch of a trainer whose gradient all-reduce must run as often as every other trainer's::
+
+        with step.epoch(books.batches_in(epoch)):   # TrainStep.epoch / EagerSync.epoch(planned, optimizer)
+            for batch in batches:
+                step(...)
+
+    On entry the steps every trainer takes (``sync.agree_steps(planned)``, collective; yielded); on a normal exit
+    ``sync.pad(missing, *pad_args)`` with the steps this trainer did not take (``sync.steps_taken`` counts its
+    steps). An exception leaves without padding.
+
+    Raises:
+        InputError: the epoch took more steps than were agreed (the trainers' all-reduces would not pair up).
+    """
+    agreed = sync.agree_steps(planned)
+    start = sync.steps_taken
+    yield agreed
+    taken = sync.steps_taken - start
+    if taken > agreed:
+        raise InputError(
+            f"the epoch took {taken} steps, more than the {agreed} agreed with the other trainers (planned {planned})"
+        )
+    sync.pad(agreed - taken, *pad_args)
+
+
 class EagerSync:
     """Eager training steps of one of several trainers, the dense gradients averaged after each backward.
 
@@ -171,6 +199,7 @@ class EagerSync:
         device = self.dense[0].device
         self.model = model
         self.grad_sync: GradSync | None = None
+        self.steps_taken = 0  # calls of step(), for epoch()
         if distributed and (device.type != "cuda" if ddp is None else ddp):
             ids = [device.index] if device.type == "cuda" else None
             self.model = DistributedDataParallel(model, device_ids=ids, find_unused_parameters=find_unused_parameters)
@@ -185,6 +214,7 @@ class EagerSync:
     ) -> None:
         """Clears every optimizer's gradients, backward from ``loss`` (``mark("backward")`` after it), averages
         the dense gradients over the trainers and steps every optimizer."""
+        self.steps_taken += 1
         for optimizer in optimizers:
             optimizer.zero_grad()
         if self.grad_sync is not None:
@@ -202,6 +232,11 @@ class EagerSync:
         """The steps every trainer takes (``planned``: this trainer's): with a GradSync the most any trainer
         plans (collective), else ``planned``. A trainer that then took fewer calls :meth:`pad`."""
         return planned if self.grad_sync is None else self.grad_sync.agree_steps(planned)
+
+    def epoch(self, planned: int, optimizer: torch.optim.Optimizer) -> contextlib.AbstractContextManager[int]:
+        """``with sync.epoch(planned, optimizer):`` around one epoch's steps: :meth:`agree_steps` on entry, then
+        :meth:`pad` of the dense ``optimizer`` with the steps this trainer did not take (:func:`padded_epoch`)."""
+        return padded_epoch(self, planned, optimizer)
 
     def pad(self, steps: int, optimizer: torch.optim.Optimizer) -> None:
         """``steps`` steps of the dense ``optimizer`` on a zero gradient, each with its all-reduce, so that this

@@ -35,13 +35,14 @@ one flat buffer; the captured step zeroes the buffer, runs forward and backward,
 captured after the eager warm-up steps have run it once on the same communicator) and steps the optimiser: one
 replay per batch. Where the group's backend cannot be captured (gloo), two graphs replay around one eager
 all-reduce. Every trainer must replay equally often: the loader gives every trainer the same number of batches,
-and :meth:`TrainStep.agree_steps` / :meth:`TrainStep.pad` add steps on an empty batch (a zero gradient) where a
-trainer has fewer. In eager mode the model is wrapped in DDP (NCCL on GPUs, gloo on CPUs).
+and :meth:`TrainStep.epoch` (:meth:`TrainStep.agree_steps`, then :meth:`TrainStep.pad`) adds steps on an empty batch
+(a zero gradient) where a trainer has fewer. In eager mode the model is wrapped in DDP (NCCL on GPUs, gloo on CPUs).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -54,7 +55,7 @@ import distgnn.nn.aggregate as aggregate
 from distgnn.errors import ConfigError, InputError
 from distgnn.nn.models import MLP, GraphSAGE
 from distgnn.sampling.block import Block
-from distgnn.train.grad_sync import GradSync
+from distgnn.train.grad_sync import GradSync, padded_epoch
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ class TrainStep:
         self._update_graph: torch.cuda.CUDAGraph | None = None  # the optimiser's, when the all-reduce stays eager
         self._outputs: tuple[torch.Tensor, torch.Tensor] | None = None
         self._warmups = 0
+        self.steps_taken = 0  # calls with a batch, for epoch()
 
     @property
     def graphed(self) -> bool:
@@ -226,6 +228,7 @@ class TrainStep:
         """
         if self.optimizer is None:
             raise ConfigError("TrainStep has no optimizer: set step.optimizer before the first step")
+        self.steps_taken += 1
         if not self.graphed:
             logits = self.model(blocks, x)
             loss = F.cross_entropy(logits, y)
@@ -239,6 +242,12 @@ class TrainStep:
             return loss, (logits.argmax(1) == y).sum()
         self._load(blocks, x, y)
         return self._run()
+
+    def epoch(self, planned: int) -> contextlib.AbstractContextManager[int]:
+        """``with step.epoch(planned):`` around one epoch's steps (``planned``: this trainer's batches):
+        :meth:`agree_steps` on entry, :meth:`pad` with the steps not taken on exit
+        (:func:`~distgnn.train.grad_sync.padded_epoch`); nothing to pad with one trainer or DDP."""
+        return padded_epoch(self, planned)
 
     def agree_steps(self, planned: int) -> int:
         """The steps every trainer takes, before they start (``planned``: this trainer's batches, e.g. in this

@@ -157,14 +157,12 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
                 # In graph mode the cache gathers each batch's features straight into the graph's input buffer.
                 inputs = functools.partial(features.inputs, rows=step.input_rows)
                 # Across GPUs in graph mode every trainer must replay the graph's all-reduce equally often.
-                planned, steps = step.agree_steps(books.batches_in(epoch)), 0
-                for (_, seeds, blocks), x, y in meter.steps(batches, inputs):
-                    loss, correct = step(blocks, x, y, meter.mark)
-                    edges = sum(b.num_edges for b in blocks)
-                    meter.step_done(loss, len(seeds), edges, correct)
-                    books.step_done(epoch, loss)
-                    steps += 1
-                step.pad(planned - steps)
+                with step.epoch(books.batches_in(epoch)):
+                    for (_, seeds, blocks), x, y in meter.steps(batches, inputs):
+                        loss, correct = step(blocks, x, y, meter.mark)
+                        edges = sum(b.num_edges for b in blocks)
+                        meter.step_done(loss, len(seeds), edges, correct)
+                        books.step_done(epoch, loss)
                 summary = log.add(meter.finish(features.cached))
                 books.epoch_done(summary)
                 if trainer.rank == 0:

@@ -205,16 +205,14 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             for epoch in books.epochs(args.epochs):
                 model.train()
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
-                planned, steps = sync.agree_steps(books.batches_in(epoch)), 0  # every trainer averages equally often
-                for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
-                    loss = loss_fn(*model(x, blocks, pos, neg))
-                    meter.mark("forward")
-                    sync.step(loss, optimizers, meter.mark)
-                    positives = pos[target].num_edges if target else pos.num_edges
-                    meter.step_done(loss, positives, sum(b.num_edges for b in blocks))
-                    books.step_done(epoch, loss)
-                    steps += 1
-                sync.pad(planned - steps, optimizer)
+                with sync.epoch(books.batches_in(epoch), optimizer):  # every trainer averages equally often
+                    for (_, pos, neg, blocks), x, _ in meter.steps(loader, inputs):
+                        loss = loss_fn(*model(x, blocks, pos, neg))
+                        meter.mark("forward")
+                        sync.step(loss, optimizers, meter.mark)
+                        positives = pos[target].num_edges if target else pos.num_edges
+                        meter.step_done(loss, positives, sum(b.num_edges for b in blocks))
+                        books.step_done(epoch, loss)
                 summary = log.add(meter.finish())
                 books.epoch_done(summary)
                 if rank == 0:

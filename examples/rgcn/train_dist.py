@@ -211,16 +211,15 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
             for epoch in books.epochs(args.epochs):
                 net.train()
                 meter = books.meter(epoch, device, trainer.show_progress)  # fewer batches in a resumed epoch
-                planned, steps = sync.agree_steps(books.batches_in(epoch)), 0  # every trainer averages equally often
-                for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
-                    logits = model(input_nodes, output_nodes, blocks, device)
-                    loss = F.cross_entropy(logits, y)
-                    meter.mark("forward")
-                    sync.step(loss, optimizers, meter.mark)
-                    meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), (logits.argmax(1) == y).sum())
-                    books.step_done(epoch, loss)
-                    steps += 1
-                sync.pad(planned - steps, optimizer)
+                with sync.epoch(books.batches_in(epoch), optimizer):  # every trainer averages equally often
+                    for (input_nodes, output_nodes, blocks), _, y in meter.steps(loader, inputs):
+                        logits = model(input_nodes, output_nodes, blocks, device)
+                        loss = F.cross_entropy(logits, y)
+                        meter.mark("forward")
+                        sync.step(loss, optimizers, meter.mark)
+                        correct = (logits.argmax(1) == y).sum()
+                        meter.step_done(loss, len(y), sum(b.num_edges for b in blocks), correct)
+                        books.step_done(epoch, loss)
                 summary = log.add(meter.finish())
                 books.epoch_done(summary)
                 if trainer.rank == 0:

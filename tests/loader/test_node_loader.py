@@ -272,3 +272,29 @@ def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(pre
         sampler.close()
     cpu_loader = DistNodeDataLoader(g, torch.arange(3000), NeighborSampler([5, 3]), 256)
     assert cpu_loader._stream is None
+
+
+def test_a_prefetch_thread_shortens_the_switch_interval_while_it_runs() -> None:
+    # The trainer's thread waits for the GIL behind the sampling thread at most one short interval; the
+    # interval found is back once the last prefetch thread stopped, and loaders without a thread leave it.
+    import sys
+
+    from distgnn.loader._workers import PREFETCH_SWITCH_INTERVAL_S
+    from distgnn.sampling.source import InProcessGraph
+
+    g = InProcessGraph(synthetic(300, 4, feat_dim=2, num_classes=2, seed=3))
+    before = sys.getswitchinterval()
+    assert before > PREFETCH_SWITCH_INTERVAL_S  # the interpreter's default
+    loaders = [DistNodeDataLoader(g, torch.arange(300), NeighborSampler([2]), 64, prefetch=1) for _ in range(2)]
+    inline = DistNodeDataLoader(g, torch.arange(300), NeighborSampler([2]), 64)
+    try:
+        assert sys.getswitchinterval() == pytest.approx(PREFETCH_SWITCH_INTERVAL_S)
+        assert sum(len(batch[1]) for batch in loaders[0]) == 300
+        loaders[0].close()
+        loaders[0].close()
+        assert sys.getswitchinterval() == pytest.approx(PREFETCH_SWITCH_INTERVAL_S)  # the other still runs
+        inline.close()
+    finally:
+        for loader in loaders:
+            loader.close()
+    assert sys.getswitchinterval() == before

@@ -8,6 +8,8 @@ random inputs. The CUDA tests (skipped without a GPU) check validity on the GPU 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -177,6 +179,22 @@ def test_cuda_relabel_kernel_matches_the_torch_relabel(trial: int, scale: int) -
     assert got.num_dst == want.num_dst
     for field in ("src_nids", "indptr", "indices", "eids"):
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_one_call_layers_are_those_the_local_csc_samples_alone() -> None:
+    """A layer takes the one-sync call only where the local CSC owns every seed (replicated, or the one partition)
+    and the fanout bounds its size; everything else keeps the owner split and the per-step path."""
+    local = halo_csc(np.random.default_rng(1), True)  # partition 1
+    frontier = torch.arange(1000)
+    only, two = torch.tensor([5000]), torch.tensor([500, 5000])
+    assert not on_device._samples_all_here(local, only, 5, frontier)  # the one partition is not this one
+    assert not on_device._samples_all_here(local, two, 5, frontier)
+    first = dataclasses.replace(local, part_id=0)
+    assert on_device._samples_all_here(first, only, 5, frontier)
+    assert not on_device._samples_all_here(first, only, -1, frontier)  # all neighbours: no bound
+    replicated = dataclasses.replace(local, replicated=True)
+    assert on_device._samples_all_here(replicated, two, 5, frontier)
+    assert not on_device._samples_all_here(replicated, two, on_device.MAX_BOUND_PICKS // 1000 + 1, frontier)
 
 
 def test_gpu_relabel_names_bad_inputs() -> None:
@@ -472,6 +490,33 @@ def test_gpu_device_csc_maps_halo_neighbours_and_edge_ids(
     finally:
         csc.close()
     assert not on_device.as_tensor(local.indices).is_pinned()  # the source stays ordinary memory
+
+
+@needs_cuda
+@pytest.mark.parametrize("graph_memory", ["gpu", "pinned"])
+@pytest.mark.parametrize("contiguous_eids", [True, False])
+@pytest.mark.parametrize(("fanout", "replace"), [(0, False), (1, False), (5, False), (5, True), (40, False)])
+def test_gpu_sample_block_equals_sampling_then_relabelling(
+    graph_memory: str, contiguous_eids: bool, fanout: int, replace: bool
+) -> None:
+    """The one-sync layer (picks, relabel over the bound, indptr, edge ids in one call) makes the block that
+    sampling and relabelling apart make, bit for bit: halo neighbours mapped to global ids, both edge-id forms,
+    a fanout past the fused kernel's (40), no seeds; an out-of-range seed is refused by name."""
+    local = halo_csc(np.random.default_rng(11), contiguous_eids)
+    csc = on_device.DeviceCSC(local, torch.device("cuda"), graph_memory)
+    try:
+        rng = np.random.default_rng(12)
+        for seeds in (rng.choice(np.arange(500, 900), 300, replace=False), np.zeros(0, dtype=np.int64)):
+            dst = torch.from_numpy(seeds.astype(np.int64)).cuda()
+            got = csc.sample_block(dst, fanout, replace, 17)
+            want = on_device.to_block(dst, *csc.sample(dst, fanout, replace, 17), validate=False)
+            assert got.num_dst == want.num_dst == len(seeds)
+            for field in ("src_nids", "indptr", "indices", "eids"):
+                assert torch.equal(getattr(got, field), getattr(want, field)), field
+        with pytest.raises(ValueError, match="seeds must be node ids"):
+            csc.sample_block(torch.tensor([500, 950], device="cuda"), 5, False, 0)
+    finally:
+        csc.close()
 
 
 @needs_cuda

@@ -3,8 +3,8 @@
 A gloo group of one: with a GradSync (``ddp=False``) a step leaves every dense ``.grad`` a view of the flat buffer
 even though the optimiser's ``zero_grad`` sets them to None, the weights follow the plain eager step, and the
 parameters outside ``dense`` (a sparse embedding with its own optimiser) are stepped but not in the buffer;
-``pad`` steps the dense optimiser on a zero gradient; ``ddp=None`` on a CPU wraps the model in DDP; one trainer
-takes the plain step. Two GPUs against DDP: tests/train/test_eager_sync_gpus.py.
+``pad`` steps the dense optimiser on a zero gradient, and ``epoch`` pads the steps an epoch did not take; ``ddp=None``
+on a CPU wraps the model in DDP; one trainer takes the plain step. Two GPUs against DDP: tests/train/test_eager_sync_gpus.py.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from distgnn.errors import ConfigError
-from distgnn.train.grad_sync import EagerSync
+from distgnn.errors import ConfigError, InputError
+from distgnn.train.grad_sync import EagerSync, padded_epoch
 
 
 class _Net(torch.nn.Module):
@@ -75,3 +75,44 @@ def test_grad_sync_step_matches_the_plain_step_and_pads(tmp_path):
         assert torch.equal(net.emb.weight, emb_before)  # the sparse optimiser took no step
     finally:
         dist.destroy_process_group()
+
+
+def test_an_epoch_pads_the_steps_it_did_not_take(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+    try:
+        net = _Net()
+        sync = EagerSync(net, net.lin.parameters(), distributed=True, ddp=False)
+        opts = _optimizers(net)
+        with sync.epoch(4, opts[0]) as agreed:
+            assert agreed == 4
+            sync.step(net(torch.tensor([1, 2])).square().mean(), opts)
+        assert opts[0].state[net.lin.weight]["step"] == 4  # one real step, three on a zero gradient
+        with pytest.raises(RuntimeError, match="left"), sync.epoch(3, opts[0]):
+            raise RuntimeError("left mid-epoch")
+        assert opts[0].state[net.lin.weight]["step"] == 4  # an exception leaves without padding
+        with pytest.raises(InputError, match="took 2 steps, more than the 1 agreed"), sync.epoch(1, opts[0]):
+            for _ in range(2):
+                sync.step(net(torch.tensor([3])).square().mean(), opts)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_padded_epoch_agrees_counts_and_pads_through_the_sync():
+    class Sync:
+        steps_taken = 7  # counted before the epoch: only the epoch's own steps count
+
+        def __init__(self):
+            self.calls = []
+
+        def agree_steps(self, planned):
+            self.calls.append(("agree", planned))
+            return planned + 2  # another trainer plans two more
+
+        def pad(self, steps, *args):
+            self.calls.append(("pad", steps, *args))
+
+    sync = Sync()
+    with padded_epoch(sync, 3, "opt") as agreed:
+        assert agreed == 5
+        sync.steps_taken += 3
+    assert sync.calls == [("agree", 3), ("pad", 2, "opt")]

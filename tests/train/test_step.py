@@ -94,16 +94,19 @@ def test_eager_step_is_the_loop_it_replaced():
     step = TrainStep(model, "eager", 16, [3, 2], torch.device("cpu"), torch.optim.Adam(model.parameters(), lr=0.01))
     opt = torch.optim.Adam(reference.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        blocks = random_blocks(16, [3, 2], gen)
-        x, y = torch.randn(blocks[0].num_src, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)
-        loss, correct = step(blocks, x, y)
-        logits = reference(blocks, x)
-        expected = F.cross_entropy(logits, y)
-        opt.zero_grad()
-        expected.backward()
-        opt.step()
-        assert torch.equal(loss, expected) and int(correct) == int((logits.argmax(1) == y).sum())
+    with step.epoch(5) as agreed:  # one trainer: the epoch agrees on its own plan and pads nothing
+        assert agreed == 5
+        for _ in range(3):
+            blocks = random_blocks(16, [3, 2], gen)
+            x, y = torch.randn(blocks[0].num_src, 12, generator=gen), torch.randint(0, 5, (16,), generator=gen)
+            loss, correct = step(blocks, x, y)
+            logits = reference(blocks, x)
+            expected = F.cross_entropy(logits, y)
+            opt.zero_grad()
+            expected.backward()
+            opt.step()
+            assert torch.equal(loss, expected) and int(correct) == int((logits.argmax(1) == y).sum())
+    assert step.steps_taken == 3
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         assert torch.equal(a, b)
 
