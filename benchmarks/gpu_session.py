@@ -36,6 +36,12 @@ PRELUDE = r"""
 set -uo pipefail
 status=0
 here_cache=${XDG_CACHE_HOME:-$HOME/.cache}
+tests_to() {  # LOG SECONDS PYTEST-ARGS...: pytest into $OUT/LOG (status=1 when it fails); its failures and tally shown
+  local log=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 -m pytest -q -p no:cacheprovider --durations=5 "$@" >"$OUT/$log" 2>&1 || status=1
+  grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$log" | tail -15
+}
 train1() {
   (cd "$2" && XDG_CACHE_HOME="$3" PYTHONPATH="$2${site_path:+:$site_path}" timeout 240 python3 benchmarks/scaling.py \
     --gpus 1 --workdir /tmp/distgnn-train1 --json "$OUT/train1_$1.json" "${@:4}") >"$OUT/train1_$1.log" 2>&1 || status=1
@@ -62,23 +68,21 @@ STAGES = [
         "the CUDA tests of the gather, cache, sampler, relabel, aggregation and loader (kernel vs "
         "reference, clique over 2 GPUs where there are two)",
         r"""
-timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/cache tests/native/test_cuda_extensions.py \
+tests_to pytest.log 300 tests/cache tests/native/test_cuda_extensions.py \
   tests/sampling/test_gpu.py tests/sampling/test_device.py tests/sampling/test_kernels.py tests/nn/test_aggregate_cuda.py \
   tests/nn/test_relu_dropout_cuda.py tests/train/test_step.py \
-  tests/nn/test_layers.py >"$OUT/pytest.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -15
+  tests/nn/test_layers.py
 """,
     ),
     Stage(
         "suite",
         570,
-        "every test file that touches CUDA, and the embedding, typed-model and link tests (the whole "
-        "suite runs past one call's 10 minutes there)",
+        "every test file that mentions CUDA (whole files, their CPU tests too), and the embedding, typed-model and "
+        "link tests; stage cuda runs every CUDA test alone",
         r"""
 # shellcheck disable=SC2046
-timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=5 $(grep -rl -i cuda tests --include='test_*.py') \
-  tests/client/test_embedding*.py tests/nn/test_hetero_layers.py tests/loader/test_edge_loader_hetero.py tests/examples/test_rgcn.py >"$OUT/pytest_suite.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_suite.log" | tail -25
+tests_to pytest_suite.log 540 $(grep -rl -i cuda tests --include='test_*.py') \
+  tests/client/test_embedding*.py tests/nn/test_hetero_layers.py tests/loader/test_edge_loader_hetero.py tests/examples/test_rgcn.py
 """,
     ),
     Stage(
@@ -88,9 +92,8 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_suite.log" | tail -25
         "weighted sums, GAT against the CPU), GPU layer-wise inference (GraphSAGE and GAT); then "
         "examples/rgcn on synthetic-mag (--local: one server and one trainer, --sample-device cuda)",
         r"""
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/sampling/test_hetero_sampling.py tests/nn/test_aggregate_cuda.py \
-  tests/train/test_inference_gpu.py tests/nn/test_layers.py tests/nn/test_hetero_layers.py >"$OUT/pytest_typed.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_typed.log" | tail -15
+tests_to pytest_typed.log 300 tests/sampling/test_hetero_sampling.py tests/nn/test_aggregate_cuda.py \
+  tests/train/test_inference_gpu.py tests/nn/test_layers.py tests/nn/test_hetero_layers.py
 timeout 240 python3 examples/rgcn/train_dist.py --dataset synthetic-mag --num-papers 20000 --local --num-parts 1 \
   --trainers-per-machine 1 --device cuda --sample-device cuda --epochs 3 --quiet --workdir /tmp/distgnn-rgcn \
   >"$OUT/rgcn_cuda.log" 2>&1 || status=1
@@ -136,9 +139,7 @@ timeout 520 python3 benchmarks/scaling_tgn.py --dataset "events:${DATA_ROOT:-../
         "captured memory replay, the CUDA sampler, shared streams on a GPU); TGN_CUDA_TESTS: other test paths",
         r"""
 # shellcheck disable=SC2086
-timeout 290 python3 -m pytest -q -p no:cacheprovider -m cuda ${TGN_CUDA_TESTS:-tests/temporal} \
-  >"$OUT/pytest_tgncuda.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/pytest_tgncuda.log" | tail -15
+tests_to pytest_tgncuda.log 290 -m cuda ${TGN_CUDA_TESTS:-tests/temporal}
 """,
     ),
     Stage(
@@ -181,9 +182,8 @@ grep -hE "^(stream|system|distgnn|PyG)" "$OUT"/tgn_pyg_*.log
         "network)",
         r"""
 if [[ -n "${DATA_ROOT:-}" && ! -d ../shared/data ]]; then mkdir -p ../shared && cp -r "$DATA_ROOT" ../shared/data; fi
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/temporal tests/snapshot/test_recurrent.py \
-  tests/train/test_timeline.py >"$OUT/pytest_dynamic.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_dynamic.log" | tail -15
+tests_to pytest_dynamic.log 240 tests/temporal tests/snapshot/test_recurrent.py \
+  tests/train/test_timeline.py
 for seed in ${TGN_SEEDS:-0}; do  # TGN_SEEDS="0 1 2": one comparison per seed (test AP moves with the seed)
   timeout 200 python3 benchmarks/train_tgn.py --device cuda --epochs 3 --seed "$seed" >>"$OUT/tgn_cuda.log" 2>&1 \
     || status=1
@@ -261,9 +261,8 @@ tail -16 "$OUT/accuracy.txt"
         330,
         "the tests of the step captured across GPUs (tests/train/test_step*.py, test_grad_sync.py; 2 GPUs)",
         r"""
-timeout 300 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_step.py \
-  tests/train/test_step_gpus.py tests/train/test_grad_sync.py >"$OUT/pytest_steps.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
+tests_to pytest_steps.log 300 tests/train/test_step.py \
+  tests/train/test_step_gpus.py tests/train/test_grad_sync.py
 """,
     ),
     Stage(
@@ -273,9 +272,8 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_steps.log" | tail -8
         "benchmarks/scaling.py 1 vs 2 GPUs of each, interleaved repeats: R-GCN on synthetic-mag (RGCN_PAPERS, "
         "default 50000), link prediction on the 1M-node synthetic graph, fanouts 10,10 (LINK_BATCHES per trainer, default 50)",
         r"""
-timeout 150 python3 -m pytest -q -p no:cacheprovider --durations=5 tests/train/test_eager_sync_gpus.py \
-  tests/train/test_eager_sync.py >"$OUT/pytest_sync.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_sync.log" | tail -8
+tests_to pytest_sync.log 150 tests/train/test_eager_sync_gpus.py \
+  tests/train/test_eager_sync.py
 timeout 200 python3 benchmarks/scaling.py --example rgcn --num-papers "${RGCN_PAPERS:-50000}" --epochs 3 --repeats 2 \
   --json "$OUT/scaling_rgcn.json" >"$OUT/scaling_rgcn.log" 2>&1 || status=1
 tail -4 "$OUT/scaling_rgcn.log"
@@ -335,9 +333,7 @@ fi
         230,
         "the gather and cache tests alone (after a change to the gather)",
         r"""
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/cache \
-  >"$OUT/pytest_cache.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_cache.log" | tail -15
+tests_to pytest_cache.log 200 tests/cache
 """,
     ),
     Stage(
@@ -416,12 +412,10 @@ tail -4 "$OUT/scaling_inline.log"
         330,
         "the tests of the one-GPU batch path: gather and cache, timeline, the loader's sampling stream",
         r"""
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/cache/test_gather_cuda.py tests/cache/test_feature_cache.py \
+tests_to pytest_e2e.log 300 tests/cache/test_gather_cuda.py tests/cache/test_feature_cache.py \
   tests/cache/test_pipeline.py tests/train/test_timeline.py tests/train/test_epoch.py \
   tests/cache/test_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
-  "tests/loader/test_node_loader.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches" \
-  >"$OUT/pytest_e2e.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_e2e.log" | tail -15
+  "tests/loader/test_node_loader.py::test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches"
 """,
     ),
     Stage(
@@ -467,9 +461,8 @@ sed -n '/^graph/,$p' "$OUT/sample_span.log" | grep -v "^ *$" | head -60
         "the CUDA tests of the GPU sampler, relabel, the loader's sampling stream and the feature path "
         "(tests/sampling/test_gpu.py, test_device.py, tests/loader/test_node_loader.py, tests/cache/test_feature_path.py)",
         r"""
-timeout 280 python3 -m pytest -q -p no:cacheprovider -m cuda tests/sampling/test_gpu.py tests/sampling/test_device.py \
-  tests/loader/test_node_loader.py tests/cache/test_feature_path.py >"$OUT/pytest_sampling.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_sampling.log" | tail -15
+tests_to pytest_sampling.log 280 -m cuda tests/sampling/test_gpu.py tests/sampling/test_device.py \
+  tests/loader/test_node_loader.py tests/cache/test_feature_path.py
 """,
     ),
     Stage(
@@ -517,12 +510,10 @@ train1 timeline_thread "$PWD" "$here_cache" --timeline "$OUT/thread.json" -- --p
         "inline and with the sampling thread (TIMELINE=1: their timelines), and profiled short runs of "
         "the graph and eager steps; run with train1ab (BASE=main) for the before/after",
         r"""
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/train/test_step.py tests/nn/test_relu_dropout_cuda.py \
+tests_to pytest_step.log 200 tests/train/test_step.py tests/nn/test_relu_dropout_cuda.py \
   tests/nn/test_aggregate_cuda.py tests/nn/test_layers.py tests/cache/test_feature_path.py tests/train/test_timeline.py \
   tests/train/test_epoch.py "tests/cache/test_dist_feature.py::test_fetch_writes_into_the_given_rows" \
-  tests/cache/test_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync \
-  >"$OUT/pytest_step.log" 2>&1 || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_step.log" | tail -8
+  tests/cache/test_dist_feature.py::test_cuda_ids_through_a_cache_of_every_row_need_no_host_sync
 for variant in "tf32_inline:--matmul-precision high" "tf32_thread:--prefetch 1 --matmul-precision high"; do
   name=${variant%%:*}
   # shellcheck disable=SC2086
@@ -550,9 +541,7 @@ train1 trace "$PWD" "$here_cache" --epochs 2 --timeline "$OUT/short.json" --trac
         "tests/train/test_inference_gpu.py, benchmarks/inference_gpu.py (layer-wise inference held on the "
         "GPU vs the host-buffer path) and, for scale, one training run with the sampling thread",
         r"""
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/train/test_inference_gpu.py >"$OUT/pytest_inference.log" 2>&1 \
-  || status=1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest_inference.log" | tail -5
+tests_to pytest_inference.log 120 tests/train/test_inference_gpu.py
 timeout 300 python3 benchmarks/inference_gpu.py --json "$OUT/inference.json" >"$OUT/inference.log" 2>&1 || status=1
 tail -8 "$OUT/inference.log"
 train1 epoch_thread "$PWD" "$here_cache" -- --prefetch 1

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from subprocess import PIPE
 
 import numpy as np
 import pytest
@@ -160,21 +161,31 @@ def test_a_killed_rank_stops_every_rank_naming_it_and_leaves_no_partition(hetero
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.staging")]
 
 
-def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_path):
-    out = tmp_path / "out"
-    args = [
-        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
+def local_args(graph, out) -> list:
+    """Two ``--local`` ranks in rounds of a few bytes: slow enough to be stopped mid-job."""
+    return [
+        "--input", graph, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
         "--message-mb", 0.00005,
     ]  # fmt: skip
-    job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pids_at_numbering(job: subprocess.Popen) -> list[int]:
+    """The ranks' pids the launcher printed, read from ``job``'s output up to the node numbering's end."""
+    pids = []
+    for line in job.stdout:
+        if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
+            pids = [int(x) for x in found.groups()]
+        if "number nodes done" in line:
+            break
+    assert pids, "the ranks' pids were not printed"
+    return pids
+
+
+def test_a_killed_rank_under_local_is_named_and_every_rank_stops(hetero, tmp_path):
+    out = tmp_path / "out"
+    job = subprocess.Popen([*CLI, *map(str, local_args(hetero, out))], stdout=PIPE, stderr=PIPE, text=True)
     try:
-        pids = []
-        for line in job.stdout:
-            if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
-                pids = [int(x) for x in found.groups()]
-            if "number nodes done" in line:
-                break
-        assert pids, "the ranks' pids were not printed"
+        pids = pids_at_numbering(job)
         pid = pids[1]
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -202,19 +213,9 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_local_launcher_stops_its_ranks_and_leaves_no_partition(hetero, tmp_path, sig):
     out = tmp_path / "out"
-    args = [
-        "--input", hetero, "--out", out, "--num-parts", 2, "--method", "random", "--workers", 2, "--local",
-        "--message-mb", 0.00005,
-    ]  # fmt: skip
-    job = subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen([*CLI, *map(str, local_args(hetero, out))], stdout=PIPE, stderr=PIPE, text=True)
     try:
-        pids = []
-        for line in job.stdout:
-            if found := re.match(r"ranks 0-1: pids (\d+) (\d+)$", line.strip()):
-                pids = [int(x) for x in found.groups()]
-            if "number nodes done" in line:
-                break
-        assert pids, "the ranks' pids were not printed"
+        pids = pids_at_numbering(job)
         job.send_signal(sig)
         _, err = job.communicate(timeout=30)
         deadline = time.monotonic() + 30  # SIGKILL: the ranks see their launcher die and stop on their own
