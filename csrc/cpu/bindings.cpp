@@ -450,7 +450,7 @@ void temporal_attention_backward(const py::array& query, const py::array& kv, co
 }
 
 void sparse_adam(const py::array& weight, const py::array& state, const py::array& ids, const py::array& grad,
-                 float lr, float beta1, float beta2, float eps, int num_threads) {
+                 float lr, double beta1, double beta2, float eps, int num_threads) {
   float* weight_data = float_data(weight, "weight", 2, true);
   float* state_data = float_data(state, "state", 2, true);
   const int64_t* ids_data = vector_data<int64_t>(ids, "ids", "int64");

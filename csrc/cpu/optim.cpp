@@ -29,7 +29,7 @@ void update_row(float* __restrict m, float* __restrict v, float* __restrict w, c
 }  // namespace
 
 void sparse_adam(float* weight, float* state, int64_t num_rows, int64_t dim, const int64_t* ids, int64_t n,
-                 const float* grad, float lr, float beta1, float beta2, float eps, int num_threads) {
+                 const float* grad, float lr, double beta1, double beta2, float eps, int num_threads) {
   std::vector<uint8_t> seen(static_cast<size_t>(num_rows), 0);  // a row updated twice would race
   for (int64_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= num_rows)
@@ -40,7 +40,8 @@ void sparse_adam(float* weight, float* state, int64_t num_rows, int64_t dim, con
                                   " appears twice in ids; ids must be unique (sum the gradients of repeated ids first)");
   }
   const int64_t stride = 2 * dim + 1;
-  const float keep1 = 1.0f - beta1, keep2 = 1.0f - beta2;
+  // 1 - beta and the bias corrections in double, then rounded once: 1 - float(0.999) is off by 1e-5 relative.
+  const float keep1 = static_cast<float>(1.0 - beta1), keep2 = static_cast<float>(1.0 - beta2);
   parallel_for(n, num_threads, kRowGrain, [&] {
     return [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
@@ -49,7 +50,8 @@ void sparse_adam(float* weight, float* state, int64_t num_rows, int64_t dim, con
         float* v = m + dim;
         float& t = v[dim];
         t += 1.0f;
-        const float correct1 = 1.0f - std::pow(beta1, t), correct2 = 1.0f - std::pow(beta2, t);
+        const float correct1 = static_cast<float>(1.0 - std::pow(beta1, static_cast<double>(t)));
+        const float correct2 = static_cast<float>(1.0 - std::pow(beta2, static_cast<double>(t)));
         update_row(m, v, weight + r * dim, grad + i * dim, dim, keep1, keep2, lr, correct1, correct2, eps);
       }
     };

@@ -36,11 +36,15 @@ def adam_rows_reference(
     dim = weight.shape[1]
     rows = state[ids]
     m, v, t = rows[:, :dim], rows[:, dim : 2 * dim], rows[:, 2 * dim :]
-    m += (1 - beta1) * (grad - m)
-    v += (1 - beta2) * (grad * grad - v)
+    # 1 - beta and the bias corrections in float64, rounded to float32 once (as the kernel does)
+    keep1, keep2 = np.float32(1 - beta1), np.float32(1 - beta2)
     t += 1
+    m += keep1 * (grad - m)
+    v += keep2 * (grad * grad - v)
     state[ids] = rows
-    weight[ids] -= lr * (m / (1 - beta1**t)) / (np.sqrt(v / (1 - beta2**t)) + eps)
+    correct1 = (1 - beta1 ** t.astype(np.float64)).astype(np.float32)
+    correct2 = (1 - beta2 ** t.astype(np.float64)).astype(np.float32)
+    weight[ids] -= lr * (m / correct1) / (np.sqrt(v / correct2) + eps)
 
 
 def adam_rows(
