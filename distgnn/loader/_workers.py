@@ -33,7 +33,7 @@ from distgnn.sampling.neighbor import NeighborSampler
 
 POLL_S = 0.5
 WORKER_START_TIMEOUT_S = 120.0
-# While a prefetch thread runs, the interpreter's switch interval is at most this. The trainer's thread and the
+# While a prefetch thread of a GPU sampler runs, the interpreter's switch interval is at most this. The trainer's thread and the
 # sampling thread share the GIL and both release it in every torch call; a thread whose call returns while the
 # other holds the GIL otherwise waits for that one's next blocking call, or up to the default 5 ms.
 PREFETCH_SWITCH_INTERVAL_S = 1e-4
@@ -203,8 +203,9 @@ class Workers:
         args = (g, sampler, 0, 1, maker, plan, self.commands[0], self.outputs[0], threading.main_thread().is_alive)
         self.procs = [threading.Thread(target=sample_loop, args=args, name="distgnn-prefetch", daemon=False)]
         self.procs[0].start()
-        _short_switches.acquire()
-        self._switches_held = True
+        if isinstance(maker, OnStream):  # a GPU sampler: measured there; a CPU sampler's thread keeps the default
+            _short_switches.acquire()
+            self._switches_held = True
 
     @property
     def count(self) -> int:
@@ -279,8 +280,8 @@ class Workers:
 
 
 class _ShortSwitches:
-    """Holds the switch interval at most :data:`PREFETCH_SWITCH_INTERVAL_S` while any prefetch thread runs, and
-    restores the one found when the last stops."""
+    """Holds the switch interval at most :data:`PREFETCH_SWITCH_INTERVAL_S` while any prefetch thread of a GPU
+    sampler runs, and restores the one found when the last stops."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -3,6 +3,8 @@ workers give the same batches as inline sampling, and leave nothing behind."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -254,8 +256,11 @@ def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(pre
 
     g = InProcessGraph(synthetic(3000, 8, feat_dim=4, num_classes=3, seed=2))
     sampler = NeighborSampler([5, 3], device="cuda")
+    default_switches = sys.getswitchinterval()
     loader = DistNodeDataLoader(g, torch.arange(3000), sampler, 256, shuffle=True, seed=4, prefetch=prefetch)
     assert loader._stream is not None and loader._stream != torch.cuda.current_stream()
+    # The GPU sampler's prefetch thread holds the switch interval short while it runs.
+    assert (sys.getswitchinterval() < default_switches) == (prefetch > 0)
     try:
         for index, batch in enumerate(loader):
             # Queue a long kernel first: a batch handed over unfinished would be read before it was written.
@@ -270,31 +275,34 @@ def test_gpu_sampling_runs_on_its_own_stream_and_hands_over_finished_batches(pre
     finally:
         loader.close()
         sampler.close()
+    assert sys.getswitchinterval() == default_switches
     cpu_loader = DistNodeDataLoader(g, torch.arange(3000), NeighborSampler([5, 3]), 256)
     assert cpu_loader._stream is None
 
 
-def test_a_prefetch_thread_shortens_the_switch_interval_while_it_runs() -> None:
-    # The trainer's thread waits for the GIL behind the sampling thread at most one short interval; the
-    # interval found is back once the last prefetch thread stopped, and loaders without a thread leave it.
-    import sys
-
-    from distgnn.loader._workers import PREFETCH_SWITCH_INTERVAL_S
+def test_short_switches_hold_while_any_holder_runs_and_a_cpu_prefetch_thread_keeps_the_default() -> None:
+    # A GPU sampler's prefetch thread holds the switch interval short (the trainer's thread waits for the GIL
+    # behind it at most one short interval); the interval found is back once the last holder let go. A CPU
+    # sampler's thread leaves it as it is.
+    from distgnn.loader._workers import PREFETCH_SWITCH_INTERVAL_S, _short_switches
     from distgnn.sampling.source import InProcessGraph
 
-    g = InProcessGraph(synthetic(300, 4, feat_dim=2, num_classes=2, seed=3))
     before = sys.getswitchinterval()
     assert before > PREFETCH_SWITCH_INTERVAL_S  # the interpreter's default
-    loaders = [DistNodeDataLoader(g, torch.arange(300), NeighborSampler([2]), 64, prefetch=1) for _ in range(2)]
-    inline = DistNodeDataLoader(g, torch.arange(300), NeighborSampler([2]), 64)
+    _short_switches.acquire()
+    _short_switches.acquire()
     try:
         assert sys.getswitchinterval() == pytest.approx(PREFETCH_SWITCH_INTERVAL_S)
-        assert sum(len(batch[1]) for batch in loaders[0]) == 300
-        loaders[0].close()
-        loaders[0].close()
-        assert sys.getswitchinterval() == pytest.approx(PREFETCH_SWITCH_INTERVAL_S)  # the other still runs
-        inline.close()
+        _short_switches.release()
+        assert sys.getswitchinterval() == pytest.approx(PREFETCH_SWITCH_INTERVAL_S)  # the other still holds it
     finally:
-        for loader in loaders:
-            loader.close()
+        _short_switches.release()
+    assert sys.getswitchinterval() == before
+    g = InProcessGraph(synthetic(300, 4, feat_dim=2, num_classes=2, seed=3))
+    loader = DistNodeDataLoader(g, torch.arange(300), NeighborSampler([2]), 64, prefetch=1)
+    try:
+        assert loader._workers is not None and sys.getswitchinterval() == before
+        assert sum(len(batch[1]) for batch in loader) == 300
+    finally:
+        loader.close()
     assert sys.getswitchinterval() == before
