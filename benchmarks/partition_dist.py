@@ -25,7 +25,8 @@ process(es), on the same chunked input; per run the table gives
 ``--repeat N`` runs every row N times, the job before the single process in odd rounds (with
 ``--no-single``, the W in reverse order), and prints the
 median and range of each ratio over the rounds; ``wall s`` is the whole command (start-up, the ranks'
-imports and rendezvous, and the single process's ``--check`` included). With ``--no-single`` and several W,
+imports and rendezvous, and the single process's ``--check`` included; every run starts after ``sync``, so none
+shares the disks with the previous run's writeback). With ``--no-single`` and several W,
 each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is).
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import shutil
@@ -145,7 +147,9 @@ def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Names
 
 
 def _one(meta: Path, method: str, workers: int | None, args: argparse.Namespace) -> dict:
-    """One run: the single-process tool (``workers`` None) or the job."""
+    """One run: the single-process tool (``workers`` None) or the job, after the page cache's dirty pages (the
+    previous run's outputs) are written back, so that a run does not share the disks with that writeback."""
+    os.sync()
     if workers is None:
         out = args.work / f"single-{method}"
         r = _single(meta, out, method, args)
