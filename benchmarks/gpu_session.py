@@ -65,24 +65,10 @@ STAGES = [
     Stage(
         "tests",
         330,
-        "the CUDA tests of the gather, cache, sampler, relabel, aggregation and loader (kernel vs "
-        "reference, clique over 2 GPUs where there are two)",
+        "the CUDA tests (pytest -m cuda) of the gather and cache, the extensions, the samplers and relabel, the "
+        "layers' kernels, the loader and the captured step (clique and steps over 2 GPUs where there are two)",
         r"""
-tests_to pytest.log 300 tests/cache tests/native/test_cuda_extensions.py \
-  tests/sampling/test_gpu.py tests/sampling/test_device.py tests/sampling/test_kernels.py tests/nn/test_aggregate_cuda.py \
-  tests/nn/test_relu_dropout_cuda.py tests/train/test_step.py \
-  tests/nn/test_layers.py
-""",
-    ),
-    Stage(
-        "suite",
-        570,
-        "every test file that mentions CUDA (whole files, their CPU tests too), and the embedding, typed-model and "
-        "link tests; stage cuda runs every CUDA test alone",
-        r"""
-# shellcheck disable=SC2046
-tests_to pytest_suite.log 540 $(grep -rl -i cuda tests --include='test_*.py') \
-  tests/client/test_embedding*.py tests/nn/test_hetero_layers.py tests/loader/test_edge_loader_hetero.py tests/examples/test_rgcn.py
+tests_to pytest.log 300 -m cuda tests/cache tests/native tests/sampling tests/nn tests/loader tests/train/test_step.py
 """,
     ),
     Stage(
@@ -326,14 +312,6 @@ if grep -q '"backend": "[^"]*nccl' "$OUT/nccl.log" && grep -q '"device": "cuda:0
 else
   echo "nccl: FAILED (see nccl.log)"; status=1
 fi
-""",
-    ),
-    Stage(
-        "cachetests",
-        230,
-        "the gather and cache tests alone (after a change to the gather)",
-        r"""
-tests_to pytest_cache.log 200 tests/cache
 """,
     ),
     Stage(
