@@ -84,14 +84,23 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
     p.add_argument(
         "--timeline",
-        help="write rank 0's per-batch stage spans of each run to PATH (-<n>gpu before the suffix) and plot them",
+        help="write every trainer's per-batch stage spans of each run beside PATH (-<n>gpu[-<variant>][-rank<r>]\n"
+        "before the suffix), plot rank 0's and print each trainer's period, wait and step medians",
     )
     p.add_argument("--trace", help="with --timeline: also a torch.profiler Chrome trace per run (slows the run)")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:FLAGS",
+        help="add every count run with these train_dist.py flags (e.g. 'bind:--bind-cpus'), compared with the first\n"
+        "count's run of the same variant; repeatable",
+    )
     p.add_argument("extra", nargs="*", help="more train_dist.py flags (after --)")
     return p.parse_args()
 
 
-def run(args: argparse.Namespace, gpus: int, more: list[str]) -> dict:
+def run(args: argparse.Namespace, gpus: int, more: list[str], label: str) -> dict:
     cmd = [sys.executable, str(SCRIPTS[args.example]), "--local", f"--device={args.device}", "--part-method=random"]
     if args.example == "rgcn":
         cmd += ["--dataset=synthetic-mag", f"--num-papers={args.num_papers}"]
@@ -111,9 +120,10 @@ def run(args: argparse.Namespace, gpus: int, more: list[str]) -> dict:
     if args.device == "cuda" and args.example != "link":
         cmd += [f"--sample-device={args.sample_device}"]
     if args.timeline:
-        cmd += [f"--timeline={run_path(args.timeline, gpus)}"]
+        run_path(args.timeline, label).parent.mkdir(parents=True, exist_ok=True)
+        cmd += [f"--timeline={run_path(args.timeline, label)}"]
         if args.trace:
-            cmd += [f"--trace={run_path(args.trace, gpus)}"]
+            cmd += [f"--trace={run_path(args.trace, label)}"]
     cmd += list(args.extra) + more
     print("$ " + " ".join(cmd[1:]), flush=True)
     start = time.perf_counter()
@@ -128,16 +138,50 @@ def run(args: argparse.Namespace, gpus: int, more: list[str]) -> dict:
     return result
 
 
-def run_path(path: str, gpus: int) -> Path:
-    """``path`` with ``-<gpus>gpu`` before its suffix, absolute (train_dist.py runs from the repo root)."""
+def run_path(path: str, label: str) -> Path:
+    """``path`` with ``-<row label>`` before its suffix (``2 thr``: ``-2gpu-thr``), absolute (train_dist.py runs
+    from the repo root)."""
     path = Path(path).resolve()
-    return path.with_name(f"{path.stem}-{gpus}gpu{path.suffix}")
+    gpus, _, name = label.partition(" ")
+    return path.with_name(f"{path.stem}-{gpus}gpu{'-' + name if name else ''}{path.suffix}")
 
 
-def plot(timeline: Path) -> None:
-    """Draws a run's timeline next to it (``.png``), or says why not."""
+def lockstep(timeline: Path, gpus: int) -> None:
+    """Per trainer of a run, medians and 90th percentiles over its batches after epoch 0: the period (from one
+    batch's start to the next one's, host clock), the host time waiting for the batch (``wait``) and the step's
+    GPU time (``compute``: with several GPUs it holds the all-reduce, which waits for the slowest trainer)."""
+    from distgnn.train.timeline import rank_path, read_timeline
+
+    def centiles(values: list[float]) -> str:
+        values = sorted(values)
+        return f"{statistics.median(values):.3f} [p90 {values[int(0.9 * (len(values) - 1))]:.3f}]" if values else "-"
+
+    for rank in range(gpus):
+        path = rank_path(timeline, rank)
+        if not path.exists():
+            continue
+        batches = [b for b in read_timeline(path)["batches"] if b["epoch"] > 0]
+        starts = [b["spans"][0]["host_ms"][0] for b in batches]
+        periods = [b - a for a, b in zip(starts, starts[1:], strict=False) if b > a]
+        spans: dict[str, list[float]] = {"wait": [], "compute": []}
+        for record in batches:
+            for span in record["spans"]:
+                if span["stage"] == "wait":
+                    spans["wait"].append(span["host_ms"][1] - span["host_ms"][0])
+                elif span["stage"] == "compute" and span["gpu_ms"]:
+                    spans["compute"].append(span["gpu_ms"][1] - span["gpu_ms"][0])
+        print(
+            f"timeline rank {rank}: ms a batch: period {centiles(periods)}, wait (host) {centiles(spans['wait'])}, "
+            f"compute (GPU) {centiles(spans['compute'])}"
+        )
+
+
+def plot(timeline: Path, gpus: int = 1) -> None:
+    """Draws a run's timeline next to it (``.png``), or says why not; with several trainers, each one's
+    :func:`lockstep` line."""
     from distgnn.train.timeline import plot_timeline, read_timeline, summarize
 
+    lockstep(timeline, gpus)
     try:
         plot_timeline(read_timeline(timeline), timeline.with_suffix(".png"))
         print(f"timeline {timeline}, drawn in {timeline.with_suffix('.png')}")
@@ -181,13 +225,18 @@ def main() -> None:
         rows += [(f"{gpus} repl", gpus, ["--structure=replicated"], first) for gpus in counts if gpus > 1]
     if args.thread_rows:
         rows += [(f"{gpus} thr", gpus, ["--prefetch=1"], f"{counts[0]} thr") for gpus in counts]
+    for variant in args.variant:
+        name, _, flags = variant.partition(":")
+        if not name or " " in name:
+            sys.exit(f"--variant {variant!r}: expected NAME:FLAGS, NAME without spaces")
+        rows += [(f"{gpus} {name}", gpus, flags.split(), f"{counts[0]} {name}") for gpus in counts]
     results: dict[str, list[dict]] = {label: [] for label, *_ in rows}
     for _ in range(args.repeats):  # interleaved, so that a slow spell of the host touches every row
         for label, gpus, more, _ in rows:
             layout = args.machines if gpus > 1 else "one"
-            results[label].append(run(argparse.Namespace(**{**vars(args), "machines": layout}), gpus, more))
+            results[label].append(run(argparse.Namespace(**{**vars(args), "machines": layout}), gpus, more, label))
             if args.timeline:
-                plot(run_path(args.timeline, gpus))
+                plot(run_path(args.timeline, label), gpus)
     runs = {label: [steady(result) for result in results[label]] for label in results}
     bases = {
         label: [per_batch(r, median) for r, (median, *_) in zip(results[label], runs[label], strict=True)]

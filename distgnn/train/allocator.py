@@ -1,4 +1,5 @@
-"""glibc malloc settings for trainer processes: keep freed memory for the next batch.
+"""Memory settings of trainer processes: glibc malloc keeps freed memory for the next batch, and Python's
+cyclic garbage collector runs at fixed steps of a training loop.
 
 A training step allocates the same large tensors every batch (a GraphSAGE
 layer's output on a 1M-node graph is ~60 MB). glibc serves allocations above
@@ -10,6 +11,16 @@ and never trim it, so freed blocks are reused, already mapped. The process
 keeps its peak heap for its lifetime; this suits trainers, whose peak is the
 working set of a batch, not short-lived tools. It is what preloading jemalloc
 or tcmalloc does for PyTorch on CPUs, without a preload.
+
+Python's collector runs whenever allocations outnumber frees by a threshold, at
+any point of any step, and a full collection walks every object of the process
+(a trainer with torch imported holds hundreds of thousands: tens of
+milliseconds). Trainers that average gradients every step wait for the slowest
+one, so a pause on one trainer stalls all of them. :class:`StepCollector`
+freezes what exists when training starts (the modules, the model, the loader:
+never walked again), turns automatic collection off during an epoch's steps and
+collects the young generations itself every ``every`` steps: at the same step on
+every trainer, over only what the recent steps left.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 
 log = logging.getLogger(__name__)
@@ -41,3 +53,57 @@ def keep_freed_memory() -> bool:
     if not ok:
         log.warning("glibc rejected the malloc settings; freed memory goes back to the system as before")
     return ok
+
+
+@functools.cache
+def _freeze_once() -> None:
+    """Move every object alive now to the collector's permanent generation (once per process)."""
+    gc.collect()
+    gc.freeze()
+
+
+class StepCollector:
+    """Python's garbage collection for one epoch's steps (see the module's text).
+
+    Use::
+
+        collector = StepCollector(every=50)
+        collector.start()                  # the first time in a process: collect once and freeze what exists
+        for step in range(num_steps):
+            ...
+            collector.step_done()          # every ``every`` steps: collect the young generations
+        collector.stop()                   # automatic collection as it was before start()
+
+    Args:
+        every: steps between two collections; 0 leaves the collector as it is (start and stop do nothing).
+    """
+
+    def __init__(self, every: int) -> None:
+        if every < 0:
+            raise ValueError(f"StepCollector: every must be >= 0, got {every}")
+        self.every = every
+        self._steps = 0
+        self._was_enabled: bool | None = None
+
+    def start(self) -> None:
+        if self.every == 0 or self._was_enabled is not None:
+            return
+        _freeze_once()
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        self._steps = 0
+
+    def step_done(self) -> None:
+        if self._was_enabled is None:
+            return
+        self._steps += 1
+        if self._steps % self.every == 0:
+            gc.collect(1)
+
+    def stop(self) -> None:
+        """Safe to call twice, or without :meth:`start`."""
+        if self._was_enabled is None:
+            return
+        if self._was_enabled:
+            gc.enable()
+        self._was_enabled = None

@@ -26,6 +26,9 @@ from distgnn.train.epoch import EpochMeter, EpochSummary
 from distgnn.train.metrics import RpcTraffic, add_metrics_args, metrics_from_args
 from distgnn.train.timeline import Timeline
 
+# Steps between two collections of Python's young objects in a training loop (distgnn.train.allocator.StepCollector).
+GC_EVERY_STEPS = 50
+
 
 def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
     """``--checkpoint-dir D --checkpoint-every N --checkpoint-keep K --resume [auto|PATH]``."""
@@ -105,6 +108,7 @@ class Bookkeeper:
         self.pieces = training_pieces(model, optimizer, loader, sparse_optimizers, embeddings)
         self.batches_per_epoch = batches_per_epoch
         self._sync_timing = bool(getattr(args, "sync_timing", False))
+        self._gc_every = 0 if getattr(args, "no_gc_tuning", False) else GC_EVERY_STEPS
         self.position = Position()
         if self.checkpointer:
             self.position = self.checkpointer.resume(args.resume, self.pieces, batches_per_epoch)
@@ -125,7 +129,8 @@ class Bookkeeper:
         self, epoch: int, device: torch.device, show_progress: bool = False, timeline: Timeline | None = None
     ) -> EpochMeter:
         """The :class:`~distgnn.train.epoch.EpochMeter` of ``epoch``: its remaining batches, ``--sync-timing``,
-        and the ``--timeline`` that records its steps (None: none)."""
+        the ``--timeline`` that records its steps (None: none), and Python's garbage collection every
+        ``GC_EVERY_STEPS`` steps (none with ``--no-gc-tuning``)."""
         return EpochMeter(
             epoch,
             self.batches_in(epoch),
@@ -133,6 +138,7 @@ class Bookkeeper:
             sync_timing=self._sync_timing,
             show_progress=show_progress,
             timeline=timeline,
+            gc_every=self._gc_every,
         )
 
     def step_done(self, epoch: int, loss: torch.Tensor) -> None:

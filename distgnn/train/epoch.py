@@ -20,6 +20,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from distgnn.errors import InputError
+from distgnn.train.allocator import StepCollector
 from distgnn.train.result import epoch_time_s
 from distgnn.train.timeline import Timeline
 
@@ -110,6 +111,8 @@ class EpochMeter:
         timeline: records each step's spans there (:mod:`distgnn.train.timeline`): ``wait`` (asking the loader for the
             batch: inline sampling, or blocked on the prefetch thread), ``fetch`` (``inputs``) and ``compute``
             (from the yield to :meth:`step_done`).
+        gc_every: during :meth:`steps`, Python's garbage collector runs every ``gc_every`` steps and not on its own
+            (:class:`~distgnn.train.allocator.StepCollector`); 0 leaves it alone.
     """
 
     def __init__(
@@ -121,8 +124,10 @@ class EpochMeter:
         sync_timing: bool = False,
         show_progress: bool = False,
         timeline: Timeline | None = None,
+        gc_every: int = 0,
     ) -> None:
         self.epoch = epoch
+        self._collector = StepCollector(gc_every)
         self.timeline = timeline
         self._compute_span: Any = None
         self.num_batches = num_batches
@@ -150,6 +155,13 @@ class EpochMeter:
         fetch left to ``inputs``); "fetch" is the loader's fetch plus the time ``inputs`` took.
         """
         self._start = time.perf_counter()
+        self._collector.start()
+        try:
+            yield from self._steps(batches, inputs)
+        finally:
+            self._collector.stop()
+
+    def _steps(self, batches: Iterable[Any], inputs: Callable[[Any], tuple[Any, Any, Any]]) -> Iterator[tuple]:
         source = iter(batches)
         timeline = self.timeline
         for step in range(self.num_batches):
@@ -214,11 +226,13 @@ class EpochMeter:
         self.samples += count
         self.edges += edges
         self._progress.update(1)
+        self._collector.step_done()
 
     def finish(self, cache: Any = None) -> EpochSummary:
         """Reduce across trainers (a collective: every trainer calls it). ``cache``: a CachedFeature whose hit
         counts join the summary and are then reset."""
         self._progress.close()
+        self._collector.stop()
         if self._events:
             torch.cuda.synchronize(self.device)
             self.compute_s = sum(begin.elapsed_time(end) for begin, end in self._events) / 1e3

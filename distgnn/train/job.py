@@ -82,6 +82,14 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
     group.add_argument("--workdir", default=".work/train", help="partitions (and logs) go here with --local")
     group.add_argument("--num-threads", type=int, default=0, help="torch threads per trainer (0: cores / trainers)")
     group.add_argument(
+        "--bind-cpus",
+        default="auto",
+        choices=("auto", "yes", "no"),
+        help="yes: each trainer of a host runs on its own share of the CPUs the job may use (by LOCAL_RANK, a\n"
+        "contiguous slice each), its threads included; auto (default): yes with --device cuda (a GPU trainer's\n"
+        "host threads launch its kernels), no on CPUs (the graph servers share the host's CPUs)",
+    )
+    group.add_argument(
         "--matmul-precision",
         default="highest",
         choices=("highest", "high", "medium"),
@@ -93,6 +101,12 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
         "--no-malloc-tuning",
         action="store_true",
         help="leave glibc malloc as it is (default: trainers keep freed memory for reuse, see distgnn.train.allocator)",
+    )
+    group.add_argument(
+        "--no-gc-tuning",
+        action="store_true",
+        help="leave Python's garbage collector as it is during the steps (default: it collects at fixed steps,\n"
+        "the same on every trainer, see distgnn.train.allocator)",
     )
     group.add_argument(
         "--max-restarts",
@@ -123,10 +137,36 @@ def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
     return args.num_threads or max(1, len(os.sched_getaffinity(0)) // max(trainers_on_host, 1))
 
 
-def configure_torch(args: argparse.Namespace, trainers_on_host: int) -> None:
-    """This trainer's torch settings from the job flags: its threads (:func:`torch_threads`) and
-    ``--matmul-precision``."""
-    torch.set_num_threads(torch_threads(args, trainers_on_host))
+def cpu_share(local_rank: int, trainers_on_host: int) -> list[int]:
+    """Trainer ``local_rank``'s CPUs among ``trainers_on_host``: its contiguous slice of the CPUs this process
+    may run on (sorted), the remainder spread over the first slices; every CPU when there are fewer CPUs than
+    trainers."""
+    cpus = sorted(os.sched_getaffinity(0))
+    trainers = max(trainers_on_host, 1)
+    if not 0 <= local_rank < trainers:
+        raise ConfigError(f"LOCAL_RANK {local_rank} is not below the host's {trainers} trainer(s)")
+    if len(cpus) < trainers:
+        return cpus
+    size, extra = divmod(len(cpus), trainers)
+    first = local_rank * size + min(local_rank, extra)
+    return cpus[first : first + size + (local_rank < extra)]
+
+
+def binds_cpus(args: argparse.Namespace) -> bool:
+    """Whether ``--bind-cpus`` binds this trainer to its :func:`cpu_share`."""
+    choice = getattr(args, "bind_cpus", "no")
+    return choice == "yes" or (choice == "auto" and getattr(args, "device", "cpu") == "cuda")
+
+
+def configure_torch(args: argparse.Namespace, trainers_on_host: int, local_rank: int = 0) -> None:
+    """This trainer's torch settings from the job flags: with ``--bind-cpus`` this process (and every thread it
+    starts after) on its :func:`cpu_share`, its threads (:func:`torch_threads`) and ``--matmul-precision``."""
+    if binds_cpus(args):
+        share = cpu_share(local_rank, trainers_on_host)
+        os.sched_setaffinity(0, share)
+        torch.set_num_threads(args.num_threads or len(share))
+    else:
+        torch.set_num_threads(torch_threads(args, trainers_on_host))
     torch.set_float32_matmul_precision(args.matmul_precision)
 
 
@@ -399,7 +439,7 @@ def join_process_group(args: argparse.Namespace, procs_per_gpu: int = 1, backend
     faulthandler.enable()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     # torchrun (under distgnn-launch) says how many trainers share this host.
-    configure_torch(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine)))
+    configure_torch(args, int(os.environ.get("LOCAL_WORLD_SIZE", args.trainers_per_machine)), local_rank)
     device = torch.device("cpu")
     if args.device == "cuda":
         gpu = local_rank // procs_per_gpu

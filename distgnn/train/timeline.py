@@ -58,10 +58,14 @@ class Timeline:
             that is current where the span opens and closes.
         trace_path: where to write a ``torch.profiler`` Chrome trace (CPU and CUDA activity) when
             :meth:`close` is called; None records no trace (profiling slows every launch, so it is opt-in).
+        path: where :meth:`write_json` writes when given no path.
     """
 
-    def __init__(self, device: torch.device | str, *, trace_path: str | Path | None = None) -> None:
+    def __init__(
+        self, device: torch.device | str, *, trace_path: str | Path | None = None, path: str | Path | None = None
+    ) -> None:
         self.device = torch.device(device)
+        self.path = Path(path) if path is not None else None
         self._cuda = self.device.type == "cuda"
         self._batches: list[_Batch] = []
         self._origin_host = time.perf_counter()
@@ -143,8 +147,14 @@ class Timeline:
         """:func:`summarize` of this timeline's records."""
         return summarize(self.records())
 
-    def write_json(self, path: str | Path, **meta: Any) -> None:
-        """Writes ``{"format_version", "device", "meta", "batches": records()}`` to ``path``."""
+    def write_json(self, path: str | Path | None = None, **meta: Any) -> None:
+        """Writes ``{"format_version", "device", "meta", "batches": records()}`` to ``path`` (default: the
+        timeline's ``path``). ``meta`` gets ``origin_s``, the host clock (``time.perf_counter``, one clock for every
+        process of a host) at which the timeline's milliseconds start, so several trainers' timelines line up."""
+        path = path if path is not None else self.path
+        if path is None:
+            raise ConfigError("Timeline.write_json: no path given and the timeline has none")
+        meta = {**meta, "origin_s": self._origin_host}
         document = {"format_version": FORMAT_VERSION, "device": str(self.device), "meta": meta}
         document["batches"] = self.records()
         Path(path).write_text(json.dumps(document, indent=None, separators=(",", ":")))
@@ -168,21 +178,32 @@ def add_timeline_args(parser: argparse.ArgumentParser) -> None:
     """``--timeline PATH`` (rank 0's per-batch stage spans as JSON) and ``--trace PATH`` (with it, a
     ``torch.profiler`` Chrome trace of the run, which slows every launch)."""
     group = parser.add_argument_group("timeline")
-    group.add_argument("--timeline", help="write rank 0's per-batch stage spans (sample, fetch, compute) to PATH")
-    group.add_argument("--trace", help="with --timeline: also a torch.profiler Chrome trace to PATH")
+    group.add_argument(
+        "--timeline",
+        help="write each trainer's per-batch stage spans (sample, fetch, compute) as JSON: rank 0's to PATH, rank\n"
+        "r's beside it with -rank<r> before the suffix",
+    )
+    group.add_argument("--trace", help="with --timeline: also a torch.profiler Chrome trace of rank 0 to PATH")
+
+
+def rank_path(path: str | Path, rank: int) -> Path:
+    """``path`` for rank 0, else ``path`` with ``-rank<rank>`` before its suffix (``t.json`` -> ``t-rank1.json``)."""
+    path = Path(path)
+    return path if rank == 0 else path.with_name(f"{path.stem}-rank{rank}{path.suffix}")
 
 
 def timeline_from_args(args: argparse.Namespace, device: torch.device, rank: int) -> Timeline | None:
-    """The Timeline ``--timeline`` asks for on rank 0; None elsewhere and without the flag.
+    """The Timeline ``--timeline`` asks for, writing to :func:`rank_path` of it (with ``--trace``, rank 0's also
+    records the profiler trace); None without the flag.
 
     Raises:
         ConfigError: ``--trace`` without ``--timeline``.
     """
     if getattr(args, "trace", None) and not getattr(args, "timeline", None):
         raise ConfigError("--trace needs --timeline PATH (the trace's ranges are the timeline's spans)")
-    if not getattr(args, "timeline", None) or rank != 0:
+    if not getattr(args, "timeline", None):
         return None
-    return Timeline(device, trace_path=args.trace)
+    return Timeline(device, trace_path=args.trace if rank == 0 else None, path=rank_path(args.timeline, rank))
 
 
 def summarize(batches: list[dict], epochs: set[int] | None = None) -> dict[str, dict[str, float]]:

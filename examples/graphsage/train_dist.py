@@ -175,7 +175,7 @@ def run_trainer(trainer: job.Trainer, args: argparse.Namespace) -> dict:
         features.close()
         if timeline is not None:
             timeline.close()  # writes the trace, if any
-            timeline.write_json(args.timeline, step=step.mode, prefetch=args.prefetch)
+            timeline.write_json(step=step.mode, prefetch=args.prefetch, rank=trainer.rank)
     result = {
         **trainer.result_fields(args, num_batches),
         "model": args.model,

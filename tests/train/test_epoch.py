@@ -60,6 +60,52 @@ def test_an_epoch_sums_the_loaders_stage_times_and_the_mean_loss_and_accuracy() 
     assert float(line.split("|")[1].split()[1]) == pytest.approx(summary.loss, abs=1e-4)
 
 
+class _Cycle:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_collector_runs_only_every_gc_every_steps_and_is_restored_after() -> None:
+    import gc
+    import weakref
+
+    assert gc.isenabled()
+    meter = EpochMeter(0, 7, torch.device("cpu"), gc_every=3)
+    freed_at: list[int | None] = []
+    for step, (_, _, y) in enumerate(meter.steps(batches(10, []), inputs)):
+        assert not gc.isenabled()  # no collection on its own during the steps
+        if step == 0:
+            assert gc.get_freeze_count() > 0  # what existed before training is never walked again
+        garbage = weakref.ref(_Cycle())
+        meter.step_done(torch.tensor(1.0), len(y), edges=1)
+        freed_at.append(garbage() is None)
+    assert gc.isenabled()  # as before, also when the epoch ends
+    # Cycles made in steps 0-2 are freed by the collection after step 2 (index 2), 3-5 after step 5.
+    assert freed_at == [False, False, True, False, False, True, False]
+    meter.finish()
+    assert gc.isenabled()
+    off = EpochMeter(0, 2, torch.device("cpu"))  # gc_every=0: left alone
+    for _, _, y in off.steps(batches(2, []), inputs):
+        assert gc.isenabled()
+        off.step_done(torch.tensor(1.0), len(y), edges=1)
+
+
+def test_an_exception_in_a_step_restores_automatic_collection() -> None:
+    import gc
+
+    meter = EpochMeter(0, 5, torch.device("cpu"), gc_every=2)
+    with pytest.raises(RuntimeError, match="boom"):
+        for _ in meter.steps(batches(5, []), inputs):
+            raise RuntimeError("boom")
+    assert gc.isenabled()  # the steps' generator closed as the exception left the loop
+    meter.finish()
+    assert gc.isenabled()
+    with pytest.raises(ValueError, match="every"):
+        EpochMeter(0, 1, torch.device("cpu"), gc_every=-1)
+
+
 class _Clock:
     """``time.perf_counter`` that moves only when told: timings exact however loaded the machine is."""
 

@@ -52,6 +52,28 @@ def test_torch_threads_share_out_the_cpus_this_process_may_run_on(monkeypatch) -
     assert job.torch_threads(parser().parse_args(["--num-threads", "5"]), 2) == 5
 
 
+def test_bind_cpus_gives_each_trainer_of_a_host_its_own_slice(monkeypatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {9, 4, 5, 6, 7, 8, 10})
+    shares = [job.cpu_share(rank, 3) for rank in range(3)]
+    assert shares == [[4, 5, 6], [7, 8], [9, 10]]  # disjoint, contiguous, every CPU once
+    assert job.cpu_share(1, 9) == [4, 5, 6, 7, 8, 9, 10]  # fewer CPUs than trainers: all of them
+    with pytest.raises(job.ConfigError, match="LOCAL_RANK 3"):
+        job.cpu_share(3, 3)
+    bound: list[tuple[int, list[int]]] = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: bound.append((pid, list(cpus))))
+    threads = torch.get_num_threads()
+    try:
+        job.configure_torch(parser().parse_args(["--bind-cpus=yes"]), 3, local_rank=2)
+        assert bound == [(0, [9, 10])] and torch.get_num_threads() == 2  # the threads follow the share
+        job.configure_torch(parser().parse_args(["--device=cuda"]), 3, local_rank=0)  # auto: bound on a GPU
+        assert bound[1:] == [(0, [4, 5, 6])] and torch.get_num_threads() == 3
+        for flags in ([], ["--device=cuda", "--bind-cpus=no"]):  # auto on a CPU, or asked not to: not bound
+            job.configure_torch(parser().parse_args(flags), 3, local_rank=2)
+            assert len(bound) == 2 and torch.get_num_threads() == 2  # 7 CPUs / 3 trainers
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_single_process_trainer_holds_the_whole_graph() -> None:
     args = parser().parse_args([*SMALL, "--single", "--no-malloc-tuning", "--quiet"])
     with job.start_trainer(args) as trainer:

@@ -92,7 +92,9 @@ def test_json_round_trip_and_version_check(tmp_path):
     path = tmp_path / "timeline.json"
     timeline.write_json(path, run="test", batch_size=4)
     document = read_timeline(path)
+    origin = document["meta"].pop("origin_s")
     assert document["meta"] == {"run": "test", "batch_size": 4}
+    assert 0 < origin <= time.perf_counter()
     assert document["batches"] == timeline.records()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format_version": 99, "batches": []}))
@@ -167,17 +169,25 @@ def test_gpu_intervals_come_from_cuda_events_without_host_waits():
     assert fetch["gpu_ms"][0] >= compute["gpu_ms"][1]  # the empty span waits its turn on the stream
 
 
-def test_timeline_flags_make_one_on_rank_zero_only():
+def test_timeline_flags_make_one_per_rank_with_its_own_path(tmp_path):
     import argparse
 
     from distgnn.errors import ConfigError
-    from distgnn.train.timeline import add_timeline_args, timeline_from_args
+    from distgnn.train.timeline import add_timeline_args, read_timeline, timeline_from_args
 
     parser = argparse.ArgumentParser()
     add_timeline_args(parser)
-    args = parser.parse_args(["--timeline", "t.json"])
-    assert isinstance(timeline_from_args(args, torch.device("cpu"), rank=0), Timeline)
-    assert timeline_from_args(args, torch.device("cpu"), rank=1) is None
+    args = parser.parse_args(["--timeline", str(tmp_path / "t.json")])
+    for rank, name in ((0, "t.json"), (1, "t-rank1.json"), (3, "t-rank3.json")):
+        timeline = timeline_from_args(args, torch.device("cpu"), rank=rank)
+        assert isinstance(timeline, Timeline) and timeline.path == tmp_path / name
+        timeline.begin_batch(0, 0)
+        timeline.add_span("wait", 1.0, 2.0)
+        timeline.write_json(rank=rank)
+        document = read_timeline(tmp_path / name)
+        assert document["meta"]["rank"] == rank and document["meta"]["origin_s"] > 0
+    with pytest.raises(ConfigError, match="no path"):
+        Timeline("cpu").write_json()
     assert timeline_from_args(parser.parse_args([]), torch.device("cpu"), rank=0) is None
     with pytest.raises(ConfigError, match="--trace needs --timeline"):
         timeline_from_args(parser.parse_args(["--trace", "x.json"]), torch.device("cpu"), rank=0)
