@@ -132,11 +132,3 @@ def resident_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def local_world_size() -> int:
-    """Ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 when unset)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
