@@ -648,12 +648,15 @@ class _Job:
             send = np.empty((largest, *row_shape), dtype=array.dtype)
             recv = None
             writer_of = np.arange(self.P) % W
+            # the next chunk is read on a pool thread while this one is exchanged and written
+            loading = self.workers.later(_load_chunk, array, mine[0]) if mine else None
             for k in range(rounds):
                 n = 0
                 if k < len(mine):
-                    block = _load_chunk(array, mine[k])
+                    block = loading()
+                    loading = self.workers.later(_load_chunk, array, mine[k + 1]) if k + 1 < len(mine) else None
                     n = len(block)
-                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")
+                    self.workers.take(block, orders[k], send[:n])
                     del block
                 counts = np.zeros((W, W), dtype=np.int64)  # counts[src, dst]
                 for src in range(W):
@@ -664,6 +667,7 @@ class _Job:
                 mine_starts = np.cumsum(mine_counts, axis=1) - mine_counts
                 for got, first, got_n in self.group.alltoallv_rounds(send[:n], counts, self.opts.message_bytes, recv):
                     recv = got.base if got.base is not None else got  # got: a leading slice of the buffer, kept
+                    writes = []  # (file, its offset, rows of got): one run each, written on the threads
                     at = 0
                     for src in range(W):
                         lo, hi = int(first[src]), int(first[src] + got_n[src])
@@ -674,9 +678,11 @@ class _Job:
                                 continue
                             fd, header = files[p]
                             row = int(runs[src, k, p, 1] - first_of_type[p]) + a - int(mine_starts[src, i])
-                            data = memoryview(got[at + a - lo : at + b - lo]).cast("B")
-                            _pwrite_all(fd, data, header + row_bytes * row)
+                            writes.append((fd, header + row_bytes * row, at + a - lo, at + b - lo))
                         at += hi - lo
+                    self.workers.run(
+                        lambda w, got=got: _pwrite_all(w[0], memoryview(got[w[2] : w[3]]).cast("B"), w[1]), writes
+                    )
         finally:
             for fd, _ in files.values():
                 os.close(fd)

@@ -41,8 +41,8 @@ METIS_BLOCK_BYTES = 160 << 20
 PER_COARSE_ENTRY = 96
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
-# One feature chunk as loaded, packed with its ids, sent and received.
-FEATURE_CHUNK_COPIES = 4
+# One feature chunk as loaded, packed with its ids, sent and received, and the next one read ahead.
+FEATURE_CHUNK_COPIES = 5
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ gives the same result as the whole step on one thread.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -59,24 +60,50 @@ class Workers:
         return list(zip(bounds[:-1], bounds[1:], strict=True))
 
     def run(self, fn: Callable, items: Sequence) -> list:
-        """``[fn(item) for item in items]``, the items spread over the threads (the calling thread takes
-        the first); the first error raised is raised here once every item has ended."""
+        """``[fn(item) for item in items]``, the items taken one after the other by the calling thread and
+        the pool's threads (a thread busy with other work takes none); the first error raised is raised
+        here once every item begun has ended, and no item begins after it."""
         if self._pool is None or len(items) <= 1:
             return [fn(item) for item in items]
-        futures = [self._pool.submit(fn, item) for item in items[1:]]
-        try:
-            first = fn(items[0])
-        finally:
-            results = []
-            error = None
-            for f in futures:
+        results: list = [None] * len(items)
+        lock = threading.Lock()
+        state = {"next": 0, "stop": False}
+        errors: list[BaseException] = []
+
+        def drain() -> None:
+            while True:
+                with lock:
+                    i = state["next"]
+                    if i >= len(items) or state["stop"]:
+                        return
+                    state["next"] = i + 1
                 try:
-                    results.append(f.result())
-                except BaseException as exc:  # noqa: BLE001  (raised below, after every piece has ended)
-                    error = error or exc
-        if error is not None:
-            raise error
-        return [first, *results]
+                    results[i] = fn(items[i])
+                except BaseException as exc:  # noqa: BLE001  (raised by run once every item begun has ended)
+                    with lock:
+                        state["stop"] = True
+                        errors.append(exc)
+                    return
+
+        helpers = [self._pool.submit(drain) for _ in range(min(self.threads - 1, len(items) - 1))]
+        try:
+            drain()
+        finally:
+            with lock:
+                state["stop"] = state["stop"] or state["next"] < len(items)
+            for h in helpers:
+                if not h.cancel():  # one not begun (its thread busy elsewhere) has nothing left to do
+                    h.result()
+        if errors:
+            raise errors[0]
+        return results
+
+    def later(self, fn: Callable, *args) -> Callable[[], object]:
+        """``fn(*args)`` started on a pool thread now (with one thread: when its result is asked for); returns
+        the function that waits for the result and returns it (or raises its error)."""
+        if self._pool is None:
+            return lambda: fn(*args)
+        return self._pool.submit(fn, *args).result
 
     def take(self, values: np.ndarray, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``np.take(values, positions, out=out, axis=0, mode="clip")``: ``positions`` must be valid."""

@@ -1,5 +1,7 @@
 """A rank's array steps split over threads give the same result as on one thread."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -45,17 +47,32 @@ def test_gather_and_sort(workers):
     np.testing.assert_array_equal(flat, expected)
 
 
-def test_an_error_in_a_piece_is_raised_after_every_piece_ended(workers):
-    ended = []
+def test_an_error_in_a_piece_is_raised_after_every_piece_begun_has_ended(workers):
+    begun, ended = [], []
 
-    def piece(r):
-        if r[0] > 0:
-            raise ValueError(f"piece {r}")
-        ended.append(r)
+    def piece(i):
+        begun.append(i)
+        time.sleep(0.01)
+        if i == 1:
+            raise ValueError(f"piece {i}")
+        ended.append(i)
 
-    with pytest.raises(ValueError, match="piece"):
-        workers.run(piece, workers.pieces(9000))
-    assert ended == [(0, 3000)]
+    with pytest.raises(ValueError, match="piece 1"):
+        workers.run(piece, list(range(50)))
+    assert len(begun) < 50  # none begins after the error
+    assert sorted(ended) == sorted(set(begun) - {1})
+
+
+def test_a_busy_thread_leaves_the_items_to_the_others():
+    workers = Workers(2)
+    try:
+        slow = workers.later(time.sleep, 0.3)  # the pool's one thread busy
+        start = time.perf_counter()
+        assert workers.run(lambda i: i * 2, list(range(20))) == [i * 2 for i in range(20)]
+        assert time.perf_counter() - start < 0.25
+        slow()
+    finally:
+        workers.close()
 
 
 def test_a_rank_gets_its_share_of_the_cpus(monkeypatch):
