@@ -21,13 +21,16 @@ process(es), on the same chunked input; per run the table gives
     python benchmarks/partition_dist.py --graph papers --num-nodes 10000000 --avg-degree 15 --workers 2,4
     python benchmarks/partition_dist.py --input DIR/metadata.json --workers 2,4 --methods random
     python benchmarks/partition_dist.py --input DIR/metadata.json --workers 4 --methods random --repeat 4
+    python benchmarks/partition_dist.py --input DIR/metadata.json --workers 8,1,1:1 --no-single --repeat 3
 
 ``--repeat N`` runs every row N times, the job before the single process in odd rounds (with
 ``--no-single``, the W in reverse order), and prints the
 median and range of each ratio over the rounds; ``wall s`` is the whole command (start-up, the ranks'
 imports and rendezvous, and the single process's ``--check`` included; every run starts after ``sync``, so none
 shares the disks with the previous run's writeback). With ``--no-single`` and several W,
-each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is).
+each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is);
+``W:T`` runs the job with ``--threads T`` (``W=1 t=1``: one rank on one thread), a rank's threads otherwise
+being its share of the CPUs.
 """
 
 from __future__ import annotations
@@ -125,11 +128,24 @@ def _single(meta: Path, out: Path, method: str, args: argparse.Namespace) -> dic
     return dict(seconds=seconds, wall=wall, cpu=cpu, sys=sys_cpu, peak=peak, estimate=None)
 
 
-def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Namespace) -> dict:
+def _spec(run: str) -> tuple[int, int | None]:
+    """``W`` or ``W:T`` (T threads per rank) of ``--workers``."""
+    w, _, t = run.partition(":")
+    return int(w), int(t) if t else None
+
+
+def _label(run: str) -> str:
+    w, t = _spec(run)
+    return f"W={w}" if t is None else f"W={w} t={t}"
+
+
+def _dist(meta: Path, out: Path, method: str, run: str, args: argparse.Namespace) -> dict:
+    workers, threads = _spec(run)
     stdout, wall, cpu, sys_cpu = _run(
         [*CLI, "--input", str(meta), "--out", str(out), "--num-parts", str(args.parts), "--method", method,
          "--seed", str(args.seed), "--overwrite", "--workers", str(workers), "--local",
-         "--coarse-edges", str(args.coarse_edges), "--message-mb", str(args.message_mb)]
+         "--coarse-edges", str(args.coarse_edges), "--message-mb", str(args.message_mb),
+         *(["--threads", str(threads)] if threads is not None else [])]
     )  # fmt: skip
     rows = re.findall(r"^\s*(\d+) \|\s*([\d.]+) \|\s*([\d.]+) \|\s*(\d+) \|\s*([\d.]+) \|\s*([\d.]+)$", stdout, re.M)
     peaks = [float(r[1]) for r in rows]
@@ -146,7 +162,11 @@ def _dist(meta: Path, out: Path, method: str, workers: int, args: argparse.Names
     )
 
 
-def _one(meta: Path, method: str, workers: int | None, args: argparse.Namespace) -> dict:
+def _out(args: argparse.Namespace, run: str, method: str) -> Path:
+    return args.work / f"w{run.replace(':', 't')}-{method}"
+
+
+def _one(meta: Path, method: str, workers: str | None, args: argparse.Namespace) -> dict:
     """One run: the single-process tool (``workers`` None) or the job, after the page cache's dirty pages (the
     previous run's outputs) are written back, so that a run does not share the disks with that writeback."""
     os.sync()
@@ -154,20 +174,20 @@ def _one(meta: Path, method: str, workers: int | None, args: argparse.Namespace)
         out = args.work / f"single-{method}"
         r = _single(meta, out, method, args)
     else:
-        out = args.work / f"w{workers}-{method}"
+        out = _out(args, workers, method)
         r = _dist(meta, out, method, workers, args)
     r["cut"], r["balance"] = _cut_and_balance(next(out.glob("*.json")))
     r["same"] = "-"
     return r
 
 
-def _print_row(method: str, rep: int, workers: int | None, r: dict, base: dict | None) -> None:
+def _print_row(method: str, rep: int, workers: str | None, r: dict, base: dict | None) -> None:
     def ratio(key: str) -> str:
         return f"{r[key] / base[key]:.2f}" if base else "-"
 
     est = "-" if r["estimate"] is None else f"{r['estimate'] / r['peak']:.2f}"
     print(
-        f"{method} | {rep} | {'single' if workers is None else f'W={workers}'} | {r['seconds']:.1f} | "
+        f"{method} | {rep} | {'single' if workers is None else _label(workers)} | {r['seconds']:.1f} | "
         f"{ratio('seconds')} | {r['wall']:.1f} | {ratio('wall')} | {r['cpu']:.1f} | {r['sys']:.1f} | {ratio('cpu')} | "
         f"{r['peak']:.2f} | {ratio('peak')} | {est} | {r['cut']:,} | {ratio('cut')} | {r['balance']:.3f} | "
         f"{r['same']}",
@@ -175,13 +195,15 @@ def _print_row(method: str, rep: int, workers: int | None, r: dict, base: dict |
     )
 
 
-def _print_speedups(method: str, workers: list[int], runs_by_rep: list[dict]) -> None:
-    """Without the single process: each W against the smallest W of the same round (``s`` and ``wall``)."""
-    low = min(workers)
-    for w in sorted(set(workers) - {low}):
-        pairs = np.array([[r[low][k] / r[w][k] for k in ("seconds", "wall")] for r in runs_by_rep])
+def _print_speedups(method: str, workers: list[str], runs_by_rep: list[dict]) -> None:
+    """Without the single process: each run of the smallest W against each run of a larger W of the same
+    round (``s`` and ``wall``)."""
+    low = min(_spec(w)[0] for w in workers)
+    for base, w in [(b, w) for b in workers if _spec(b)[0] == low for w in workers if _spec(w)[0] != low]:
+        pairs = np.array([[r[base][k] / r[w][k] for k in ("seconds", "wall")] for r in runs_by_rep if w in r])
         print(
-            f"{method} W={low} / W={w} over {len(pairs)} rounds: partition time median {np.median(pairs[:, 0]):.2f} "
+            f"{method} {_label(base)} / {_label(w)} over {len(pairs)} rounds: partition time median "
+            f"{np.median(pairs[:, 0]):.2f} "
             f"[{pairs[:, 0].min():.2f}, {pairs[:, 0].max():.2f}], whole command median {np.median(pairs[:, 1]):.2f} "
             f"[{pairs[:, 1].min():.2f}, {pairs[:, 1].max():.2f}]",
             flush=True,
@@ -196,7 +218,9 @@ def main() -> None:
     p.add_argument("--num-papers", type=int, default=100_000)
     p.add_argument("--chunks", type=int, default=8)
     p.add_argument("--parts", type=int, default=4)
-    p.add_argument("--workers", default="1,2,4")
+    p.add_argument(
+        "--workers", default="1,2,4", help="runs of the job: W, or W:T for T threads per rank (default: its share)"
+    )
     p.add_argument("--methods", default="random,range,metis")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--coarse-edges", type=int, default=4_000_000)
@@ -229,9 +253,11 @@ def main() -> None:
     )
     print(header)
     print("|".join("---" for _ in header.split("|")))
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = args.workers.split(",")
+    for w in workers:
+        _spec(w)  # a bad run fails here, before any run
     for method in args.methods.split(","):
-        ratios: dict[int, list[tuple[float, float, float]]] = {w: [] for w in workers}
+        ratios: dict[str, list[tuple[float, float, float]]] = {w: [] for w in workers}
         runs_by_rep: list[dict] = []
         for rep in range(args.repeat):
             runs = [None, *workers] if rep % 2 == 0 else [*workers, None]  # None: the single-process tool
@@ -244,7 +270,7 @@ def main() -> None:
             base = results.get(None)
             for w in workers:
                 if base is not None and method != "metis":
-                    same = _same(args.work / f"single-{method}", args.work / f"w{w}-{method}")
+                    same = _same(args.work / f"single-{method}", _out(args, w, method))
                     results[w]["same"] = "yes" if same else "NO"
             for w in runs:
                 r = results[w]
@@ -253,7 +279,7 @@ def main() -> None:
                 _print_row(method, rep, w, r, base)
             for w in workers:
                 if not args.keep:
-                    shutil.rmtree(args.work / f"w{w}-{method}", ignore_errors=True)
+                    shutil.rmtree(_out(args, w, method), ignore_errors=True)
             if not args.keep:
                 shutil.rmtree(args.work / f"single-{method}", ignore_errors=True)
         if args.no_single and len(workers) > 1:
@@ -262,7 +288,7 @@ def main() -> None:
             for w in workers:
                 cols = np.array(ratios[w])
                 print(
-                    f"{method} W={w} over {args.repeat} pairs (orders alternating): time/single median "
+                    f"{method} {_label(w)} over {args.repeat} pairs (orders alternating): time/single median "
                     f"{np.median(cols[:, 0]):.2f} [{cols[:, 0].min():.2f}, {cols[:, 0].max():.2f}], wall/single "
                     f"{np.median(cols[:, 1]):.2f} [{cols[:, 1].min():.2f}, {cols[:, 1].max():.2f}], cpu/single "
                     f"{np.median(cols[:, 2]):.2f} [{cols[:, 2].min():.2f}, {cols[:, 2].max():.2f}]",

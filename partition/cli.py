@@ -120,6 +120,13 @@ def _parser() -> argparse.ArgumentParser:
         "a node), lookup = asked of their owners in bounded rounds; auto = the table where it is no larger than "
         "one id column of a rank's share of the edges (default)",
     )
+    dist.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads per rank for its array steps (gathers, sorts); default: the CPUs this process may run on "
+        "divided among this machine's ranks",
+    )
     dist.add_argument("--dry-run", action="store_true", help="print each rank's peak memory estimate and exit")
     return p
 

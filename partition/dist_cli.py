@@ -21,7 +21,8 @@ from distgnn.launch.forked import INTERRUPTED_EXIT, ForkedRanks
 from distgnn.launch.transport import free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import available_bytes, check_output_dir
-from distgnn.partition.memory import BASE_BYTES, estimate_ranks, local_world_size, resident_bytes
+from distgnn.partition.memory import BASE_BYTES, estimate_ranks, resident_bytes
+from distgnn.partition.threads import local_world_size
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0
@@ -46,6 +47,8 @@ def _options(args: argparse.Namespace) -> DistOptions:
         raise ConfigError(f"--peer-timeout must be > 0, got {args.peer_timeout}")
     if not args.message_mb > 0:
         raise ConfigError(f"--message-mb must be > 0, got {args.message_mb}")
+    if args.threads < 0:
+        raise ConfigError(f"--threads must be >= 0, got {args.threads}")
     if args.method not in DIST_METHODS:
         raise ConfigError(f"--method {args.method} is not available with --workers; use {', '.join(DIST_METHODS)}")
     unsupported = [
@@ -71,6 +74,7 @@ def _options(args: argparse.Namespace) -> DistOptions:
         message_mb=args.message_mb,
         coarse_edges=args.coarse_edges,
         renumber=args.renumber,
+        threads=args.threads,
     )
 
 

@@ -50,6 +50,7 @@ from distgnn.partition.format import (
     feature_key,
 )
 from distgnn.partition.reshuffle import distinct_with_index, stable_order
+from distgnn.partition.threads import Workers, local_world_size, rank_threads
 
 if TYPE_CHECKING:  # torch is imported by the ranks only
     from distgnn.partition.collective import RankGroup
@@ -79,6 +80,7 @@ class DistOptions:
     message_mb: float = 256.0
     coarse_edges: int = 50_000_000
     renumber: str = "auto"  # auto | table | lookup: see renumber_table_fits
+    threads: int = 0  # threads per rank for the array steps; 0: the rank's share of its machine's CPUs
 
     @property
     def message_bytes(self) -> int:
@@ -112,23 +114,23 @@ def _ranges(sizes: np.ndarray) -> np.ndarray:
     return np.stack([ends - sizes.reshape(-1), ends], axis=1).reshape(*sizes.shape, 2)
 
 
-def bucket_of(bounds: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """int64 ``searchsorted(bounds, values, side="right")`` for sorted ``bounds``: with few bounds one
-    comparison pass per bound, else a binary search in the values' own dtype (a search across dtypes
-    converts every value first)."""
+def bucket_of(bounds: np.ndarray, values: np.ndarray, dtype: np.dtype = np.int64) -> np.ndarray:
+    """``searchsorted(bounds, values, side="right")`` as ``dtype`` (int64, or one that holds
+    ``len(bounds)``) for sorted ``bounds``: with few bounds one comparison pass per bound, else a binary
+    search in the values' own dtype (a search across dtypes converts every value first)."""
     bounds = np.asarray(bounds, dtype=np.int64)
     if values.dtype.kind in "iu" and bounds.size:
         limits = np.iinfo(values.dtype)
         if limits.min <= bounds[0] and bounds[-1] <= limits.max:
             bounds = bounds.astype(values.dtype)
     if bounds.size > FEW_BOUNDS:
-        return np.searchsorted(bounds, values, side="right").astype(np.int64, copy=False)
+        return np.searchsorted(bounds, values, side="right").astype(dtype, copy=False)
     out = np.zeros(values.shape, dtype=np.uint8)
     above = np.empty(values.shape, dtype=bool)
     for bound in bounds:
         np.greater_equal(values, bound, out=above)
         out += above
-    return out.astype(np.int64)
+    return out.astype(dtype, copy=False)
 
 
 def check_chunking(layout: ChunkedLayout) -> None:
@@ -270,6 +272,7 @@ class _Job:
         self.new_table: np.ndarray | None = None  # every node's new id, where renumber_table_fits
         # Node and edge ids as held and sent in the edge phase.
         self.id_dtype = table_dtype(max(self.N, self.E, len(self.etypes)))
+        self.workers = Workers(opts.threads or rank_threads(local_world_size()))
 
     # -- helpers ------------------------------------------------------------------------------------
 
@@ -365,9 +368,13 @@ class _Job:
         """Replace homogeneous node ids by their new ids, ``LOOKUP_SLICE`` at a time (a collective where
         the ranks hold no table)."""
         if self.new_table is not None:
-            for k in range(0, len(ids), LOOKUP_SLICE):
-                piece = ids[k : k + LOOKUP_SLICE]
-                piece[:] = self.new_table[piece]
+
+            def renumber(r: tuple[int, int]) -> None:
+                for k in range(r[0], r[1], LOOKUP_SLICE):
+                    piece = ids[k : min(k + LOOKUP_SLICE, r[1])]
+                    piece[:] = self.new_table[piece]
+
+            self.workers.run(renumber, self.workers.pieces(len(ids)))
             return
         slices = int(self.group.allreduce(np.array([-(-len(ids) // LOOKUP_SLICE)], dtype=np.int64), "max")[0])
         for k in range(slices):
@@ -385,29 +392,40 @@ class _Job:
         self._renumber_in_place(self.src)
         self._renumber_in_place(self.dst)
         clock.done("renumber")
-        part = self.part_of_new(self.dst)
-        keys = part * R + self.etype if R > 1 else part
+        # each edge's partition, as uint8 where the partitions fit it (the order's keys)
+        part = np.empty(len(self.dst), dtype=np.uint8 if self.P <= (1 << 8) else np.int64)
+
+        def partitions(r: tuple[int, int], part: np.ndarray = part) -> None:
+            part[r[0] : r[1]] = bucket_of(self.node_map[:-1, 1], self.dst[r[0] : r[1]], part.dtype)
+
+        self.workers.run(partitions, self.workers.pieces(len(part)))
+        keys = part.astype(np.int64) * R + self.etype if R > 1 else part
         counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
         del keys
         counts = self.group.allreduce(counts)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
         self.edge_type_ranges = _ranges(counts)
-        order = self.group.order_by_rank(part)  # by partition
+        order = self.workers.order_by_key(part, self.P)  # by partition
         per_part = np.bincount(part, minlength=self.P).astype(np.int64)
         del part
         # Rows (new source, new destination, original edge id[, edge type]) ordered by partition. (The
         # order's positions are valid: take's "clip" mode gathers in place, "raise" through a buffer.)
         rows = np.empty((len(order), 4 if R > 1 else 3), dtype=self.id_dtype)
-        np.take(self.src, order, out=rows[:, 0], mode="clip")
+        self.workers.take(self.src, order, rows[:, 0])
         self.src = None
-        np.take(self.dst, order, out=rows[:, 1], mode="clip")
+        self.workers.take(self.dst, order, rows[:, 1])
         self.dst = None
         if R > 1:
-            np.take(self.etype, order, out=rows[:, 3], mode="clip")
+            self.workers.take(self.etype, order, rows[:, 3])
             self.etype = None
-        for k in range(0, len(order), LOOKUP_SLICE):
-            np.add(order[k : k + LOOKUP_SLICE], self.first_eid, out=rows[k : k + LOOKUP_SLICE, 2], casting="unsafe")
+
+        def original_eids(r: tuple[int, int], order: np.ndarray = order, rows: np.ndarray = rows) -> None:
+            for k in range(r[0], r[1], LOOKUP_SLICE):
+                hi = min(k + LOOKUP_SLICE, r[1])
+                np.add(order[k:hi], self.first_eid, out=rows[k:hi, 2], casting="unsafe")
+
+        self.workers.run(original_eids, self.workers.pieces(len(order)))
         del order
         clock.done("order")
         starts = _offsets(per_part.tolist())
@@ -436,20 +454,20 @@ class _Job:
                 in_degree = np.bincount(key, minlength=num_owned)
             else:
                 key += edges[:, 3].astype(np.int64) * num_owned
-            by = stable_order(key, num_owned * R)
+            by = stable_order(key, num_owned * R, self.workers)
             e0, e1 = (int(x) for x in self.edge_map[p])
-            eids = edges[:, 2][by]
+            eids = self.workers.gather(edges[:, 2], by)
             _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
             if keep_new_eids:
                 back_eid.append(eids.astype(np.int64))
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
             del eids
-            srcs = edges[:, 0][by]
+            srcs = self.workers.gather(edges[:, 0], by)
             if R == 1:
                 del edges, by
                 self._write_part(staging, p, srcs, in_degree=in_degree)
             else:
-                dsts, types = edges[:, 1][by], edges[:, 3][by]
+                dsts, types = self.workers.gather(edges[:, 1], by), self.workers.gather(edges[:, 3], by)
                 del edges, by
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
             clock.done("sort and write")
@@ -517,7 +535,7 @@ class _Job:
         save("indptr", indptr)
         del indptr
         remote = (srcs < n0) | (srcs >= n1)
-        halo, halo_index = distinct_with_index(srcs[remote], bound=self.N)
+        halo, halo_index = distinct_with_index(srcs[remote], bound=self.N, workers=self.workers)
         num_local = num_owned + halo.shape[0]
         index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
         indices = srcs.astype(index_dtype)
@@ -630,12 +648,15 @@ class _Job:
             send = np.empty((largest, *row_shape), dtype=array.dtype)
             recv = None
             writer_of = np.arange(self.P) % W
+            # the next chunk is read on a pool thread while this one is exchanged and written
+            loading = self.workers.later(_load_chunk, array, mine[0]) if mine else None
             for k in range(rounds):
                 n = 0
                 if k < len(mine):
-                    block = _load_chunk(array, mine[k])
+                    block = loading()
+                    loading = self.workers.later(_load_chunk, array, mine[k + 1]) if k + 1 < len(mine) else None
                     n = len(block)
-                    np.take(block, orders[k], axis=0, out=send[:n], mode="clip")
+                    self.workers.take(block, orders[k], send[:n])
                     del block
                 counts = np.zeros((W, W), dtype=np.int64)  # counts[src, dst]
                 for src in range(W):
@@ -646,6 +667,7 @@ class _Job:
                 mine_starts = np.cumsum(mine_counts, axis=1) - mine_counts
                 for got, first, got_n in self.group.alltoallv_rounds(send[:n], counts, self.opts.message_bytes, recv):
                     recv = got.base if got.base is not None else got  # got: a leading slice of the buffer, kept
+                    writes = []  # (file, its offset, rows of got): one run each, written on the threads
                     at = 0
                     for src in range(W):
                         lo, hi = int(first[src]), int(first[src] + got_n[src])
@@ -656,9 +678,11 @@ class _Job:
                                 continue
                             fd, header = files[p]
                             row = int(runs[src, k, p, 1] - first_of_type[p]) + a - int(mine_starts[src, i])
-                            data = memoryview(got[at + a - lo : at + b - lo]).cast("B")
-                            _pwrite_all(fd, data, header + row_bytes * row)
+                            writes.append((fd, header + row_bytes * row, at + a - lo, at + b - lo))
                         at += hi - lo
+                    self.workers.run(
+                        lambda w, got=got: _pwrite_all(w[0], memoryview(got[w[2] : w[3]]).cast("B"), w[1]), writes
+                    )
         finally:
             for fd, _ in files.values():
                 os.close(fd)
@@ -777,6 +801,8 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
         if writer is not None:
             writer.__exit__(None, None, None)
         raise
+    finally:
+        job.workers.close()
     return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
 
 

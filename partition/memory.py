@@ -41,8 +41,8 @@ METIS_BLOCK_BYTES = 160 << 20
 PER_COARSE_ENTRY = 96
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
-# One feature chunk as loaded, packed with its ids, sent and received.
-FEATURE_CHUNK_COPIES = 4
+# One feature chunk as loaded, packed with its ids, sent and received, and the next one read ahead.
+FEATURE_CHUNK_COPIES = 5
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,3 @@ def resident_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-def local_world_size() -> int:
-    """Ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 when unset)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.partition.assign import unique_sorted
+from distgnn.partition.threads import Workers
 
 
 @dataclass
@@ -73,38 +74,52 @@ def _ranges(sizes: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 22
 
 
-def stable_order(keys: np.ndarray, key_bound: int) -> np.ndarray:
+def stable_order(keys: np.ndarray, key_bound: int, workers: Workers | None = None) -> np.ndarray:
     """``argsort(keys, kind="stable")`` for int64 keys in ``[0, key_bound)``; consumes ``keys``.
 
     Packs (key, position) into one int64 in place and sorts values, which numpy
-    does with SIMD and an order of magnitude faster than a stable argsort.
+    does with SIMD and an order of magnitude faster than a stable argsort; with
+    ``workers``, on its threads (the same result).
     """
     n = keys.shape[0]
     bits = max(int(n - 1).bit_length(), 1)
     if key_bound.bit_length() + bits > 62:
         return np.argsort(keys, kind="stable")
-    np.left_shift(keys, bits, out=keys)
-    for start in range(0, n, _CHUNK):
-        keys[start : start + _CHUNK] |= np.arange(start, min(start + _CHUNK, n), dtype=np.int64)
-    keys.sort()
-    np.bitwise_and(keys, (1 << bits) - 1, out=keys)
+    workers = workers or Workers(1)
+
+    def pack(r: tuple[int, int]) -> None:
+        np.left_shift(keys[r[0] : r[1]], bits, out=keys[r[0] : r[1]])
+        for start in range(r[0], r[1], _CHUNK):
+            keys[start : min(start + _CHUNK, r[1])] |= np.arange(start, min(start + _CHUNK, r[1]), dtype=np.int64)
+
+    workers.run(pack, workers.pieces(n))
+    workers.sort(keys)
+    workers.run(lambda r: np.bitwise_and(keys[r[0] : r[1]], (1 << bits) - 1, out=keys[r[0] : r[1]]), workers.pieces(n))
     return keys
 
 
-def distinct_with_index(values: np.ndarray, bound: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def distinct_with_index(
+    values: np.ndarray, bound: int | None = None, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(sorted distinct values as int64, index of each value among them)`` of non-negative integer
     ``values``: by marking a table of ``bound`` entries (every value below it) where that table is small
-    beside the values (the index then int32 where it fits), else by one sort (int64 index)."""
+    beside the values (the index then int32 where it fits), else by one sort (int64 index); with
+    ``workers``, the marks and lookups on its threads."""
+    workers = workers or Workers(1)
     if bound is not None and bound <= 4 * values.shape[0]:
         seen = np.zeros(bound, dtype=bool)
-        seen[values] = True
+
+        def mark(r: tuple[int, int]) -> None:
+            seen[values[r[0] : r[1]]] = True  # every thread writes the same value
+
+        workers.run(mark, workers.pieces(values.shape[0]))
         distinct = np.flatnonzero(seen)
         del seen
         where = np.empty(bound, dtype=np.int32 if distinct.shape[0] <= np.iinfo(np.int32).max else np.int64)
         where[distinct] = np.arange(distinct.shape[0], dtype=where.dtype)
-        return distinct, where[values]
+        return distinct, workers.gather(where, values)
     values = values.astype(np.int64, copy=False)
-    order = stable_order(values.copy(), int(values.max(initial=0)) + 1)
+    order = stable_order(values.copy(), int(values.max(initial=0)) + 1, workers)
     ordered = values[order]
     first = np.empty(len(ordered), dtype=bool)
     first[:1] = True

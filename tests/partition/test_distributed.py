@@ -417,3 +417,23 @@ def test_a_values_bucket_by_comparisons_equals_the_binary_search(num_bounds, dty
     got = bucket_of(bounds, values)
     assert got.dtype == np.int64
     assert np.array_equal(got, np.searchsorted(bounds, values, side="right"))
+
+
+@pytest.mark.parametrize("graph", ["homo", "hetero"])
+def test_a_rank_on_several_threads_writes_the_single_process_tools_partition(request, tmp_path, monkeypatch, graph):
+    from distgnn.launch.transport import free_port
+    from distgnn.partition.collective import RankGroup
+    from distgnn.partition.distributed import DistOptions, partition_distributed
+
+    meta = request.getfixturevalue(graph)
+    expected = _single(meta, tmp_path / "single", "--num-parts", 3, "--method", "random", "--seed", 5)
+    monkeypatch.setattr("distgnn.partition.threads.MIN_PIECE", 7)  # every array step split over the threads
+    for name, value in (("RANK", 0), ("WORLD_SIZE", 1), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", free_port())):
+        monkeypatch.setenv(name, str(value))
+    group = RankGroup(dead_after_s=30)
+    try:
+        opts = DistOptions(input=meta, num_parts=3, out=tmp_path / "dist", method="random", seed=5, threads=3)
+        partition_distributed(opts, group)
+    finally:
+        group.close()
+    _assert_identical(expected, tmp_path / "dist")

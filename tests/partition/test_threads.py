@@ -1,0 +1,93 @@
+"""A rank's array steps split over threads give the same result as on one thread."""
+
+import time
+
+import numpy as np
+import pytest
+
+from distgnn.partition.reshuffle import stable_order
+from distgnn.partition.threads import Workers, rank_threads
+
+
+@pytest.fixture
+def workers():
+    w = Workers(3, min_piece=1000)
+    yield w
+    w.close()
+
+
+def test_pieces_cover_the_range_and_small_steps_stay_whole(workers):
+    assert workers.pieces(10_000) == [(0, 3333), (3333, 6666), (6666, 10_000)]
+    assert workers.pieces(2500) == [(0, 1250), (1250, 2500)]
+    assert workers.pieces(999) == [(0, 999)]
+    assert workers.pieces(0) == [(0, 0)]
+
+
+def test_stable_order_on_threads_equals_the_stable_argsort(workers):
+    keys = np.random.default_rng(0).integers(0, 50, 10_007).astype(np.int64)
+    expected = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(stable_order(keys.copy(), 50, workers), expected)
+
+
+@pytest.mark.parametrize("bound", [3, 8, 300])
+def test_order_by_key_equals_the_stable_argsort(workers, bound):
+    keys = np.random.default_rng(bound).integers(0, bound, 10_001)
+    keys[:100] = bound - 1  # a key that only some pieces hold
+    np.testing.assert_array_equal(workers.order_by_key(keys, bound), np.argsort(keys, kind="stable"))
+
+
+def test_gather_and_sort(workers):
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 1 << 40, (5000, 3))
+    positions = rng.integers(0, 5000, 7000)
+    np.testing.assert_array_equal(workers.gather(values[:, 1], positions), values[:, 1][positions])
+    flat = rng.integers(0, 1 << 40, 9000)
+    expected = np.sort(flat)
+    workers.sort(flat)
+    np.testing.assert_array_equal(flat, expected)
+
+
+def test_an_error_in_a_piece_is_raised_after_every_piece_begun_has_ended(workers):
+    begun, ended = [], []
+
+    def piece(i):
+        begun.append(i)
+        time.sleep(0.01)
+        if i == 1:
+            raise ValueError(f"piece {i}")
+        ended.append(i)
+
+    with pytest.raises(ValueError, match="piece 1"):
+        workers.run(piece, list(range(50)))
+    assert len(begun) < 50  # none begins after the error
+    assert sorted(ended) == sorted(set(begun) - {1})
+
+
+def test_a_busy_thread_leaves_the_items_to_the_others():
+    workers = Workers(2)
+    try:
+        slow = workers.later(time.sleep, 0.3)  # the pool's one thread busy
+        start = time.perf_counter()
+        assert workers.run(lambda i: i * 2, list(range(20))) == [i * 2 for i in range(20)]
+        assert time.perf_counter() - start < 0.25
+        slow()
+    finally:
+        workers.close()
+
+
+def test_a_rank_gets_its_share_of_the_cpus(monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
+    assert rank_threads(8) == 2
+    assert rank_threads(1) == 16
+    assert rank_threads(32) == 1
+
+
+@pytest.mark.parametrize("bound", [5000, None])  # by a table of marks, by a sort
+def test_distinct_with_index_on_threads_equals_one_thread(workers, bound):
+    from distgnn.partition.reshuffle import distinct_with_index
+
+    values = np.random.default_rng(3).integers(0, 5000, 8000)
+    expected = distinct_with_index(values, bound)
+    got = distinct_with_index(values, bound, workers)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
