@@ -10,9 +10,9 @@ bash with ``OUT`` (the log folder: ``$OUT``, else /tmp/distgnn-gpu-session), ``s
 ``here_cache`` (the extension cache) and the ``train1`` helper (one ``scaling.py --gpus 1`` run of a checkout) set;
 a stage fails when its body exits non-zero (``status=1`` in it) or runs past its limit (its processes are then
 killed). Stages run in the order named; the exit status is 1 when any failed. Keep one call under 10 minutes.
-Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, SCALING_REPEATS, SCALING_WORKDIR, BASE,
-BASE_FILES, REPEATS, TIMELINE, TGN_SEEDS, TGN_EPOCHS,
-TGN_VARIANTS, TGN_DEADLINE, DATA, DATA_ROOT, STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
+Environment knobs some stages read: SCALING_VARIANTS, SCALING_EPOCHS, SCALING_REPEATS, SCALING_WORKDIR,
+SCALING_FLAGS, BASE, BASE_FILES, REPEATS, TIMELINE, TGN_SEEDS, TGN_EPOCHS, TGN_VARIANTS, TGN_DEADLINE, DATA,
+DATA_ROOT, STAB_SETS, STAB_SEEDS, STAB_PERTURB (each stage's text says which).
 """
 
 from __future__ import annotations
@@ -281,7 +281,8 @@ tail -4 "$OUT/scaling_link.log"
         "replicated on every trainer, 2 interleaved repeats), threadrepeats (the sampling thread, 1 and 2 GPUs 3 times "
         "each, interleaved), both (inline and the thread, 1 and 2 GPUs each, SCALING_REPEATS interleaved rounds, "
         "default 3); SCALING_EPOCHS epochs a run (default 8), SCALING_WORKDIR the partition's folder "
-        "(scaling.py's --workdir; /tmp/distgnn-train1 shares train1's)",
+        "(scaling.py's --workdir; /tmp/distgnn-train1 shares train1's), SCALING_FLAGS more scaling.py flags for "
+        "every variant (e.g. --cache-policy replicate)",
         r"""
 epochs=${SCALING_EPOCHS:-8}
 for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines many" "deep:-- --prefetch 4" \
@@ -292,7 +293,7 @@ for variant in "inline:--ddp-rows" "thread:-- --prefetch 1" "machines:--machines
   [[ " ${SCALING_VARIANTS:-inline thread machines} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086
   timeout 450 python3 benchmarks/scaling.py --epochs "$epochs" --json "$OUT/scaling_$name.json" \
-    ${SCALING_WORKDIR:+--workdir "$SCALING_WORKDIR"} ${variant#*:} \
+    ${SCALING_WORKDIR:+--workdir "$SCALING_WORKDIR"} ${SCALING_FLAGS:-} ${variant#*:} \
     >"$OUT/scaling_$name.log" 2>&1 || status=1
   echo "scaling $name:"; sed -n '/^ *GPUs/,$p' "$OUT/scaling_$name.log"; grep -E "Error|failed" "$OUT/scaling_$name.log" | tail -3
 done
