@@ -27,8 +27,9 @@ process(es), on the same chunked input; per run the table gives
 ``--no-single``, the W in reverse order), and prints the
 median and range of each ratio over the rounds; ``wall s`` is the whole command (start-up, the ranks'
 imports and rendezvous, and the single process's ``--check`` included; every run starts after ``sync``, so none
-shares the disks with the previous run's writeback). With ``--no-single`` and several W,
-each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is);
+shares the disks with the previous run's writeback). With ``--no-single`` each run's row is printed as it ends
+and its output removed (nothing is compared with it, and the next run's ``sync`` then has nothing of it to write
+back); with several W, each W is compared with the smallest W of the same round (``W=1 / W=8``: how many times faster W=8 is);
 ``W:T`` runs the job with ``--threads T`` (``W=1 t=1``: one rank on one thread), a rank's threads otherwise
 being its share of the CPUs.
 """
@@ -266,6 +267,10 @@ def main() -> None:
             results = {}
             for w in runs:
                 results[w] = _one(meta, method, w, args)
+                if args.no_single:  # nothing to compare with: the row now, and its output gone before the next
+                    _print_row(method, rep, w, results[w], None)  # run's sync has to write it back
+                    if not args.keep:
+                        shutil.rmtree(_out(args, w, method), ignore_errors=True)
             runs_by_rep.append(results)
             base = results.get(None)
             for w in workers:
@@ -276,7 +281,8 @@ def main() -> None:
                 r = results[w]
                 if w is not None and base is not None:
                     ratios[w].append(tuple(r[k] / base[k] for k in ("seconds", "wall", "cpu")))
-                _print_row(method, rep, w, r, base)
+                if not args.no_single:
+                    _print_row(method, rep, w, r, base)
             for w in workers:
                 if not args.keep:
                     shutil.rmtree(_out(args, w, method), ignore_errors=True)
