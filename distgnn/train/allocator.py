@@ -14,9 +14,8 @@ or tcmalloc does for PyTorch on CPUs, without a preload.
 
 Python's collector runs whenever allocations outnumber frees by a threshold, at
 any point of any step, and a full collection walks every object of the process
-(a trainer with torch imported holds hundreds of thousands: tens of
-milliseconds). Trainers that average gradients every step wait for the slowest
-one, so a pause on one trainer stalls all of them. :class:`StepCollector`
+(with torch imported, a great many). Trainers that average gradients every step
+wait for the slowest one, so a pause on one trainer stalls all of them. :class:`StepCollector`
 freezes what exists when training starts (the modules, the model, the loader:
 never walked again), turns automatic collection off during an epoch's steps and
 collects the young generations itself every ``every`` steps: at the same step on
