@@ -25,6 +25,7 @@ from distgnn.temporal.epoch_parallel import StaggeredMemory, train_epoch_stagger
 from distgnn.temporal.memory_group import MemoryGroup
 from distgnn.temporal.plan import Plan
 from distgnn.temporal.train import TGNRunner, batch_ranges, train_epoch
+from distgnn.train.allocator import StepCollector
 from distgnn.train.checkpoint import Position
 from distgnn.train.grad_sync import GradSync
 from distgnn.train.metrics import MetricsLogger, metrics_from_args
@@ -183,45 +184,59 @@ class TemporalLoop:
         length = parallel.steps_per_epoch(len(batches), par.epoch)
         if first >= length:
             return 0.0
+        collector = StepCollector.from_args(args)  # Python's collector at the same steps on every trainer
+        collector.start()  # before the clock: a process's first start freezes what exists (set-up, not training)
         began = time.perf_counter()
-        # The first epoch this process trains captures what every later one replays (on a GPU).
-        ahead = None if self.prepared else later_work(plan, self.copy, epoch, args.epochs)
-        self.prepared = True
-        if first == 0:
-            if ahead is not None:
-                self.runner.prepare_replays(ahead.stops, args.batch_size)
-            _start_segment(self.runner, plan, segment, epoch, args.batch_size)
-        warm_s = time.perf_counter() - began
-        # Where the evaluating copy's memory stands after a step: the end of the last batch written (batch t is
-        # written at step t, under epoch parallelism too).
-        evaluator_batches = plan.segment(plan.segment_of(plan.evaluator_copy(epoch), epoch))
-        midway = _MidEpochValidation(
-            set() if args.no_eval else mid_epoch_marks(length, args.evals_per_epoch),
-            length,
-            [end for _, end in evaluator_batches],
-            par.owner_of(plan.evaluator_copy(epoch)),
-            began,
-            self.trained_total,
-        )
-
-        def on_step(index: int, loss: float | None) -> None:
-            self._after_step(epoch, first + index + 1, loss, midway)
-
-        if par.epoch > 1:
-            loss, timing = train_epoch_staggered(
-                self.runner, batches, self.optimizer, self.net, par, self.rank, self.group, on_step, start_step=first
+        try:
+            # The first epoch this process trains captures what every later one replays (on a GPU).
+            ahead = None if self.prepared else later_work(plan, self.copy, epoch, args.epochs)
+            self.prepared = True
+            if first == 0:
+                if ahead is not None:
+                    self.runner.prepare_replays(ahead.stops, args.batch_size)
+                _start_segment(self.runner, plan, segment, epoch, args.batch_size)
+            warm_s = time.perf_counter() - began
+            # Where the evaluating copy's memory stands after a step: the end of the last batch written (batch t is
+            # written at step t, under epoch parallelism too).
+            evaluator_batches = plan.segment(plan.segment_of(plan.evaluator_copy(epoch), epoch))
+            midway = _MidEpochValidation(
+                set() if args.no_eval else mid_epoch_marks(length, args.evals_per_epoch),
+                length,
+                [end for _, end in evaluator_batches],
+                par.owner_of(plan.evaluator_copy(epoch)),
+                began,
+                self.trained_total,
             )
-        else:
-            loss, timing = train_epoch(
-                self.runner,
-                batches[first:],
-                self.optimizer,
-                self.net,
-                on_step,
-                (self.share, par.minibatch),
-                reset=False,
-                lazy_loss=self.device.type == "cuda",
-            )
+
+            def on_step(index: int, loss: float | None) -> None:
+                self._after_step(epoch, first + index + 1, loss, midway)
+                collector.step_done()
+
+            if par.epoch > 1:
+                loss, timing = train_epoch_staggered(
+                    self.runner,
+                    batches,
+                    self.optimizer,
+                    self.net,
+                    par,
+                    self.rank,
+                    self.group,
+                    on_step,
+                    start_step=first,
+                )
+            else:
+                loss, timing = train_epoch(
+                    self.runner,
+                    batches[first:],
+                    self.optimizer,
+                    self.net,
+                    on_step,
+                    (self.share, par.minibatch),
+                    reset=False,
+                    lazy_loss=self.device.type == "cuda",
+                )
+        finally:
+            collector.stop()
         capturing = time.perf_counter()
         if ahead is not None:
             self.runner.prepare_steps(self.optimizer, ahead.sizes)

@@ -32,6 +32,9 @@ import logging
 
 log = logging.getLogger(__name__)
 
+# Steps between two collections of Python's young objects in a training loop (StepCollector).
+GC_EVERY_STEPS = 50
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 
@@ -76,6 +79,11 @@ class StepCollector:
     Args:
         every: steps between two collections; 0 leaves the collector as it is (start and stop do nothing).
     """
+
+    @classmethod
+    def from_args(cls, args: object) -> StepCollector:
+        """Every ``GC_EVERY_STEPS`` steps, or none with the job flag ``--no-gc-tuning``."""
+        return cls(0 if getattr(args, "no_gc_tuning", False) else GC_EVERY_STEPS)
 
     def __init__(self, every: int) -> None:
         if every < 0:

@@ -20,14 +20,12 @@ from distgnn.client.context import DistContext
 from distgnn.client.embedding import DistEmbedding
 from distgnn.client.graph import DistGraph
 from distgnn.errors import ConfigError
+from distgnn.train.allocator import StepCollector
 from distgnn.train.checkpoint import Checkpointer, Position
 from distgnn.train.checkpoint_pieces import training_pieces
 from distgnn.train.epoch import EpochMeter, EpochSummary
 from distgnn.train.metrics import RpcTraffic, add_metrics_args, metrics_from_args
 from distgnn.train.timeline import Timeline
-
-# Steps between two collections of Python's young objects in a training loop (distgnn.train.allocator.StepCollector).
-GC_EVERY_STEPS = 50
 
 
 def add_checkpoint_args(parser: argparse.ArgumentParser) -> None:
@@ -108,7 +106,7 @@ class Bookkeeper:
         self.pieces = training_pieces(model, optimizer, loader, sparse_optimizers, embeddings)
         self.batches_per_epoch = batches_per_epoch
         self._sync_timing = bool(getattr(args, "sync_timing", False))
-        self._gc_every = 0 if getattr(args, "no_gc_tuning", False) else GC_EVERY_STEPS
+        self._gc_every = StepCollector.from_args(args).every
         self.position = Position()
         if self.checkpointer:
             self.position = self.checkpointer.resume(args.resume, self.pieces, batches_per_epoch)
@@ -129,8 +127,8 @@ class Bookkeeper:
         self, epoch: int, device: torch.device, show_progress: bool = False, timeline: Timeline | None = None
     ) -> EpochMeter:
         """The :class:`~distgnn.train.epoch.EpochMeter` of ``epoch``: its remaining batches, ``--sync-timing``,
-        the ``--timeline`` that records its steps (None: none), and Python's garbage collection every
-        ``GC_EVERY_STEPS`` steps (none with ``--no-gc-tuning``)."""
+        the ``--timeline`` that records its steps (None: none), and Python's garbage collection at fixed steps
+        (:meth:`~distgnn.train.allocator.StepCollector.from_args`)."""
         return EpochMeter(
             epoch,
             self.batches_in(epoch),

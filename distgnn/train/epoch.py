@@ -154,8 +154,8 @@ class EpochMeter:
         "wait" is the time from asking for a batch to its inputs being ready (blocked on the loader, plus any
         fetch left to ``inputs``); "fetch" is the loader's fetch plus the time ``inputs`` took.
         """
+        self._collector.start()  # before the clock: a process's first start freezes what exists (set-up)
         self._start = time.perf_counter()
-        self._collector.start()
         try:
             yield from self._steps(batches, inputs)
         finally:

@@ -296,13 +296,24 @@ def test_resume_mid_epoch_ends_as_an_uninterrupted_run(tmp_path, capsys):
     assert "'time_encoding': 'fixed'" in err and "'time_encoding': 'learned'" in err
 
 
-def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, capsys):
+def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, capsys, monkeypatch):
+    import gc
+
     assert loop.mid_epoch_marks(10, 4) == {2, 5, 8}
     assert loop.mid_epoch_marks(3, 5) == {1, 2} and loop.mid_epoch_marks(10, 1) == set()
+    steps_with_gc = []
+
+    class Counting(loop.StepCollector):  # the steps run with Python's automatic collection off
+        def step_done(self) -> None:
+            steps_with_gc.append(gc.isenabled())
+            super().step_done()
+
+    monkeypatch.setattr(loop, "StepCollector", Counting)
     main = example_main()
     small = [a for a in SMALL if a not in ("--no-eval", "--quiet")]
     args = ["--single", *small, "--epochs", "2", "--evals-per-epoch", "3", "--num-threads", "1", "--quiet"]
     assert main([*args, "--run-dir", str(tmp_path)]) == 0
+    assert steps_with_gc and not any(steps_with_gc) and gc.isenabled()
     out = capsys.readouterr().out
     assert "lr 0.0001 x 1 = 0.0001 (--lr-scaling linear)" in out and "memory caught up over" in out
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -311,7 +322,7 @@ def test_evals_per_epoch_validates_midway_and_logs_training_seconds(tmp_path, ca
     assert [r["epoch"] for r in evals] == [0, 0, 0, 1, 1, 1]
     assert [r["fraction"] for r in evals] == pytest.approx([1 / 3, 2 / 3, 1, 1 / 3, 2 / 3, 1], abs=0.04)
     seconds = [r["train_s"] for r in evals]
-    assert all(a < b for a, b in zip(seconds, seconds[1:], strict=False))
+    assert all(a < b for a, b in zip(seconds, seconds[1:], strict=False)), seconds
     # The epoch's own evaluation is the last of its three; the training seconds add up over the epochs.
     assert [r["val_ap"] for r in evals[2::3]] == [r["val_ap"] for r in epochs]
     assert seconds[-1] == pytest.approx(sum(r["epoch_time_s"] for r in epochs))
