@@ -16,7 +16,8 @@ time per batch of one trainer against n trainers' batches: T1 / (n * Tn) over fu
 
     python3 benchmarks/scaling.py                      # products-scale synthetic graph, 1 and 2 GPUs
     python3 benchmarks/scaling.py --num-nodes 200000   # a quick look
-    python3 benchmarks/scaling.py --gpus 1 --timeline tl.json   # + rank 0's per-batch stage spans, and tl.png
+    python3 benchmarks/scaling.py --gpus 1 --timeline tl.json   # + each trainer's stage spans, rank 0's drawn
+    python3 benchmarks/scaling.py --thread-rows --variant "nogc:--no-gc-tuning" --repeats 3 --epochs 8
     python3 benchmarks/scaling.py --example rgcn --num-papers 100000 --repeats 2
     python3 benchmarks/scaling.py --example link --num-nodes 1000000 --avg-degree 20 --max-batches 100
 """
