@@ -17,12 +17,12 @@ from typing import NoReturn
 import numpy as np
 
 from distgnn.errors import ConfigError, DistGNNError, InputError
+from distgnn.launch.cpus import local_world_size
 from distgnn.launch.forked import INTERRUPTED_EXIT, ForkedRanks
 from distgnn.launch.transport import free_port
 from distgnn.partition.distributed import DIST_METHODS, DistOptions, check_chunking, partition_distributed
 from distgnn.partition.format import available_bytes, check_output_dir
 from distgnn.partition.memory import BASE_BYTES, estimate_ranks, resident_bytes
-from distgnn.partition.threads import local_world_size
 
 # How long a rank gets to remove its staging directory after it is told to stop.
 STOP_GRACE_S = 10.0

@@ -50,7 +50,7 @@ from distgnn.partition.format import (
     feature_key,
 )
 from distgnn.partition.reshuffle import distinct_with_index, stable_order
-from distgnn.partition.threads import Workers, local_world_size, rank_threads
+from distgnn.partition.threads import Workers, rank_threads
 
 if TYPE_CHECKING:  # torch is imported by the ranks only
     from distgnn.partition.collective import RankGroup
@@ -272,7 +272,7 @@ class _Job:
         self.new_table: np.ndarray | None = None  # every node's new id, where renumber_table_fits
         # Node and edge ids as held and sent in the edge phase.
         self.id_dtype = table_dtype(max(self.N, self.E, len(self.etypes)))
-        self.workers = Workers(opts.threads or rank_threads(local_world_size()))
+        self.workers = Workers(opts.threads or rank_threads())
 
     # -- helpers ------------------------------------------------------------------------------------
 

@@ -2,39 +2,27 @@
 
 A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (gathers, the sort of
 a partition's edges, the order of its edges by partition) into contiguous pieces run on a few threads:
-its share is the CPUs it may run on (its affinity) divided among the machine's ranks. Every split step
-gives the same result as the whole step on one thread.
+its share is the CPUs it may run on (its affinity) divided among the machine's ranks
+(:func:`rank_threads`). Every split step gives the same result as the whole step on one thread.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from distgnn.launch.cpus import cpus_each, local_world_size
+
 # The smallest piece worth a thread: below it a step runs whole on the calling thread.
 MIN_PIECE = 1 << 20
 
 
-def local_world_size() -> int:
-    """Ranks on this machine (torchrun's ``LOCAL_WORLD_SIZE``; 1 when unset)."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def rank_threads(local_ranks: int) -> int:
-    """The threads one of ``local_ranks`` ranks on this machine may use: the CPUs of this process's
-    affinity divided among them, at least one."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, local_ranks))
+def rank_threads() -> int:
+    """The threads a rank may use: its share of the machine's CPUs among the job's ranks there."""
+    return cpus_each(local_world_size())
 
 
 class Workers:

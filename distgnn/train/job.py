@@ -37,6 +37,7 @@ from distgnn.client.split import node_split
 from distgnn.client.tensor import DistTensor
 from distgnn.data.datasets import DatasetSpec, load_dataset
 from distgnn.errors import ConfigError
+from distgnn.launch.cpus import cpu_share, cpus_each
 from distgnn.launch.ip_config import read_ip_config
 from distgnn.launch.plan import LaunchOptions, local_plan
 from distgnn.launch.supervisor import Job
@@ -134,35 +135,23 @@ def log_to_stderr() -> None:
 def torch_threads(args: argparse.Namespace, trainers_on_host: int) -> int:
     """``--num-threads``, or the CPUs this process may run on (its affinity: a container's or ``taskset``'s
     share, not every CPU of the host) shared out among the host's trainers."""
-    return args.num_threads or max(1, len(os.sched_getaffinity(0)) // max(trainers_on_host, 1))
-
-
-def cpu_share(local_rank: int, trainers_on_host: int) -> list[int]:
-    """Trainer ``local_rank``'s CPUs among ``trainers_on_host``: its contiguous slice of the CPUs this process
-    may run on (sorted), the remainder spread over the first slices; every CPU when there are fewer CPUs than
-    trainers."""
-    cpus = sorted(os.sched_getaffinity(0))
-    trainers = max(trainers_on_host, 1)
-    if not 0 <= local_rank < trainers:
-        raise ConfigError(f"LOCAL_RANK {local_rank} is not below the host's {trainers} trainer(s)")
-    if len(cpus) < trainers:
-        return cpus
-    size, extra = divmod(len(cpus), trainers)
-    first = local_rank * size + min(local_rank, extra)
-    return cpus[first : first + size + (local_rank < extra)]
+    return args.num_threads or cpus_each(trainers_on_host)
 
 
 def binds_cpus(args: argparse.Namespace) -> bool:
-    """Whether ``--bind-cpus`` binds this trainer to its :func:`cpu_share`."""
+    """Whether ``--bind-cpus`` binds this trainer to its :func:`~distgnn.launch.cpus.cpu_share`."""
     choice = getattr(args, "bind_cpus", "no")
     return choice == "yes" or (choice == "auto" and getattr(args, "device", "cpu") == "cuda")
 
 
 def configure_torch(args: argparse.Namespace, trainers_on_host: int, local_rank: int = 0) -> None:
     """This trainer's torch settings from the job flags: with ``--bind-cpus`` this process (and every thread it
-    starts after) on its :func:`cpu_share`, its threads (:func:`torch_threads`) and ``--matmul-precision``."""
+    starts after) on its :func:`~distgnn.launch.cpus.cpu_share`, its threads (:func:`torch_threads`) and ``--matmul-precision``."""
     if binds_cpus(args):
-        share = cpu_share(local_rank, trainers_on_host)
+        try:
+            share = cpu_share(local_rank, trainers_on_host)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         os.sched_setaffinity(0, share)
         torch.set_num_threads(args.num_threads or len(share))
     else:

@@ -77,9 +77,11 @@ def test_a_busy_thread_leaves_the_items_to_the_others():
 
 def test_a_rank_gets_its_share_of_the_cpus(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
-    assert rank_threads(8) == 2
-    assert rank_threads(1) == 16
-    assert rank_threads(32) == 1
+    for ranks, threads in (("8", 2), ("1", 16), ("32", 1)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", ranks)
+        assert rank_threads() == threads
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert rank_threads() == 16  # unset: one rank on the machine
 
 
 @pytest.mark.parametrize("bound", [5000, None])  # by a table of marks, by a sort

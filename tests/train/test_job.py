@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from distgnn.data.datasets import add_dataset_args
+from distgnn.launch.cpus import cpu_share
 from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
@@ -54,11 +55,11 @@ def test_torch_threads_share_out_the_cpus_this_process_may_run_on(monkeypatch) -
 
 def test_bind_cpus_gives_each_trainer_of_a_host_its_own_slice(monkeypatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {9, 4, 5, 6, 7, 8, 10})
-    shares = [job.cpu_share(rank, 3) for rank in range(3)]
+    shares = [cpu_share(rank, 3) for rank in range(3)]
     assert shares == [[4, 5, 6], [7, 8], [9, 10]]  # disjoint, contiguous, every CPU once
-    assert job.cpu_share(1, 9) == [4, 5, 6, 7, 8, 9, 10]  # fewer CPUs than trainers: all of them
+    assert cpu_share(1, 9) == [4, 5, 6, 7, 8, 9, 10]  # fewer CPUs than trainers: all of them
     with pytest.raises(job.ConfigError, match="LOCAL_RANK 3"):
-        job.cpu_share(3, 3)
+        job.configure_torch(parser().parse_args(["--bind-cpus=yes"]), 3, local_rank=3)
     bound: list[tuple[int, list[int]]] = []
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: bound.append((pid, list(cpus))))
     threads = torch.get_num_threads()
