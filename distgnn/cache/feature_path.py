@@ -90,17 +90,20 @@ def add_feature_args(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup
     return group
 
 
-def check_feature_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_feature_args(parser: argparse.ArgumentParser, args: argparse.Namespace, trainers_on_host: int = 1) -> None:
     """Refuse GPU-only choices without ``--device cuda`` and fill in the defaults that depend on the device
-    (``--cache-gb``; ``--prefetch`` 0 when a GPU samples in the trainer). Needs the job flags too."""
+    (``--cache-gb``; ``--prefetch`` when a GPU samples in the trainer: 0 with one trainer on the host, 1 with
+    several). Needs the job flags too; ``trainers_on_host``: the job's trainers on this host."""
     if args.device != "cuda" and (args.sample_device == "cuda" or args.cache_policy == "clique"):
         parser.error("--sample-device cuda and --cache-policy clique need --device cuda")
     if args.cache_gb is None:
         args.cache_gb = 1.0 if args.device == "cuda" else 0.0
     if args.prefetch is None and args.sample_device == "cuda" and args.num_workers == 0:
-        # GPU sampling is launch-bound Python: a background thread only shares the GIL with the training loop
-        # (at products scale on one GPU epochs were faster inline; docs/benchmarks-history.md).
-        args.prefetch = 0
+        # GPU sampling is launch-bound Python. Alone on a host, a background thread only shares the GIL with the
+        # training loop (epochs are faster inline). Beside other GPU trainers, each one's host-bound loop runs
+        # slower, and inline the slowest trainer's sampling sets every trainer's pace at the all-reduce; the
+        # thread takes sampling off the loop (docs/BENCHMARKS.md, "Many GPUs").
+        args.prefetch = 1 if trainers_on_host > 1 else 0
 
 
 @dataclass(frozen=True)

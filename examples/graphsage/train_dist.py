@@ -37,6 +37,7 @@ import torch
 
 from distgnn.cache.feature_path import FeatureOptions, FeaturePath, add_feature_args, check_feature_args
 from distgnn.data.datasets import add_dataset_args
+from distgnn.launch.cpus import local_world_size
 from distgnn.loader.node import DistNodeDataLoader
 from distgnn.nn import GAT, MLP, GraphSAGE
 from distgnn.partition.prepare import job_partition
@@ -71,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_timeline_args(p)
     args = p.parse_args(argv)
     args.fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
-    check_feature_args(p, args)
+    check_feature_args(p, args, local_world_size())  # the trainers on this host (torchrun's count)
     check_bookkeeping_args(p, args)
     check_selection_args(p, args)
     if args.checkpoint_dir and args.pipeline:

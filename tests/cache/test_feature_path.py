@@ -26,13 +26,22 @@ from distgnn.sampling.source import InProcessGraph
 from distgnn.train import job
 
 
-def parse(*argv: str) -> argparse.Namespace:
+def parse(*argv: str, trainers_on_host: int = 1) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     job.add_job_args(p)
     add_feature_args(p)
     args = p.parse_args(list(argv))
-    check_feature_args(p, args)
+    check_feature_args(p, args, trainers_on_host)
     return args
+
+
+def test_gpu_sampling_is_inline_alone_on_a_host_and_in_a_thread_beside_other_trainers() -> None:
+    gpu = ("--device=cuda", "--sample-device=cuda")
+    assert parse(*gpu).prefetch == 0
+    assert parse(*gpu, trainers_on_host=2).prefetch == 1
+    assert parse(*gpu, "--prefetch=0", trainers_on_host=2).prefetch == 0  # asked for: kept
+    assert parse(*gpu, "--num-workers=2", trainers_on_host=2).prefetch is None  # workers: the loader's default
+    assert parse("--device=cuda", trainers_on_host=2).prefetch is None  # CPU sampling: the loader's default
 
 
 @pytest.mark.parametrize("flags", [["--sample-device=cuda"], ["--cache-policy=clique"]])
