@@ -300,6 +300,73 @@ done
 """,
     ),
     Stage(
+        "contention",
+        590,
+        "whether a GPU trainer's host loop slows beside another busy trainer, with no gradient exchange: per round "
+        "(CONTENTION_ROUNDS, default 2), benchmarks/scaling.py 1 vs 2 GPUs (the defaults), then two independent "
+        "1-GPU jobs at once, one per GPU, each on its half of the CPUs (40 epochs, so that they overlap); each "
+        "run's table row and every trainer's period / host wait / GPU step (SCALING_FLAGS: more scaling.py flags)",
+        r"""
+half=$(( $(nproc) / 2 ))
+for r in $(seq 1 "${CONTENTION_ROUNDS:-2}"); do
+  # shellcheck disable=SC2086
+  timeout 200 python3 benchmarks/scaling.py --epochs 12 --workdir /tmp/distgnn-train1 ${SCALING_FLAGS:-} \
+    --timeline "/tmp/contention/r$r/t.json" >"$OUT/contention_$r.log" 2>&1 || status=1
+  for gpu in 0 1; do
+    cpus=$(( gpu * half ))-$(( gpu * half + half - 1 ))
+    # shellcheck disable=SC2086
+    CUDA_VISIBLE_DEVICES=$gpu timeout 150 taskset -c "$cpus" python3 benchmarks/scaling.py --gpus 1 --epochs 40 \
+      --workdir /tmp/distgnn-train1 ${SCALING_FLAGS:-} --timeline "/tmp/contention/r$r/gpu$gpu.json" \
+      >"$OUT/contention_${r}_gpu$gpu.log" 2>&1 &
+  done
+  wait
+  echo "round $r, 1 vs 2 GPUs:"; sed -n '/^ *GPUs/,$p' "$OUT/contention_$r.log"; grep -E "^timeline rank" "$OUT/contention_$r.log"
+  for gpu in 0 1; do
+    echo "round $r, GPU $gpu beside the other's job: $(grep -E '^ +1 ' "$OUT/contention_${r}_gpu$gpu.log" | tail -1)"
+    grep -E "^timeline rank" "$OUT/contention_${r}_gpu$gpu.log"
+  done
+done
+""",
+    ),
+    Stage(
+        "partition16",
+        590,
+        "benchmarks/partition_dist.py on the host's first 16 CPUs (PART_CPUS, default 0-15): a papers_like graph of "
+        "PART_NODES nodes (default 16M, 240M edges) generated under /tmp, random, 8 parts, --workers PART_WORKERS "
+        "(default 1,8,1:1: W=1 on its share of the CPUs, W=8, W=1 on one thread) --repeat PART_REPEAT (default 3), "
+        "stopped PART_BUDGET s after the stage starts (default 540); first the modules a rank imports are compiled "
+        "once (the image keeps no bytecode for torch and sets PYTHONDONTWRITEBYTECODE, so each process would "
+        "compile torch again)",
+        r"""
+start=$SECONDS
+python3 - <<'PY'
+import py_compile, sys, time
+t = time.time()
+import torch.distributed  # noqa: F401
+files = [m.__file__ for m in list(sys.modules.values()) if str(getattr(m, "__file__", "")).endswith(".py")]
+done = 0
+for f in files:
+    try:
+        py_compile.compile(f, doraise=True)
+        done += 1
+    except (OSError, py_compile.PyCompileError):
+        pass
+print(f"compiled {done} of {len(files)} imported modules in {time.time() - t:.1f} s")
+PY
+T="taskset -c ${PART_CPUS:-0-15} python3"
+nodes=${PART_NODES:-16000000}
+/usr/bin/time -f "generate: wall %e s" $T -m distgnn.data.papers_like --num-nodes "$nodes" --avg-degree 15 \
+  --nodes-per-chunk $(( nodes / 32 )) --jobs 16 --out /tmp/part16g 2>&1 | tail -1
+left=$(( ${PART_BUDGET:-540} - (SECONDS - start) ))
+timeout -s INT "$left" $T benchmarks/partition_dist.py --input /tmp/part16g/metadata.json --parts 8 --no-single \
+  --methods random --workers "${PART_WORKERS:-1,8,1:1}" --repeat "${PART_REPEAT:-3}" --work /tmp/part16w \
+  >"$OUT/partition16.txt" 2>&1 || status=1
+grep -vE "^ +File|^ +\^|^ +[a-z]" "$OUT/partition16.txt" | tail -14
+tar czf "$OUT/partition16_logs.tgz" -C /tmp/part16w . 2>/dev/null
+rm -rf /tmp/part16g /tmp/part16w
+""",
+    ),
+    Stage(
         "nccl",
         330,
         "examples/graphsage on 2 simulated machines x 1 trainer, one GPU each, DDP over NCCL (2 GPUs): "
