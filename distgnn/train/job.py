@@ -66,8 +66,8 @@ def add_job_args(parser: argparse.ArgumentParser, epochs: int = 10) -> argparse.
         "--prefetch",
         type=int,
         default=None,
-        help="batches made ahead per worker (default 2; with --sample-device cuda 0, or 1 where the host has several\n"
-        "trainers); with 0 workers, > 0 samples in a background thread",
+        help="batches made ahead per worker (default 2); with 0 workers, > 0 samples in a background thread (default 0:\n"
+        "inline; GraphSAGE with --sample-device cuda: 1 where the host has several trainers)",
     )
     group.add_argument("--epochs", type=int, default=epochs)
     group.add_argument("--max-batches", type=int, default=0, help="cap on batches per epoch (0: all)")
