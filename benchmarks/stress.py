@@ -109,13 +109,13 @@ def default_sigint() -> None:
 def group_members(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (zombies left out)."""
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:  # a process that exits meanwhile (ENOENT, ESRCH) is left out
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
+            members.append(int(pid))
     return members
 
 

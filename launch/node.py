@@ -15,7 +15,8 @@ file, and writes the ip_config for its node. Then every worker sets the
 ``DISTGNN_*`` environment that ``distgnn.initialize`` reads and runs the
 training script in its own process (``runpy``), so torchrun sees the trainer's
 exit status. When every trainer of the job is done (a second rendezvous
-round), the leaders stop their servers. A server that dies during training
+round), the leaders stop their servers; a node waiting in that round when node
+0's leader stops or exits is told so within seconds (not at the deadline). A server that dies during training
 makes its leader print the root-cause line and exit 1, which torchrun then
 reports and acts on.
 
@@ -58,6 +59,9 @@ from distgnn.launch.remote import remove_job_shm
 from distgnn.launch.supervisor import die_with_parent, stop_processes
 
 RENDEZVOUS_TIMEOUT_S = 300.0
+# After the first round node 0's leader listens until every node has sent the last one: a refusal then means it
+# has exited, retried this long only.
+REFUSED_AFTER_START_S = 5.0
 SERVER_STOP_GRACE_S = 5.0
 
 
@@ -138,23 +142,62 @@ class RendezvousServer:
                             arrived[node][0].close()
 
     def close(self) -> None:
+        """Stop listening (a node that connects later is refused) and hang up on the nodes waiting for a round's
+        answer (they see the connection closed): neither waits for its deadline."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the serving thread (Linux)
         self.sock.close()
+        for arrived in list(self.rounds.values()):
+            for conn, _ in list(arrived.values()):
+                with contextlib.suppress(OSError):
+                    conn.close()
 
 
-def exchange(host: str, port: int, token: str, round_name: str, node: int, value, timeout_s: float) -> list:
-    """Send this node's ``value`` for a round; returns every node's, in node order, once all have sent."""
+def exchange(
+    host: str,
+    port: int,
+    token: str,
+    round_name: str,
+    node: int,
+    value,
+    timeout_s: float,
+    refused_s: float | None = None,
+) -> list:
+    """Send this node's ``value`` for a round; returns every node's, in node order, once all have sent.
+
+    A refused connection is retried until the deadline where node 0's leader may not listen yet (the first round,
+    ``refused_s`` None); in a later round it means that leader has exited, so it is retried for ``refused_s``
+    seconds only (a node whose peer failed stops in seconds, not at the deadline)."""
     deadline = time.monotonic() + timeout_s
     message = {"token_sha": hashlib.sha256(token.encode()).hexdigest(), "round": round_name, "node": node}
     payload = json.dumps({**message, "value": value}).encode() + b"\n"
+    refused_since = None
     while True:
         try:
             with socket.create_connection((host, port), timeout=5) as conn:
                 conn.settimeout(max(1.0, deadline - time.monotonic()))
-                conn.sendall(payload)
-                answer = json.loads(conn.makefile().readline() or "{}")
+                try:
+                    conn.sendall(payload)
+                    line = conn.makefile().readline()
+                except (ConnectionResetError, BrokenPipeError):
+                    line = ""
+                if not line:
+                    raise NodeError(
+                        f"rendezvous '{round_name}' at {host}:{port}: node 0's leader closed the connection before "
+                        "every node had arrived (it has exited or stopped: see node 0's log)"
+                    )
+                answer = json.loads(line)
                 break
         except (TimeoutError, ConnectionRefusedError, json.JSONDecodeError) as exc:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if isinstance(exc, ConnectionRefusedError) and refused_s is not None:
+                refused_since = now if refused_since is None else refused_since
+                if now - refused_since > refused_s:
+                    raise NodeError(
+                        f"rendezvous '{round_name}' at {host}:{port}: refused for {refused_s:g} s after node 0's "
+                        "leader had answered an earlier round: it has exited (see node 0's log)"
+                    ) from None
+            if now > deadline:
                 raise NodeError(
                     f"rendezvous '{round_name}' at {host}:{port} did not complete within {timeout_s:g} s "
                     f"({exc.__class__.__name__}); are all nodes started, and is that port reachable?"
@@ -205,9 +248,10 @@ class Leader:
             self.servers.append(subprocess.Popen(argv, env=server_env, preexec_fn=die_with_parent))
         threading.Thread(target=self._watch_servers, daemon=True).start()
 
-    def _exchange(self, round_name: str, value) -> list:
+    def _exchange(self, round_name: str, value, refused_s: float | None = None) -> list:
         host = self.topo["master_addr"]
-        return exchange(host, self.rdzv_port, self.token, round_name, self.topo["node_rank"], value, self.args.timeout)
+        node = self.topo["node_rank"]
+        return exchange(host, self.rdzv_port, self.token, round_name, node, value, self.args.timeout, refused_s)
 
     def _watch_servers(self) -> None:
         """A server that dies while the job runs is the root cause: say so and take this worker down."""
@@ -231,7 +275,7 @@ class Leader:
                 for path in wait[1:]:
                     wait_for_file(path, self.args.timeout, "a local trainer's end")
                 if not self.args.ip_config:
-                    self._exchange("done", True)
+                    self._exchange("done", True, REFUSED_AFTER_START_S)
         finally:
             self.stop()
 

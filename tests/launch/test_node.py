@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 from launch_progs.harness import FAKE_SERVER, FAKE_TRAINER, alive, job_pids
 from netns_cluster import free_port
 
-from distgnn.launch.node import NodeError, job_id_of, torchrun_env
+from distgnn.launch.node import NodeError, RendezvousServer, exchange, job_id_of, torchrun_env
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux only")
 
@@ -136,3 +138,58 @@ def test_outside_torchrun_it_says_what_is_missing():
         != job_id_of({"MASTER_ADDR": "h", "MASTER_PORT": "2", "TORCHELASTIC_RUN_ID": "r"})
     )
     assert job_id_of({"DISTGNN_JOB_ID": "jx", "MASTER_ADDR": "h"}) == "jx"
+
+
+def test_the_rendezvous_answers_every_node_and_a_later_round_stops_soon_once_node_0_is_gone():
+    port = free_port()
+    server = RendezvousServer(port, 2, "tok")
+    answers = {}
+    threads = [
+        threading.Thread(target=lambda n=n: answers.update({n: exchange("127.0.0.1", port, "tok", "a", n, n * 10, 30)}))
+        for n in (1, 0)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert answers == {0: [0, 10], 1: [0, 10]}
+    errors = []
+
+    def wait_done() -> None:
+        try:
+            exchange("127.0.0.1", port, "tok", "done", 1, True, timeout_s=60, refused_s=0.5)
+        except NodeError as exc:
+            errors.append((str(exc), time.monotonic()))
+
+    waiting = threading.Thread(target=wait_done)
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while "done" not in server.rounds:  # node 1 has sent its "done"; node 0 never will
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    stopped = time.monotonic()
+    server.close()  # node 0's leader stops: the waiting node is hung up on, and nothing listens any more
+    waiting.join(30)
+    assert errors and "closed the connection before every node had arrived" in errors[0][0]
+    assert errors[0][1] - stopped < 10  # not the 60 s deadline
+    start = time.monotonic()
+    with pytest.raises(NodeError, match="refused for 0.5 s after node 0's leader had answered"):
+        exchange("127.0.0.1", port, "tok", "done", 1, True, timeout_s=60, refused_s=0.5)
+    assert time.monotonic() - start < 10  # not the 60 s deadline
+    with pytest.raises(NodeError, match="did not complete within 0.5 s"):  # the first round waits the deadline
+        exchange("127.0.0.1", port, "tok", "addresses", 1, True, timeout_s=0.5)
+
+
+def test_a_rendezvous_host_that_closes_the_connection_is_named():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+
+        def close_one() -> None:
+            conn, _ = listener.accept()
+            conn.close()
+
+        thread = threading.Thread(target=close_one)
+        thread.start()
+        with pytest.raises(NodeError, match="closed the connection before every node had arrived"):
+            exchange("127.0.0.1", port, "tok", "done", 1, True, timeout_s=30, refused_s=1)
+        thread.join(10)

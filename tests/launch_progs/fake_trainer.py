@@ -23,9 +23,9 @@ fake_dir = Path(env["FAKE_DIR"])
 Path(f"/dev/shm/distgnn-{env['DISTGNN_JOB_ID']}-p{env['DISTGNN_MACHINE_ID']}-fake-trainer-r{rank}").write_bytes(b"x")
 token = env.get("DISTGNN_TOKEN", "")
 token_in_argv = False
-for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-    with contextlib.suppress(OSError):
-        token_in_argv |= bool(token) and token.encode() in cmdline.read_bytes()
+for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+    with contextlib.suppress(OSError):  # a process that exits meanwhile (ENOENT, ESRCH) holds no token
+        token_in_argv |= bool(token) and token.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
 seen = {
     "rank": rank,
     "world_size": world,

@@ -122,10 +122,10 @@ def job_pids(job_id: str) -> list[int]:
     """Processes on this machine whose environment carries the job id."""
     entry = f"DISTGNN_JOB_ID={job_id}".encode()
     found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if entry in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
+    for pid in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:  # a process that exits meanwhile (ENOENT, ESRCH) is left out
+            if entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.append(int(pid))
         except OSError:
             pass
     return found

@@ -9,6 +9,7 @@ of the job and no /dev/shm segment of it.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -31,12 +32,12 @@ COMMANDS = {
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, from /proc."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+    for entry in (name for name in os.listdir("/proc") if name.isdigit()):
+        try:  # a process that exits meanwhile (ENOENT, ESRCH) is left out
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        children.setdefault(int(fields[1]), []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
