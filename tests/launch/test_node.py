@@ -21,11 +21,12 @@ from distgnn.launch.node import NodeError, RendezvousServer, exchange, job_id_of
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG and /proc are Linux only")
 
 
-def start_nodes(tmp_path: Path, mode: str) -> list[subprocess.Popen]:
+def start_nodes(tmp_path: Path, mode: str, **fake_env: str) -> list[subprocess.Popen]:
     (tmp_path / "fake").mkdir()
     (tmp_path / "g.json").write_text('{"num_parts": 2}')
     port = free_port(span=40)
     env = {**os.environ, "DISTGNN_TOKEN": "s3cret", "FAKE_DIR": str(tmp_path / "fake"), "FAKE_MODE": mode}
+    env.update(fake_env)
     procs = []
     for node in (0, 1):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}"]
@@ -123,6 +124,22 @@ def test_a_killed_server_is_named_by_its_node(tmp_path):
         assert_nothing_left(reports(tmp_path)[0]["job_id"], tmp_path)
     finally:
         stop_nodes(procs)
+
+
+def test_a_node_whose_trainers_finished_after_node_0_failed_stops_within_seconds(tmp_path):
+    # Node 0's second trainer fails; node 1's trainers finish later and reach the end-of-job rendezvous after
+    # node 0 is gone: node 1 names it and exits, well before the 300 s the start may wait.
+    procs = start_nodes(tmp_path, "raise_alone", FAKE_RAISE_RANK="1", FAKE_DELAY="2", FAKE_OTHERS_DELAY="6")
+    start = time.monotonic()
+    try:
+        codes = [p.wait(timeout=90) for p in procs]
+        took = time.monotonic() - start
+    finally:
+        stop_nodes(procs)
+    err = (tmp_path / "node1.err").read_text()
+    assert codes[0] != 0 and codes[1] != 0, err[-2000:]
+    assert "rendezvous 'done'" in err and "node 0's leader" in err, err[-3000:]
+    assert took < 60, f"node 1 took {took:.0f} s to stop"
 
 
 def test_outside_torchrun_it_says_what_is_missing():

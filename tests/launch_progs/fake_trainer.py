@@ -1,7 +1,8 @@
 """A stand-in trainer for launcher tests: reports the environment it got, then acts on cue.
 
 $FAKE_MODE: ``ok`` (finish, rank 0 then asks the fake servers to shut down),
-``raise`` (rank $FAKE_RAISE_RANK raises, the others keep running), ``sleep``
+``raise`` (rank $FAKE_RAISE_RANK raises, the others keep running), ``raise_alone`` (rank $FAKE_RAISE_RANK
+raises after $FAKE_DELAY s, the others finish as in ``ok`` after $FAKE_OTHERS_DELAY s), ``sleep``
 (run until stopped), ``crash_once`` (like ``raise`` on the first start, like
 ``ok`` once restarted: DISTGNN_RESTART_COUNT > 0). Prints one
 ``FAKE_TRAINER {json}`` line with what it saw.
@@ -51,9 +52,11 @@ print("FAKE_TRAINER " + json.dumps(seen), flush=True)
 mode = env.get("FAKE_MODE", "ok")
 if mode == "crash_once":
     mode = "raise" if seen["restart_count"] == 0 else "ok"
-if mode == "raise" and rank == int(env.get("FAKE_RAISE_RANK", "0")):
+if mode in ("raise", "raise_alone") and rank == int(env.get("FAKE_RAISE_RANK", "0")):
     time.sleep(float(env.get("FAKE_DELAY", "0")))
     raise RuntimeError(f"fake trainer {rank} fails on cue")
+if mode == "raise_alone":  # the others finish as in "ok", FAKE_OTHERS_DELAY seconds later
+    time.sleep(float(env.get("FAKE_OTHERS_DELAY", "0")))
 if mode in ("raise", "sleep"):
     print("fake trainer running", flush=True)
     time.sleep(600)
