@@ -16,9 +16,9 @@ file, and writes the ip_config for its node. Then every worker sets the
 training script in its own process (``runpy``), so torchrun sees the trainer's
 exit status. When every trainer of the job is done (a second rendezvous
 round), the leaders stop their servers; a node waiting in that round when node
-0's leader stops or exits is told so within seconds (not at the deadline). A server that dies during training
-makes its leader print the root-cause line and exit 1, which torchrun then
-reports and acts on.
+0's leader stops or exits is told so within seconds (not at the deadline). A
+server that dies during training makes its leader print the root-cause line and
+exit 1, which torchrun then reports and acts on.
 
 What reaches every node: the token in ``DISTGNN_TOKEN`` (a Kubernetes Secret;
 never on a command line), the partition config path (``--part-config``, on a
