@@ -323,7 +323,15 @@ class _Job:
     def assign(self) -> None:
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
         if self.opts.method == "random":
-            self.part_owned = random_assignment(self.N, self.P, self.opts.seed, ids=ids)
+            # A node's part depends on its id alone: pieces of the owned ids on the rank's threads.
+            part = np.empty(len(ids), dtype=np.int64)
+
+            def assign_piece(span: tuple[int, int]) -> None:
+                lo, hi = span
+                part[lo:hi] = random_assignment(self.N, self.P, self.opts.seed, ids=ids[lo:hi])
+
+            self.workers.run(assign_piece, self.workers.pieces(len(ids)))
+            self.part_owned = part
         elif self.opts.method == "range":
             self.part_owned = range_assignment([self.layout.num_nodes[t] for t in self.ntypes], self.P, ids=ids)
         else:
@@ -339,7 +347,9 @@ class _Job:
         starts = _offsets(sizes.tolist())
         self.node_map = np.stack([starts[:-1], starts[1:]], axis=1)
         base = starts[:-1] + counts[: self.rank].sum(axis=0)
-        order = np.argsort(part, kind="stable")
+        # Parts are small integers: as 8 or 16 bits numpy's stable sort is a radix sort (the same order).
+        narrow = np.uint8 if self.P <= 1 << 8 else np.uint16 if self.P <= 1 << 16 else np.int64
+        order = np.argsort(part.astype(narrow, copy=False), kind="stable")
         sorted_part = part[order]
         group_start = np.searchsorted(sorted_part, sorted_part, side="left")
         new = np.empty(len(part), dtype=np.int64)
