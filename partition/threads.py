@@ -1,7 +1,7 @@
 """A rank's share of its machine's CPUs for the array steps numpy runs without the GIL.
 
-A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (gathers, the sort of
-a partition's edges, the order of its edges by partition) into contiguous pieces run on a few threads:
+A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (the random assignment,
+gathers, the sort of a partition's edges, the order of its edges by partition) into contiguous pieces run on a few threads:
 its share is the CPUs it may run on (its affinity) divided among the machine's ranks
 (:func:`rank_threads`). Every split step gives the same result as the whole step on one thread.
 """
