@@ -337,7 +337,7 @@ w = torch.randn(256, 256, requires_grad=True)
 def step():
     h = torch.relu(x @ w)
     (h * h).sum().backward()
-for _ in range(6):  # warm-up: the heap grows to the step's working set
+for _ in range(20):  # warm-up: the heap grows to the step's working set (fragments settle by ~12 steps)
     step()
 windows = []
 for _ in range(5):  # the quietest of five 2-step windows: the heap may still grow once in a while
