@@ -49,7 +49,7 @@ from distgnn.partition.format import (
     check_output_dir,
     feature_key,
 )
-from distgnn.partition.reshuffle import distinct_with_index, stable_order
+from distgnn.partition.reshuffle import local_indices, stable_order, stable_order_starts
 from distgnn.partition.threads import Workers, rank_threads
 
 if TYPE_CHECKING:  # torch is imported by the ranks only
@@ -213,6 +213,16 @@ def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) 
             _pwrite_all(fd, data, header + row_bytes * int(positions[a]))
     finally:
         os.close(fd)
+
+
+def _column_minus(rows: np.ndarray, column: int, value: int, workers: Workers) -> np.ndarray:
+    """``rows[:, column] - value`` as int64, a piece per thread."""
+    out = np.empty(rows.shape[0], dtype=np.int64)
+    workers.run(
+        lambda r: np.subtract(rows[r[0] : r[1], column], value, out=out[r[0] : r[1]], dtype=np.int64),
+        workers.pieces(len(out)),
+    )
+    return out
 
 
 def create_npy(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> None:
@@ -409,6 +419,7 @@ class _Job:
             part[r[0] : r[1]] = bucket_of(self.node_map[:-1, 1], self.dst[r[0] : r[1]], part.dtype)
 
         self.workers.run(partitions, self.workers.pieces(len(part)))
+        del partitions  # (it holds part)
         keys = part.astype(np.int64) * R + self.etype if R > 1 else part
         counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
         del keys
@@ -436,6 +447,7 @@ class _Job:
                 np.add(order[k:hi], self.first_eid, out=rows[k:hi, 2], casting="unsafe")
 
         self.workers.run(original_eids, self.workers.pieces(len(order)))
+        del original_eids  # (it holds order and rows, dropped below)
         del order
         clock.done("order")
         starts = _offsets(per_part.tolist())
@@ -458,13 +470,14 @@ class _Job:
             # (edge type, new destination) gives (edge type, new destination, original id), the order
             # of new edge ids.
             n0, num_owned = int(self.node_map[p, 0]), int(self.node_map[p, 1] - self.node_map[p, 0])
-            key = edges[:, 1].astype(np.int64)
-            key -= n0
-            if R == 1:
-                in_degree = np.bincount(key, minlength=num_owned)
-            else:
+            key = _column_minus(edges, 1, n0, self.workers)
+            if R > 1:
                 key += edges[:, 3].astype(np.int64) * num_owned
-            by = stable_order(key, num_owned * R, self.workers)
+            if R == 1:  # the sorted keys give the CSC's indptr
+                by, indptr = stable_order_starts(key, num_owned, self.workers)
+            else:
+                by = stable_order(key, num_owned * R, self.workers)
+            del key
             e0, e1 = (int(x) for x in self.edge_map[p])
             eids = self.workers.gather(edges[:, 2], by)
             _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
@@ -475,7 +488,8 @@ class _Job:
             srcs = self.workers.gather(edges[:, 0], by)
             if R == 1:
                 del edges, by
-                self._write_part(staging, p, srcs, in_degree=in_degree)
+                self._write_part(staging, p, srcs, indptr=indptr)
+                del indptr
             else:
                 dsts, types = self.workers.gather(edges[:, 1], by), self.workers.gather(edges[:, 3], by)
                 del edges, by
@@ -514,12 +528,12 @@ class _Job:
         staging: Path,
         p: int,
         srcs: np.ndarray,
-        in_degree: np.ndarray | None = None,
+        indptr: np.ndarray | None = None,
         dsts: np.ndarray | None = None,
         types: np.ndarray | None = None,
     ) -> None:
         """Partition ``p``'s CSC arrays from its edges in new-edge-id order: new ids of the sources, and
-        with one edge type the in-degree of each owned node, with several the new destinations and types.
+        with one edge type the CSC's indptr over the owned nodes, with several the new destinations and types.
         Each array is written as soon as it is complete."""
         R = len(self.etypes)
         n0, n1 = (int(x) for x in self.node_map[p])
@@ -532,27 +546,18 @@ class _Job:
             np.save(where / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
 
         eid_order = None
-        if R == 1:
-            indptr = np.zeros(num_owned + 1, dtype=np.int64)
-            np.cumsum(in_degree, out=indptr[1:])
-        else:
+        if R > 1:
             csc_rows = (dsts.astype(np.int64) - n0) * R + types
             del dsts, types
             indptr = np.zeros(num_owned * R + 1, dtype=np.int64)
             np.cumsum(np.bincount(csc_rows, minlength=num_owned * R), out=indptr[1:])
             eid_order = stable_order(csc_rows, num_owned * R)
+            del csc_rows
             srcs = srcs[eid_order]
         save("indptr", indptr)
         del indptr
-        remote = (srcs < n0) | (srcs >= n1)
-        halo, halo_index = distinct_with_index(srcs[remote], bound=self.N, workers=self.workers)
-        num_local = num_owned + halo.shape[0]
-        index_dtype = np.int32 if num_local <= np.iinfo(np.int32).max else np.int64
-        indices = srcs.astype(index_dtype)
+        halo, indices = local_indices(srcs, n0, n1, self.N, self.workers)
         del srcs
-        indices -= n0
-        indices[remote] = halo_index + num_owned
-        del remote, halo_index
         save("indices", indices)
         del indices
         save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))

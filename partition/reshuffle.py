@@ -75,16 +75,35 @@ _CHUNK = 1 << 22
 
 
 def stable_order(keys: np.ndarray, key_bound: int, workers: Workers | None = None) -> np.ndarray:
-    """``argsort(keys, kind="stable")`` for int64 keys in ``[0, key_bound)``; consumes ``keys``.
+    """``argsort(keys, kind="stable")`` for int64 keys in ``[0, key_bound)``; consumes ``keys`` (drop it
+    after the call: on more than two threads the order is a new array).
 
     Packs (key, position) into one int64 in place and sorts values, which numpy
     does with SIMD and an order of magnitude faster than a stable argsort; with
     ``workers``, on its threads (the same result).
     """
+    return _stable_order(keys, key_bound, workers, False)[0]
+
+
+def stable_order_starts(
+    keys: np.ndarray, key_bound: int, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`stable_order` and where each key's run begins in it: ``(order, starts)``, ``starts`` ``(key_bound
+    + 1,)`` int64 (a CSR's indptr when the keys are rows), found in the sorted keys."""
+    return _stable_order(keys, key_bound, workers, True)
+
+
+def _stable_order(
+    keys: np.ndarray, key_bound: int, workers: Workers | None, want_starts: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
     n = keys.shape[0]
     bits = max(int(n - 1).bit_length(), 1)
     if key_bound.bit_length() + bits > 62:
-        return np.argsort(keys, kind="stable")
+        starts = None
+        if want_starts:
+            starts = np.zeros(key_bound + 1, dtype=np.int64)
+            np.cumsum(np.bincount(keys, minlength=key_bound), out=starts[1:])
+        return np.argsort(keys, kind="stable"), starts
     workers = workers or Workers(1)
 
     def pack(r: tuple[int, int]) -> None:
@@ -93,9 +112,18 @@ def stable_order(keys: np.ndarray, key_bound: int, workers: Workers | None = Non
             keys[start : min(start + _CHUNK, r[1])] |= np.arange(start, min(start + _CHUNK, r[1]), dtype=np.int64)
 
     workers.run(pack, workers.pieces(n))
-    workers.sort(keys)
+    keys = workers.sort(keys)
+    starts = None
+    if want_starts:  # the first packed value of key k is at least k << bits
+        starts = np.empty(key_bound + 1, dtype=np.int64)
+
+        def find(r: tuple[int, int]) -> None:
+            bounds = np.arange(r[0], r[1], dtype=np.int64) << bits
+            starts[r[0] : r[1]] = np.searchsorted(keys, bounds)
+
+        workers.run(find, workers.pieces(key_bound + 1))
     workers.run(lambda r: np.bitwise_and(keys[r[0] : r[1]], (1 << bits) - 1, out=keys[r[0] : r[1]]), workers.pieces(n))
-    return keys
+    return keys, starts
 
 
 def distinct_with_index(
@@ -116,7 +144,11 @@ def distinct_with_index(
         distinct = np.flatnonzero(seen)
         del seen
         where = np.empty(bound, dtype=np.int32 if distinct.shape[0] <= np.iinfo(np.int32).max else np.int64)
-        where[distinct] = np.arange(distinct.shape[0], dtype=where.dtype)
+
+        def number(r: tuple[int, int]) -> None:
+            where[distinct[r[0] : r[1]]] = np.arange(r[0], r[1], dtype=where.dtype)
+
+        workers.run(number, workers.pieces(distinct.shape[0]))
         return distinct, workers.gather(where, values)
     values = values.astype(np.int64, copy=False)
     order = stable_order(values.copy(), int(values.max(initial=0)) + 1, workers)
@@ -127,6 +159,52 @@ def distinct_with_index(
     index = np.empty(len(values), dtype=np.int64)
     index[order] = np.cumsum(first) - 1
     return ordered[first], index
+
+
+def local_indices(
+    srcs: np.ndarray, n0: int, n1: int, bound: int, workers: Workers | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A partition's CSC indices in local ids from the sources' global ids ``srcs`` (non-negative, below
+    ``bound``) of the partition that owns ``[n0, n1)``: ``(halo, indices)``, the halo's global ids sorted
+    (local ids ``n1 - n0 ..``) and each source's local id (owned ``n - n0``), int32 where every local id fits.
+    With ``workers``, a piece of the sources per thread (each piece's halo sources after those of the pieces
+    before it)."""
+    workers = workers or Workers(1)
+    pieces = workers.pieces(srcs.shape[0])
+
+    def is_remote(r: tuple[int, int]) -> np.ndarray:
+        piece = srcs[r[0] : r[1]]
+        return (piece < n0) | (piece >= n1)
+
+    firsts = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(workers.run(lambda r: int(np.count_nonzero(is_remote(r))), pieces), out=firsts[1:])
+    remote = np.empty(int(firsts[-1]), dtype=srcs.dtype)
+
+    def take_remote(i: int, remote: np.ndarray = remote) -> None:
+        lo, hi = pieces[i]
+        np.compress(is_remote(pieces[i]), srcs[lo:hi], out=remote[firsts[i] : firsts[i + 1]])
+
+    workers.run(take_remote, list(range(len(pieces))))
+    halo, halo_index = distinct_with_index(remote, bound=bound, workers=workers)
+    del remote, take_remote
+    num_owned = n1 - n0
+    index_dtype = np.int32 if num_owned + halo.shape[0] <= np.iinfo(np.int32).max else np.int64
+    halo_index = halo_index.astype(index_dtype, copy=False)
+    # (in place, no temporaries: the halo's local ids, then each piece's)
+    workers.run(
+        lambda r: np.add(halo_index[r[0] : r[1]], num_owned, out=halo_index[r[0] : r[1]]),
+        workers.pieces(len(halo_index)),
+    )
+    indices = np.empty(srcs.shape[0], dtype=index_dtype)
+
+    def local_ids(i: int) -> None:
+        lo, hi = pieces[i]
+        out = indices[lo:hi]
+        np.subtract(srcs[lo:hi], n0, out=out, casting="unsafe")
+        out[is_remote(pieces[i])] = halo_index[firsts[i] : firsts[i + 1]]
+
+    workers.run(local_ids, list(range(len(pieces))))
+    return halo, indices
 
 
 def reshuffle(num_nodes: int, src: np.ndarray, dst: np.ndarray, part: np.ndarray, num_parts: int) -> Reshuffled:

@@ -1,8 +1,8 @@
 """A rank's share of its machine's CPUs for the array steps numpy runs without the GIL.
 
 A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (the random assignment,
-gathers, the sort of a partition's edges, the order of its edges by partition) into contiguous pieces run on a few threads:
-its share is the CPUs it may run on (its affinity) divided among the machine's ranks
+gathers, the sort of a partition's edges and its local ids, the order of its edges by partition) into contiguous
+pieces run on a few threads: its share is the CPUs it may run on (its affinity) divided among the machine's ranks
 (:func:`rank_threads`). Every split step gives the same result as the whole step on one thread.
 """
 
@@ -18,6 +18,10 @@ from distgnn.launch.cpus import cpus_each, local_world_size
 
 # The smallest piece worth a thread: below it a step runs whole on the calling thread.
 MIN_PIECE = 1 << 20
+# Values sampled from each sorted piece to choose the splitters of a sort on several threads.
+_SAMPLES = 64
+# Up to this many sorted pieces are merged in place, on one thread; more, on every thread in a second array.
+_MERGE_IN_PLACE = 2
 
 
 def rank_threads() -> int:
@@ -107,15 +111,44 @@ class Workers:
         out = np.empty((positions.shape[0], *values.shape[1:]), dtype=values.dtype)
         return self.take(values, positions, out)
 
-    def sort(self, values: np.ndarray) -> None:
-        """Sort the 1-D ``values`` in place: its pieces sorted at once, then merged (numpy's merge sort
-        finds the sorted runs)."""
+    def sort(self, values: np.ndarray) -> np.ndarray:
+        """The 1-D ``values`` sorted; returns the sorted array. Its pieces are sorted at once, then: with two
+        pieces at most, merged in place (numpy's stable sort finds the sorted runs; ``values`` itself is
+        returned); with more, in a second array (returned; ``values`` is left with its pieces sorted): the
+        pieces are cut at common splitters sampled from them, and each cut's runs are copied together and
+        sorted at once. (numpy's merge of many runs, on one thread, took longer than sorting the whole on one
+        thread.)"""
         ranges = self.pieces(values.shape[0])
         if len(ranges) == 1:
             values.sort()
-            return
+            return values
         self.run(lambda r: values[r[0] : r[1]].sort(), ranges)
-        values.sort(kind="stable")
+        if len(ranges) <= _MERGE_IN_PLACE:
+            values.sort(kind="stable")
+            return values
+        k = len(ranges)
+        samples = np.sort(
+            np.concatenate([values[lo + (hi - lo) * np.arange(1, _SAMPLES) // _SAMPLES] for lo, hi in ranges])
+        )
+        splitters = samples[len(samples) * np.arange(1, k) // k]
+        # cuts[i, b]: where piece i's values from splitter b - 1 on begin (0 and the piece's end around them)
+        cuts = np.stack(
+            [np.concatenate([[lo], lo + np.searchsorted(values[lo:hi], splitters), [hi]]) for lo, hi in ranges]
+        )
+        sizes = (cuts[:, 1:] - cuts[:, :-1]).sum(axis=0)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        out = np.empty_like(values)
+
+        def merge(b: int) -> None:
+            at = int(starts[b])
+            for i in range(k):
+                lo, hi = int(cuts[i, b]), int(cuts[i, b + 1])
+                out[at : at + hi - lo] = values[lo:hi]
+                at += hi - lo
+            out[starts[b] : starts[b + 1]].sort()
+
+        self.run(merge, list(range(k)))
+        return out
 
     def order_by_key(self, keys: np.ndarray, bound: int) -> np.ndarray:
         """The positions of ``keys`` (1-D, small non-negative integers below ``bound``) ordered by key, each

@@ -43,8 +43,28 @@ def test_gather_and_sort(workers):
     np.testing.assert_array_equal(workers.gather(values[:, 1], positions), values[:, 1][positions])
     flat = rng.integers(0, 1 << 40, 9000)
     expected = np.sort(flat)
-    workers.sort(flat)
-    np.testing.assert_array_equal(flat, expected)
+    np.testing.assert_array_equal(workers.sort(flat), expected)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+@pytest.mark.parametrize("values", ["distinct", "few", "sorted", "reversed", "one value"])
+def test_a_sort_on_threads_equals_numpys(threads, values):
+    rng = np.random.default_rng(threads)
+    n = 20_011
+    flat = {
+        "distinct": rng.permutation(n).astype(np.int64) << 20,
+        "few": rng.integers(0, 5, n),  # many values equal to a splitter
+        "sorted": np.arange(n, dtype=np.int64),
+        "reversed": np.arange(n, 0, -1, dtype=np.int64),
+        "one value": np.full(n, 7, dtype=np.int64),
+    }[values]
+    workers = Workers(threads, min_piece=1000)
+    try:
+        np.testing.assert_array_equal(workers.sort(flat.copy()), np.sort(flat))
+        small = flat[:999].copy()  # one piece: sorted in place
+        assert workers.sort(small) is small and np.array_equal(small, np.sort(flat[:999]))
+    finally:
+        workers.close()
 
 
 def test_an_error_in_a_piece_is_raised_after_every_piece_begun_has_ended(workers):
@@ -93,3 +113,36 @@ def test_distinct_with_index_on_threads_equals_one_thread(workers, bound):
     got = distinct_with_index(values, bound, workers)
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_stable_order_starts_are_the_indptr_of_the_keys(threads):
+    from distgnn.partition.reshuffle import stable_order_starts
+
+    keys = np.random.default_rng(4).integers(0, 700, 9001)
+    keys[keys == 5] = 6  # a key with no entries
+    workers = Workers(threads, min_piece=100)
+    try:
+        order, starts = stable_order_starts(keys.copy(), 700, workers)
+    finally:
+        workers.close()
+    np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+    np.testing.assert_array_equal(starts, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=700))]))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_local_indices_number_the_halo_after_the_owned_nodes(threads):
+    from distgnn.partition.reshuffle import local_indices
+
+    n0, n1, bound = 300, 500, 2000
+    srcs = np.random.default_rng(5).integers(0, bound, 12_000).astype(np.int32)
+    workers = Workers(threads, min_piece=1000)
+    try:
+        halo, indices = local_indices(srcs, n0, n1, bound, workers)
+    finally:
+        workers.close()
+    remote = (srcs < n0) | (srcs >= n1)
+    np.testing.assert_array_equal(halo, np.unique(srcs[remote]))
+    assert indices.dtype == np.int32
+    local2global = np.concatenate([np.arange(n0, n1), halo])
+    np.testing.assert_array_equal(local2global[indices], srcs)  # every local id maps back to its source
