@@ -41,8 +41,11 @@ METIS_BLOCK_BYTES = 160 << 20
 PER_COARSE_ENTRY = 96
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
-# One feature chunk as loaded, packed with its ids, sent and received, and the next one read ahead.
-FEATURE_CHUNK_COPIES = 5
+# Copies of the largest feature chunk a rank holds: node data (a chunk as loaded, its rows in send order, the
+# next chunk read ahead; received rounds are written as they arrive), edge data (as loaded, packed with its ids,
+# sent and received, and the next one read ahead, with staging buffers where a chunk is larger than a round).
+NODE_CHUNK_COPIES = 3
+EDGE_CHUNK_COPIES = 5
 
 
 @dataclass(frozen=True)
@@ -81,16 +84,17 @@ def estimate_ranks(
     edges_read = np.zeros(workers, dtype=np.int64)
     for etype in layout.etypes:
         np.add.at(edges_read, readers[etype], np.asarray(layout.edge_chunks[etype], dtype=np.int64))
-    chunk_bytes = np.zeros(workers, dtype=np.int64)
-    for arrays, chunks, reader in [
-        *((layout.ndata.get(t, {}), layout.node_chunks[t], None) for t in layout.ntypes),
-        *((layout.edata.get(e, {}), layout.edge_chunks[e], readers[e]) for e in layout.etypes),
+    node_chunk = np.zeros(workers, dtype=np.int64)  # the largest chunk of node (edge) data each rank reads
+    edge_chunk = np.zeros(workers, dtype=np.int64)
+    for arrays, chunks, reader, largest in [
+        *((layout.ndata.get(t, {}), layout.node_chunks[t], None, node_chunk) for t in layout.ntypes),
+        *((layout.edata.get(e, {}), layout.edge_chunks[e], readers[e], edge_chunk) for e in layout.etypes),
     ]:
         for array in arrays.values():
             row_bytes = int(np.prod(array.row_shape, dtype=np.int64)) * array.dtype.itemsize + 8
             for j, rows in enumerate(chunks):
                 r = j % workers if reader is None else int(reader[j])
-                chunk_bytes[r] = max(chunk_bytes[r], rows * row_bytes)
+                largest[r] = max(largest[r], rows * row_bytes)
     table = (
         table_dtype(total_nodes).itemsize * total_nodes
         if uses_table(renumber, total_nodes, total_edges, workers)
@@ -113,15 +117,19 @@ def estimate_ranks(
         # the rank's rows are dropped before the last step's partition is written
         write = (rows if num_parts > workers else 0) + (WRITE_IDS * id_bytes + 8 * WRITE_INT64) * largest_part + halo
         edge_phase = max(read, send, write)
-        # a chunk larger than a round is exchanged in several, through staging buffers
-        feature_phase = FEATURE_CHUNK_COPIES * int(chunk_bytes[r]) + (2 * message if chunk_bytes[r] > message else 0)
+        feature_phase = max(
+            NODE_CHUNK_COPIES * int(node_chunk[r]),
+            # an edge data chunk larger than a round is exchanged in several, through staging buffers
+            EDGE_CHUNK_COPIES * int(edge_chunk[r]) + (2 * message if edge_chunk[r] > message else 0),
+        )
         metis_phase = 0
         if method == "metis":
             metis_phase = PER_EDGE_READ_METIS * int(edges_read[r]) + PER_NODE_OWNED_METIS * owned + METIS_BLOCK_BYTES
             if r == 0:
                 metis_phase += PER_COARSE_ENTRY * min(int(coarse_edges), 2 * total_edges)
         peak = base_bytes + PER_NODE_OWNED * owned + max(edge_phase + table, feature_phase + table, metis_phase)
-        out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), int(chunk_bytes[r]), int(peak)))
+        chunk = int(max(node_chunk[r], edge_chunk[r]))
+        out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), chunk, int(peak)))
     return out
 
 
