@@ -242,8 +242,12 @@ class RankGroup:
         Received rows are ordered by source rank, each source's rows in their sent order, whatever
         the number of rounds.
         """
-        rows = np.ascontiguousarray(rows)
         dest_counts = np.asarray(dest_counts, dtype=np.int64)
+        if self.world == 1:  # every row is this rank's own
+            if dest_counts.shape != (1,) or int(dest_counts[0]) != rows.shape[0]:
+                raise ValueError(f"alltoallv: dest_counts {dest_counts.tolist()} do not add up to {rows.shape[0]} rows")
+            return np.array(rows, order="C", copy=True), dest_counts.copy()
+        rows = np.ascontiguousarray(rows)
         counts = self.allgather(dest_counts)  # counts[src, dst]
         recv_counts = counts[:, self.rank]
         out = np.empty((int(recv_counts.sum()), *rows.shape[1:]), dtype=rows.dtype)

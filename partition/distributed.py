@@ -459,7 +459,12 @@ class _Job:
             first, last = k * self.world, min((k + 1) * self.world, self.P)
             dest_counts = np.zeros(self.world, dtype=np.int64)
             dest_counts[: last - first] = per_part[first:last]
-            edges, _ = self.group.alltoallv(rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes)
+            if self.world == 1:  # the partition's rows are this rank's own: read in place, no copy
+                edges = rows[starts[first] : starts[last]]
+            else:
+                edges, _ = self.group.alltoallv(
+                    rows[starts[first] : starts[last]], dest_counts, self.opts.message_bytes
+                )
             clock.done("exchange")
             if k == steps - 1:
                 rows = None

@@ -437,3 +437,25 @@ def test_a_rank_on_several_threads_writes_the_single_process_tools_partition(req
     finally:
         group.close()
     _assert_identical(expected, tmp_path / "dist")
+
+
+def test_a_group_of_one_exchanges_with_itself_without_sending(monkeypatch):
+    from distgnn.launch.transport import free_port
+    from distgnn.partition.collective import RankGroup
+
+    for name, value in (("RANK", 0), ("WORLD_SIZE", 1), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", free_port())):
+        monkeypatch.setenv(name, str(value))
+    group = RankGroup(dead_after_s=30)
+    try:
+        rows = np.arange(12, dtype=np.int32).reshape(6, 2)[::2]  # not contiguous
+        got, counts = group.alltoallv(rows, np.array([3]), 1 << 20)
+        assert np.array_equal(got, rows) and got.flags.c_contiguous and counts.tolist() == [3]
+        got[0, 0] = -1
+        assert rows[0, 0] == 0  # the received rows are the rank's own copy
+        with pytest.raises(ValueError, match="do not add up"):
+            group.alltoallv(rows, np.array([2]), 1 << 20)
+        ids = np.array([5, 1, 3])
+        assert group.lookup(ids, np.zeros(3, dtype=np.int64), lambda a: a * 10, 1 << 20).tolist() == [50, 10, 30]
+        assert group.rounds == 0 and group.bytes_sent == 0
+    finally:
+        group.close()
