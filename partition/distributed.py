@@ -352,18 +352,22 @@ class _Job:
     def number_nodes(self) -> None:
         """New ids of the owned nodes: ordered by (partition, original id) over all ranks."""
         part = self.part_owned
-        counts = self.group.allgather(np.bincount(part, minlength=self.P).astype(np.int64))  # (W, P)
+        mine = np.bincount(part, minlength=self.P).astype(np.int64)
+        counts = self.group.allgather(mine)  # (W, P)
         sizes = counts.sum(axis=0)
         starts = _offsets(sizes.tolist())
         self.node_map = np.stack([starts[:-1], starts[1:]], axis=1)
-        base = starts[:-1] + counts[: self.rank].sum(axis=0)
-        # Parts are small integers: as 8 or 16 bits numpy's stable sort is a radix sort (the same order).
-        narrow = np.uint8 if self.P <= 1 << 8 else np.uint16 if self.P <= 1 << 16 else np.int64
-        order = np.argsort(part.astype(narrow, copy=False), kind="stable")
-        sorted_part = part[order]
-        group_start = np.searchsorted(sorted_part, sorted_part, side="left")
+        # The owned nodes in (partition, original id) order; the one at position i of that order, in partition
+        # p, gets p's first new id for this rank plus its rank among this rank's nodes of p.
+        shift = starts[:-1] + counts[: self.rank].sum(axis=0) - _offsets(mine.tolist())[:-1]
+        order = self.workers.order_by_key(part, self.P)
         new = np.empty(len(part), dtype=np.int64)
-        new[order] = base[sorted_part] + np.arange(len(part), dtype=np.int64) - group_start
+
+        def number(r: tuple[int, int]) -> None:
+            at = order[r[0] : r[1]]
+            new[at] = shift[part[at]] + np.arange(r[0], r[1], dtype=np.int64)
+
+        self.workers.run(number, self.workers.pieces(len(part)))
         self.new_owned = new
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
         ntype = np.searchsorted(self.node_offsets[1:], ids, side="right")
