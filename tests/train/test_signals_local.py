@@ -9,7 +9,6 @@ of the job and no /dev/shm segment of it.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,29 +20,14 @@ import pytest
 from launch_progs.harness import alive
 from restart_dynamic import JOBS
 
+from distgnn.launch.remote import descendants
+
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="needs Linux /proc")]
 
 COMMANDS = {
     "tgn": [*JOBS["tgn-memory2"].command(None)[1:], "--epochs", "1000", "--no-eval"],
     "snapshot": [*JOBS["snapshot-contiguous"].command(None)[1:], "--epochs", "100000", "--no-eval"],
 }
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in (name for name in os.listdir("/proc") if name.isdigit()):
-        try:  # a process that exits meanwhile (ENOENT, ESRCH) is left out
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def job_id_of(pids: list[int]) -> str | None:
