@@ -171,18 +171,15 @@ def local_indices(
     before it)."""
     workers = workers or Workers(1)
     pieces = workers.pieces(srcs.shape[0])
-
-    def is_remote(r: tuple[int, int]) -> np.ndarray:
-        piece = srcs[r[0] : r[1]]
-        return (piece < n0) | (piece >= n1)
-
+    # each piece's halo sources, marked once (one byte a source, as a single mask would take)
+    masks = workers.run(lambda r: (srcs[r[0] : r[1]] < n0) | (srcs[r[0] : r[1]] >= n1), pieces)
     firsts = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum(workers.run(lambda r: int(np.count_nonzero(is_remote(r))), pieces), out=firsts[1:])
+    np.cumsum([int(np.count_nonzero(m)) for m in masks], out=firsts[1:])
     remote = np.empty(int(firsts[-1]), dtype=srcs.dtype)
 
     def take_remote(i: int, remote: np.ndarray = remote) -> None:
         lo, hi = pieces[i]
-        np.compress(is_remote(pieces[i]), srcs[lo:hi], out=remote[firsts[i] : firsts[i + 1]])
+        np.compress(masks[i], srcs[lo:hi], out=remote[firsts[i] : firsts[i + 1]])
 
     workers.run(take_remote, list(range(len(pieces))))
     halo, halo_index = distinct_with_index(remote, bound=bound, workers=workers)
@@ -201,7 +198,7 @@ def local_indices(
         lo, hi = pieces[i]
         out = indices[lo:hi]
         np.subtract(srcs[lo:hi], n0, out=out, casting="unsafe")
-        out[is_remote(pieces[i])] = halo_index[firsts[i] : firsts[i + 1]]
+        out[masks[i]] = halo_index[firsts[i] : firsts[i + 1]]
 
     workers.run(local_ids, list(range(len(pieces))))
     return halo, indices
