@@ -495,9 +495,10 @@ done
         "samplespan",
         300,
         "benchmarks/sample_span.py: the host span of a GPU-sampled products-scale batch (one-call vs two-call layers, "
-        "GPU idle or busy with a stand-in step, sampling stream of normal or highest priority) and its cProfile",
+        "GPU idle or busy with a stand-in step, sampling stream of normal or highest priority) and its cProfile; "
+        "SPAN_FLAGS: more flags (--kernels: the GPU kernels of a batch instead)",
         r"""
-timeout 280 python3 benchmarks/sample_span.py >"$OUT/sample_span.log" 2>&1 || status=1
+timeout 280 python3 benchmarks/sample_span.py ${SPAN_FLAGS:-} >"$OUT/sample_span.log" 2>&1 || status=1
 sed -n '/^graph/,$p' "$OUT/sample_span.log" | grep -v "^ *$" | head -60
 """,
     ),

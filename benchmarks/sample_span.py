@@ -5,18 +5,22 @@ the synthetic products-scale graph held in this process (``InProcessGraph``: one
 local CSC's). Per batch it times the host span (from the call to its return) and the sampling stream's GPU
 interval (events), for each combination of:
 
-* the layer path: ``one-call`` (:meth:`distgnn.sampling.gpu.DeviceCSC.sample_block`, one host sync a layer) or
-  ``two-call`` (sampling, then relabelling: two syncs a layer; the path of a layer with remote seeds);
+* the path: ``batch`` (:meth:`distgnn.sampling.gpu.DeviceCSC.sample_blocks` over every layer, one host sync a
+  batch), ``one-call`` (the same call a layer: one host sync a layer) or ``two-call`` (sampling, then relabelling:
+  two syncs a layer; the path of a layer with remote seeds);
 * the GPU: ``idle``, or ``busy`` with a stand-in for the training step queued on the default stream before each
   batch (a CUDA graph of matrix products, ``--step-ms`` of GPU time, replayed once a batch);
 * the sampling stream's priority: ``0`` (normal) or ``-1`` (highest, what the loader uses).
 
-Then a cProfile of the host span of the loader's setting and of the two-call path at normal priority (top
-functions by own time; a sync shows as the time inside the binding call that waits). Prints a table: host and
-GPU ms per batch, median and [p10, p90].
+Then a cProfile of the host span of the batch and one-call paths at the highest priority (top functions by own
+time; a sync shows as the time inside the binding call that waits). Prints a table: host and GPU ms per batch,
+median and [p10, p90]. With ``--kernels`` it instead traces the batch and one-call paths (idle GPU, highest
+priority) with ``torch.profiler``: per batch, each GPU kernel's and copy's launches and time, their sum against
+the host span (what the GPU runs against what the chain takes).
 
     python3 benchmarks/sample_span.py                       # products scale, on the current GPU
     python3 benchmarks/sample_span.py --num-nodes 200000    # a quick look
+    python3 benchmarks/sample_span.py --kernels             # the GPU work of a batch, kernel by kernel
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--step-ms", type=float, default=1.4, help="GPU time of the stand-in step (busy)")
     p.add_argument("--top", type=int, default=14, help="functions shown per profile")
+    p.add_argument("--kernels", action="store_true", help="trace the GPU kernels of a batch instead")
     return p.parse_args()
 
 
@@ -80,8 +85,12 @@ def stand_in_step(device: torch.device, step_ms: float) -> torch.cuda.CUDAGraph:
 def run(sampler, g, batches, stream, step, path: str, profile: cProfile.Profile | None = None) -> tuple[list, list]:
     """Host ms and GPU ms per batch (the sampling stream's events) over ``batches``."""
     host, events = [], []
-    patch = mock.patch.object(gpu, "_samples_all_here", lambda *a: False) if path == "two-call" else None
-    if patch is not None:
+    patches = []
+    if path in ("one-call", "two-call"):
+        patches.append(mock.patch.object(gpu, "bounded_batch", lambda *a: False))
+    if path == "two-call":
+        patches.append(mock.patch.object(gpu, "_samples_all_here", lambda *a: False))
+    for patch in patches:
         patch.start()
     try:
         for index, seeds in enumerate(batches):
@@ -102,9 +111,35 @@ def run(sampler, g, batches, stream, step, path: str, profile: cProfile.Profile 
             torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
     finally:
-        if patch is not None:
+        for patch in patches:
             patch.stop()
     return host, [b.elapsed_time(e) for b, e in events]
+
+
+def kernel_table(sampler, g, batches, stream, path: str) -> None:
+    """One path, idle GPU, traced by torch.profiler: per batch, each kernel's (and copy's) count and GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    host, gpu_ms = run(sampler, g, batches, stream, None, path)  # timed without the profiler
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run(sampler, g, batches, stream, None, path)
+    n = len(batches)
+    totals: dict[str, list[float]] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            entry = totals.setdefault(event.name, [0, 0.0])
+            entry[0] += 1
+            entry[1] += event.time_range.elapsed_us()
+    rows = [(name, count / n, us / n) for name, (count, us) in totals.items()]
+    rows.sort(key=lambda r: -r[2])
+    print(
+        f"\n{path}: GPU work of a batch ({n} batches); without the profiler: host span {spread(host)} ms, sampling stream's"
+    )
+    print(f"interval {spread(gpu_ms)} ms")
+    print(f"{'kernel or copy':<70} {'per batch':>9} {'us a batch':>10}")
+    for key, count, us in rows:
+        print(f"{key[:70]:<70} {count:9.1f} {us:10.1f}")
+    print(f"{'all':<70} {sum(r[1] for r in rows):9.1f} {sum(r[2] for r in rows):10.1f}")
 
 
 def spread(values: list[float]) -> str:
@@ -128,8 +163,14 @@ def main() -> None:
     step = stand_in_step(device, args.step_ms)
     streams = {0: torch.cuda.Stream(device), -1: torch.cuda.Stream(device, priority=-1)}
     print(f"stream priorities {torch.cuda.Stream.priority_range()}; device {torch.cuda.get_device_name(device)}")
+    if args.kernels:
+        for path in ("batch", "one-call"):
+            run(sampler, g, batches[: args.warmup], streams[-1], None, path)
+            kernel_table(sampler, g, batches[args.warmup :], streams[-1], path)
+        sampler.close()
+        return
     rows = []
-    for path in ("one-call", "two-call"):
+    for path in ("batch", "one-call", "two-call"):
         for load in ("idle", "busy"):
             for priority in (0, -1):
                 sample = step if load == "busy" else None
@@ -139,7 +180,7 @@ def main() -> None:
     print(f"\n{'path':>8} {'GPU':>5} {'prio':>4} {'host ms [p10, p90]':>25} {'sampling GPU ms [p10, p90]':>27}")
     for path, load, priority, host, gpu_ms in rows:
         print(f"{path:>8} {load:>5} {priority:4d} {spread(host):>25} {spread(gpu_ms):>27}")
-    for path, priority in (("one-call", -1), ("two-call", 0)):
+    for path, priority in (("batch", -1), ("one-call", -1)):
         profile = cProfile.Profile()
         run(sampler, g, batches[args.warmup :], streams[priority], step, path, profile)
         text = io.StringIO()

@@ -8,11 +8,10 @@
 // output size has a small upper bound (num_seeds * fanout) the outputs are allocated at that size before the
 // sync, so the GPU never waits for the host; the outputs returned are views of their first `total` entries.
 // Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill. The error word goes back
-// to Python, which raises the ValueError. `sample_block` queues a bounded layer's sampling and its relabel (over
-// the bound, the picks' total read on the device) back to back and makes one sync for both: one copy of
-// [total, error word, new sources].
+// to Python, which raises the ValueError. `sample_blocks` queues every layer of a batch (each layer's sampling
+// and its relabel over the layer's bound, the counts read on the device) back to back and makes one sync for
+// all: one copy of [total, error word, new sources] per layer.
 
-#include <array>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -54,16 +53,18 @@ const void* device_readable(const torch::Tensor& t, const torch::Device& device,
   return attr.devicePointer;
 }
 
-// Pinned slots of kSlotWords words for a call's summary ([total, error word], and the new sources' total of a
+// Layers of one sample_blocks call, at most.
+constexpr size_t kMaxLayers = 10;
+// Pinned slots of kSlotWords words for a call's summary ([total, error word], and the new sources' total of each
 // layer), reused across calls; one per call in flight, so concurrent callers (the GIL is released during the
 // sync) never share one. Slots live as long as the process.
-constexpr size_t kSlotWords = 4;
+constexpr size_t kSlotWords = 3 * kMaxLayers;
 class SummarySlots {
  public:
   int64_t* acquire() {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (free_.empty()) {
-      constexpr size_t kSlotsPerPage = 256;
+      constexpr size_t kSlotsPerPage = 64;
       void* page = nullptr;
       C10_CUDA_CHECK(cudaHostAlloc(&page, kSlotsPerPage * kSlotWords * sizeof(int64_t), cudaHostAllocPortable));
       for (size_t k = 0; k < kSlotsPerPage; ++k) free_.push_back(static_cast<int64_t*>(page) + kSlotWords * k);
@@ -98,24 +99,42 @@ void check_csc(const torch::Tensor& indptr, const torch::Tensor& indices, const 
                 "indices must be a contiguous 1-D int32 or int64 tensor");
 }
 
-// Copies [total, flags] (the start of the scan's state) and, given `extra`, one more device word to the host, and
-// waits for the stream (GIL released): one sync.
-std::array<int64_t, 3> read_summary(const int64_t* state, cudaStream_t stream, const int64_t* extra = nullptr) {
+// Device words to read back in one sync: `count` words from `words`.
+struct SummaryPiece {
+  const int64_t* words;
+  int64_t count;
+};
+
+// Copies the pieces' words, in order, to the host and waits for the stream (GIL released): one sync.
+std::vector<int64_t> read_summary(const std::vector<SummaryPiece>& pieces, cudaStream_t stream) {
   int64_t* slot = summary_slots().acquire();
-  slot[2] = 0;
-  cudaError_t err = cudaMemcpyAsync(slot, state, 2 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
-  if (err == cudaSuccess && extra != nullptr) {
-    err = cudaMemcpyAsync(slot + 2, extra, sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  int64_t filled = 0;
+  cudaError_t err = cudaSuccess;
+  for (const SummaryPiece& piece : pieces) {
+    if (err != cudaSuccess) break;
+    DISTGNN_CHECK(filled + piece.count <= static_cast<int64_t>(kSlotWords), "summary of more than ", kSlotWords,
+                  " words");
+    err = cudaMemcpyAsync(slot + filled, piece.words, piece.count * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+    filled += piece.count;
   }
   if (err == cudaSuccess) {
     const pybind11::gil_scoped_release no_gil;
     err = cudaStreamSynchronize(stream);
   }
-  const std::array<int64_t, 3> summary{slot[0], slot[1], slot[2]};
+  const std::vector<int64_t> summary(slot, slot + filled);
   summary_slots().release(slot);
   C10_CUDA_CHECK(err);
   return summary;
 }
+
+// What links a layer of a batch to the one before it and to its block (sample_blocks): the count of its seeds
+// in use on the device (nullptr: all), where the scan writes the block's indptr (nullptr: nowhere, or the
+// scratch when the fill needs it) and the offset added to the stored positions (the first edge id).
+struct LayerLinks {
+  const int64_t* seeds_used = nullptr;
+  int64_t* offsets = nullptr;
+  int64_t position_offset = 0;
+};
 
 // The sampler's launches on the current stream, before its one sync: a scan (+ fill) whose state holds
 // [total, flags, ...]. Bounded (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks): positions (and neighbors)
@@ -132,7 +151,7 @@ struct SampleLaunch {
 
 SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& seeds,
                            int64_t fanout, bool replace, uint64_t rng_seed, bool return_neighbors,
-                           const torch::Device& device) {
+                           const torch::Device& device, const LayerLinks& links = {}) {
   check_csc(indptr, indices, "num_nodes");
   DISTGNN_CHECK(seeds.scalar_type() == torch::kInt64 && seeds.dim() == 1 && seeds.is_contiguous() &&
                     seeds.device() == device,
@@ -155,19 +174,21 @@ SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indi
   const int64_t num_tiles = distgnn_sample::scan_tiles(num_seeds, fanout, fused);
 
   // One scratch allocation: the scan's state ([total, flags, tile counter, tile status words], zeroed by one
-  // memset), then offsets[] when the fill is a kernel of its own.
+  // memset), then offsets[] when the fill is a kernel of its own and the caller gave no place for them.
   const int64_t state_words = 3 + num_tiles;
-  out.scratch = torch::empty({state_words + (fused ? 0 : num_seeds + 1)}, ids);
+  const bool own_offsets = !fused && links.offsets == nullptr;
+  out.scratch = torch::empty({state_words + (own_offsets ? num_seeds + 1 : 0)}, ids);
   distgnn_sample::ScanParams sp{};
   sp.indptr = static_cast<const int64_t*>(indptr_ptr);
   sp.num_nodes = indptr.numel() - 1;
   sp.num_edges = indices.numel();
   sp.seeds = seeds.data_ptr<int64_t>();
   sp.num_seeds = num_seeds;
+  sp.seeds_used = links.seeds_used;
   sp.fanout = fanout;
   sp.replace = replace;
   sp.state = out.scratch.data_ptr<int64_t>();
-  sp.offsets = fused ? nullptr : sp.state + state_words;
+  sp.offsets = own_offsets ? sp.state + state_words : links.offsets;
   out.state = sp.state;
   C10_CUDA_CHECK(cudaMemsetAsync(sp.state, 0, state_words * sizeof(int64_t), out.stream));
 
@@ -183,6 +204,7 @@ SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indi
   fp.replace = replace;
   fp.rng_seed = rng_seed;
   fp.counts = out.counts.data_ptr<int64_t>();
+  fp.position_offset = links.position_offset;
   if (out.bounded) {
     // The fill runs before the sync; a flagged seed counts 0, so a bad input makes it write nothing.
     out.positions = torch::empty({num_seeds * fanout}, ids);
@@ -204,7 +226,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const torch::Tensor none;
   if (run.pageable != 0) return {torch::empty({0}, ids), torch::empty({0}, ids), none, run.pageable};
-  const auto summary = read_summary(run.state, run.stream);
+  const auto summary = read_summary({{run.state, 2}}, run.stream);
   const int64_t total = summary[0], flags = summary[1];
   if (flags != 0) return {run.counts, torch::empty({0}, ids), none, flags};
   torch::Tensor positions, neighbors;
@@ -223,7 +245,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
 
 // The relabel's launches (relabel.cu) on the current stream, before its sync: src_nids (dst first, then room
 // for every edge's source), indices, and the device word that will hold the new sources' total. `edges_used`
-// (device, optional) is how many of the `src` entries are in use; `map` (optional) maps src through a table.
+// (device, optional) is how many of the `src` entries are in use, `dst_used` (device, optional) how many of
+// the `dst` entries; `map` (optional) maps src through a table; `sources` (device, optional) receives the
+// destinations in use plus the new sources.
 struct RelabelLaunch {
   torch::Tensor src_nids, indices, table, flags, scan;
   const int64_t* total = nullptr;
@@ -231,7 +255,7 @@ struct RelabelLaunch {
 };
 
 RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, const int64_t* edges_used,
-                             const torch::Tensor& map) {
+                             const torch::Tensor& map, const int64_t* dst_used = nullptr, int64_t* sources = nullptr) {
   const int64_t num_dst = dst.numel(), num_edges = src.numel(), n = num_dst + num_edges;
   DISTGNN_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
   RelabelLaunch out;
@@ -253,6 +277,7 @@ RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, 
   distgnn_sample::RelabelParams p{};
   p.dst = dst.data_ptr<int64_t>();
   p.num_dst = num_dst;
+  p.dst_used = dst_used;
   p.src = src.data_ptr<int64_t>();
   p.num_edges = num_edges;
   p.edges_used = edges_used;
@@ -267,6 +292,7 @@ RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, 
   p.src_nids = out.src_nids.data_ptr<int64_t>();
   p.indices = out.indices.data_ptr<int64_t>();
   p.total = words + 3 * capacity;
+  p.sources = sources;
   out.total = p.total;
   C10_CUDA_CHECK(distgnn_sample::launch_relabel(p, out.scan.data_ptr(), scan_bytes, out.stream));
   return out;
@@ -285,28 +311,42 @@ std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const
   check_relabel_ids(dst, src);
   const c10::cuda::CUDAGuard guard(dst.device());
   const RelabelLaunch run = start_relabel(dst, src, nullptr, torch::Tensor());
-  const int64_t total = read_summary(run.total, run.stream)[0];
+  const int64_t total = read_summary({{run.total, 1}}, run.stream)[0];
   return {run.src_nids.narrow(0, 0, dst.numel() + total), run.indices};
 }
 
-// One sampled layer as a block, with one host sync: the sampler's picks for `rows` (the CSC rows of the
-// destinations `dst`, global ids), their neighbours' ids through `local_to_global` (when defined) relabelled
-// against `dst` over the bound num_seeds * fanout (the picks' total read on the device), the block's indptr, and
-// the picked edges' ids: `edge_start` + position when edge_start >= 0, else edge_ids[position]. One sync reads
-// [picks, error word, new sources]. Returns (indptr, src_nids, indices, eids, error word); with an error word
-// the tensors are meaningless. Needs a bounded fanout (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks).
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_block(
-    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& rows, const torch::Tensor& dst,
-    int64_t fanout, bool replace, uint64_t rng_seed, const std::optional<torch::Tensor>& local_to_global,
-    int64_t edge_start, const std::optional<torch::Tensor>& edge_ids, int64_t device_index) {
+// Every layer of a batch as blocks, with one host sync. Layer 0 samples the CSC rows `rows` of the destinations
+// `seeds` (global ids), each next layer the previous block's sources, taken as CSC rows (so more than one layer
+// needs a CSC whose rows are the global ids: a node range starting at 0), whose count stays on the device: every launch covers its layer's bound (the seeds of layer l + 1 are at most bound_l x (1 + fanout_l))
+// and its kernels stop at the count. Per layer: the picks (draws keyed by rng_seeds[l] and each seed's index,
+// as sample_neighbors), their neighbours' ids through local_to_global (when defined) relabelled against the
+// layer's seeds, the block's indptr (written by the scan), and the picked edges' ids: edge_start + position when
+// edge_start >= 0 (stored so by the fill), else edge_ids[position]. One copy of [picks, error word, new sources]
+// per layer and one sync at the end. Returns ([indptr, src_nids, indices, eids] for each layer, error word);
+// with an error word (the first layer's that has one) the tensors are empty. Needs bounded fanouts (0 <= fanout,
+// bound x fanout <= kMaxBoundPicks in every layer).
+std::tuple<std::vector<torch::Tensor>, int64_t> sample_blocks(
+    const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& rows, const torch::Tensor& seeds,
+    const std::vector<int64_t>& fanouts, bool replace, const std::vector<uint64_t>& rng_seeds,
+    const std::optional<torch::Tensor>& local_to_global, int64_t edge_start, const std::optional<torch::Tensor>& edge_ids,
+    int64_t device_index) {
   const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
   const c10::cuda::CUDAGuard guard(device);
-  DISTGNN_CHECK(fanout >= 0 && (fanout == 0 || rows.numel() <= kMaxBoundPicks / fanout),
-                "sample_block needs a bounded fanout: 0 <= fanout and num_seeds * fanout <= ", kMaxBoundPicks,
-                ", got fanout ", fanout, " for ", rows.numel(), " seeds");
-  check_relabel_ids(dst, dst);
-  DISTGNN_CHECK(dst.device() == device && dst.numel() == rows.numel(), "dst must be on ", device,
-                " with one id per row (", rows.numel(), "), got ", dst.numel(), " on ", dst.device());
+  const size_t layers = fanouts.size();
+  DISTGNN_CHECK(layers >= 1 && layers <= kMaxLayers && rng_seeds.size() == layers, "sample_blocks takes 1 to ",
+                kMaxLayers, " layers with one rng seed each, got ", layers, " fanouts and ", rng_seeds.size(),
+                " seeds");
+  check_relabel_ids(seeds, seeds);
+  DISTGNN_CHECK(seeds.device() == device && rows.numel() == seeds.numel(), "seeds must be on ", device,
+                " with one CSC row each (", rows.numel(), "), got ", seeds.numel(), " on ", seeds.device());
+  std::vector<int64_t> bound{seeds.numel()};
+  for (const int64_t fanout : fanouts) {
+    const int64_t seeds_bound = bound.back();
+    DISTGNN_CHECK(fanout >= 0 && (fanout == 0 || seeds_bound <= kMaxBoundPicks / fanout),
+                  "sample_blocks needs bounded fanouts: 0 <= fanout and seeds * fanout <= ", kMaxBoundPicks,
+                  " in every layer, got fanout ", fanout, " for up to ", seeds_bound, " seeds");
+    bound.push_back(seeds_bound + seeds_bound * fanout);
+  }
   torch::Tensor map;
   if (local_to_global.has_value()) {
     map = *local_to_global;
@@ -315,23 +355,42 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, int64_t> 
                   "local_to_global must be a contiguous 1-D int64 tensor on ", device);
   }
   DISTGNN_CHECK(edge_start >= 0 || edge_ids.has_value(), "pass edge_start >= 0 or edge_ids");
-  SampleLaunch picks = start_sample(indptr, indices, rows, fanout, replace, rng_seed, true, device);
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  const torch::Tensor empty = torch::empty({0}, ids);
-  if (picks.pageable != 0) return {empty, empty, empty, empty, picks.pageable};
-  const RelabelLaunch block = start_relabel(dst, picks.neighbors, picks.state, map);
-  const auto summary = read_summary(picks.state, picks.stream, block.total);
-  const int64_t total = summary[0], flags = summary[1], new_sources = summary[2];
-  if (flags != 0) return {empty, empty, empty, empty, flags};
-  const int64_t num_dst = dst.numel();
-  torch::Tensor block_indptr = torch::empty({num_dst + 1}, ids);
-  block_indptr.narrow(0, 0, 1).zero_();
-  torch::Tensor ends = block_indptr.narrow(0, 1, num_dst);
-  at::cumsum_out(ends, picks.counts, 0);
-  const torch::Tensor positions = picks.positions.narrow(0, 0, total);
-  const torch::Tensor eids = edge_start >= 0 ? positions + edge_start : edge_ids->index_select(0, positions);
-  return {block_indptr, block.src_nids.narrow(0, 0, num_dst + new_sources), block.indices.narrow(0, 0, total), eids,
-          0};
+  // Each layer's sources in use (the next layer's seeds), written on the device by its relabel.
+  const torch::Tensor sources = torch::empty({static_cast<int64_t>(layers)}, ids);
+  std::vector<SampleLaunch> picks;
+  std::vector<RelabelLaunch> blocks;
+  std::vector<torch::Tensor> indptrs;
+  std::vector<SummaryPiece> pieces;
+  torch::Tensor dst = seeds;
+  const int64_t* dst_used = nullptr;
+  for (size_t l = 0; l < layers; ++l) {
+    indptrs.push_back(torch::empty({bound[l] + 1}, ids));
+    const LayerLinks links{dst_used, indptrs.back().data_ptr<int64_t>(), edge_start >= 0 ? edge_start : 0};
+    const torch::Tensor& layer_rows = l == 0 ? rows : dst;
+    picks.push_back(start_sample(indptr, indices, layer_rows, fanouts[l], replace, rng_seeds[l], true, device, links));
+    if (picks.back().pageable != 0) return {std::vector<torch::Tensor>(), picks.back().pageable};
+    int64_t* layer_sources = sources.data_ptr<int64_t>() + l;
+    blocks.push_back(start_relabel(dst, picks.back().neighbors, picks.back().state, map, dst_used, layer_sources));
+    pieces.push_back({picks.back().state, 2});
+    pieces.push_back({blocks.back().total, 1});
+    dst = blocks.back().src_nids;  // bound[l + 1] entries, the first *layer_sources in use
+    dst_used = layer_sources;
+  }
+  const auto summary = read_summary(pieces, picks.front().stream);
+  std::vector<torch::Tensor> out;
+  int64_t num_dst = seeds.numel();
+  for (size_t l = 0; l < layers; ++l) {
+    const int64_t total = summary[3 * l], flags = summary[3 * l + 1], new_sources = summary[3 * l + 2];
+    if (flags != 0) return {std::vector<torch::Tensor>(), flags};
+    const torch::Tensor positions = picks[l].positions.narrow(0, 0, total);
+    out.push_back(indptrs[l].narrow(0, 0, num_dst + 1));
+    out.push_back(blocks[l].src_nids.narrow(0, 0, num_dst + new_sources));
+    out.push_back(blocks[l].indices.narrow(0, 0, total));
+    out.push_back(edge_start >= 0 ? positions : edge_ids->index_select(0, positions));
+    num_dst += new_sources;
+  }
+  return {out, 0};
 }
 
 }  // namespace
@@ -433,13 +492,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distgnn graph kernels on the GPU: neighbour sampling, relabel, mean aggregation";
   m.def("relabel", &relabel, "dst first, then new sources in first-appearance order; (src_nids, indices)",
         pybind11::arg("dst"), pybind11::arg("src"));
-  m.def("sample_block", &sample_block,
-        "one sampled layer relabelled into a block with one host sync; returns (indptr, src_nids, indices, eids, "
-        "error bits), meaningful only when the error bits are 0",
-        pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("rows"), pybind11::arg("dst"),
-        pybind11::arg("fanout"), pybind11::arg("replace"), pybind11::arg("rng_seed"),
-        pybind11::arg("local_to_global"), pybind11::arg("edge_start"), pybind11::arg("edge_ids"),
-        pybind11::arg("device_index"));
+  m.def("sample_blocks", &sample_blocks,
+        "every layer of a batch relabelled into blocks with one host sync; returns ([indptr, src_nids, indices, "
+        "eids] per layer, error bits), the tensors meaningful (and present) only when the error bits are 0",
+        pybind11::arg("indptr"), pybind11::arg("indices"), pybind11::arg("rows"), pybind11::arg("seeds"),
+        pybind11::arg("fanouts"),
+        pybind11::arg("replace"), pybind11::arg("rng_seeds"), pybind11::arg("local_to_global"),
+        pybind11::arg("edge_start"), pybind11::arg("edge_ids"), pybind11::arg("device_index"));
   m.def("sample_neighbors", &sample_neighbors,
         "scan -> fill; returns (counts, positions, neighbors or None, error bits); outputs are meaningful only "
         "when the error bits are 0",

@@ -9,6 +9,9 @@
 // the table. Ids must be >= 0 (-1 marks an empty slot); the reference is distgnn.sampling.kernels.to_block.
 // With `edges_used` (a device count) the launches cover the bound `num_edges` and every kernel stops at the
 // count: edges past it insert nothing and are never new, so the scan's last rank is still the new sources' total.
+// With `dst_used` (a device count) the destinations past it insert nothing and the new sources are numbered from
+// the count; positions keep the bound's layout (edge k is num_dst + k), so every edge still follows every
+// destination.
 
 #include <cub/device/device_scan.cuh>
 
@@ -33,6 +36,12 @@ __device__ __forceinline__ int64_t edges_in_use(const RelabelParams& p) {
   return used < p.num_edges ? used : p.num_edges;
 }
 
+__device__ __forceinline__ int64_t dsts_in_use(const RelabelParams& p) {
+  if (p.dst_used == nullptr) return p.num_dst;
+  const int64_t used = *p.dst_used;
+  return used < p.num_dst ? used : p.num_dst;
+}
+
 __device__ __forceinline__ int64_t edge_id(const RelabelParams& p, int64_t k) {
   return p.map == nullptr ? p.src[k] : p.map[p.src[k]];
 }
@@ -42,9 +51,10 @@ __device__ __forceinline__ int64_t position_id(const RelabelParams& p, int64_t p
 }
 
 __global__ void insert_kernel(const RelabelParams p) {
-  const int64_t n = p.num_dst + edges_in_use(p);
+  const int64_t n = p.num_dst + edges_in_use(p), dsts = dsts_in_use(p);
   const int64_t mask = p.capacity - 1;
   for (int64_t pos = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pos < n; pos += int64_t(gridDim.x) * blockDim.x) {
+    if (pos >= dsts && pos < p.num_dst) continue;  // a destination past the count
     const auto key = static_cast<unsigned long long>(position_id(p, pos));
     int64_t slot = hash_slot(key, mask);
     while (true) {
@@ -58,8 +68,10 @@ __global__ void insert_kernel(const RelabelParams p) {
 }
 
 __global__ void flag_kernel(const RelabelParams p) {
-  const int64_t n = p.num_dst + p.num_edges, used = p.num_dst + edges_in_use(p);
+  const int64_t n = p.num_dst + p.num_edges, used = p.num_dst + edges_in_use(p), dsts = dsts_in_use(p);
   for (int64_t pos = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; pos < n; pos += int64_t(gridDim.x) * blockDim.x) {
+    if (pos == 0 && p.num_edges == 0 && p.sources != nullptr) *p.sources = dsts;  // no edges: assign never runs
+    if (pos >= dsts && pos < p.num_dst) continue;
     if (pos >= used) {
       p.is_new[pos - p.num_dst] = 0;  // past the edges in use: never new, so the scan ends at the total
       continue;
@@ -75,11 +87,15 @@ __global__ void flag_kernel(const RelabelParams p) {
 }
 
 __global__ void assign_kernel(const RelabelParams p) {
+  const int64_t dsts = dsts_in_use(p);
   for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < p.num_edges;
        k += int64_t(gridDim.x) * blockDim.x) {
-    if (k == p.num_edges - 1) *p.total = p.rank[k];
+    if (k == p.num_edges - 1) {
+      *p.total = p.rank[k];
+      if (p.sources != nullptr) *p.sources = dsts + p.rank[k];
+    }
     if (!p.is_new[k]) continue;
-    const int64_t id = p.num_dst + p.rank[k] - 1;
+    const int64_t id = dsts + p.rank[k] - 1;
     p.local[p.slot_of[p.num_dst + k]] = id;
     p.src_nids[id] = edge_id(p, k);
   }

@@ -12,6 +12,9 @@ namespace distgnn_sample {
 struct RelabelParams {
   const int64_t* dst;  // (num_dst,) unique node ids >= 0, device memory
   int64_t num_dst;
+  // Optional: how many destinations are in use (<= num_dst) in device memory (a previous layer's sources);
+  // destinations past it take no part and the new sources are numbered from it. nullptr: all num_dst.
+  const int64_t* dst_used;
   const int64_t* src;  // (num_edges,) node ids >= 0 (or rows of `map`), device memory
   int64_t num_edges;   // entries of src; with edges_used, a bound on the edges
   // Optional: the number of edges in use (<= num_edges) in device memory, read by the kernels (the sampler's
@@ -31,6 +34,7 @@ struct RelabelParams {
   int64_t* src_nids;  // (num_dst + num_edges,) out: dst, then the new sources; the first num_dst + total used
   int64_t* indices;   // (num_edges,) out: local id of each edge's source (the first edges_used written)
   int64_t* total;     // device scalar out: number of new sources
+  int64_t* sources;   // optional device scalar out: destinations in use + new sources (the next layer's seeds)
 };
 
 // Bytes of cub scan scratch for num_edges items.

@@ -15,8 +15,11 @@
 //   writes the total. Seed i's group is positions[offset_i, offset_i + count_i), so groups come in seed
 //   order, as on the CPU.
 // - Fused (0 <= fanout <= 32 and outputs sized before the sync): the tile then fills its own seeds from
-//   shared memory, so a call is one memset, one kernel and one 16-byte copy. Otherwise the scan writes
-//   offsets[] and a fill kernel reads them.
+//   shared memory, so a call is one memset, one kernel and one 16-byte copy; it also writes offsets[] (the
+//   block's indptr) when given. Otherwise the scan writes offsets[] and a fill kernel reads them.
+// - With seeds_used (a device count, for a layer whose seeds a previous layer made on the device) the launch
+//   covers the bound num_seeds and the seeds past the count count 0, unread: their offsets equal the total.
+// - Stored positions carry position_offset (an edge id base); neighbours are read at the CSC position.
 // - Within a group: ascending positions when every edge is taken (fanout == -1 or deg <= fanout without
 //   replacement); otherwise draw order, which differs from the CPU kernel's order and random stream.
 // - Random numbers come from a counter-based splitmix64 keyed by (rng_seed, seed index, draw number), so a
@@ -160,7 +163,7 @@ __device__ __forceinline__ void fill_group(const FillParams& p, int64_t i, int64
     }
   }
   if (lane < count) {
-    p.positions[begin + lane] = start + pick;
+    p.positions[begin + lane] = start + pick + p.position_offset;
     if (p.neighbors != nullptr) p.neighbors[begin + lane] = neighbour<Index>(p, start + pick);
   }
 }
@@ -185,8 +188,10 @@ __global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, 
   const bool last = tile == static_cast<int64_t>(gridDim.x) - 1;
   const int64_t first = tile * S;
   const int64_t i = first + threadIdx.x;
+  int64_t used = p.num_seeds;
+  if (p.seeds_used != nullptr && *p.seeds_used < used) used = *p.seeds_used;
   int64_t count = 0, start = 0, deg = 0;
-  if (threadIdx.x < S && i < p.num_seeds) count = pick_count(p, i, start, deg);
+  if (threadIdx.x < S && i < used) count = pick_count(p, i, start, deg);
   if (tile == 0 && threadIdx.x == 0 && p.indptr[p.num_nodes] != p.num_edges) raise_flag(p.state + 1, kIndptrEnd);
   int64_t local = 0, aggregate = 0;
   BlockScan(scan_storage).ExclusiveSum(count, local, aggregate);
@@ -199,10 +204,11 @@ __global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, 
   }
   __syncthreads();
   const int64_t begin = tile_offset + local;
-  if constexpr (!Fill) {
+  if (p.offsets != nullptr) {
     if (threadIdx.x < S && i < p.num_seeds) p.offsets[i] = begin;
     if (last && threadIdx.x == 0) p.offsets[p.num_seeds] = tile_offset + aggregate;
-  } else {
+  }
+  if constexpr (Fill) {
     if (threadIdx.x < S) {
       seed_begin[threadIdx.x] = begin;
       seed_count[threadIdx.x] = count;
@@ -269,6 +275,10 @@ __global__ void fill_warp_kernel(const FillParams p) {
   if (p.neighbors != nullptr) {
     __syncwarp();
     for (int64_t j = lane; j < count; j += kWarp) p.neighbors[begin + j] = neighbour<Index>(p, pos[j]);
+  }
+  if (p.position_offset != 0) {
+    __syncwarp();
+    for (int64_t j = lane; j < count; j += kWarp) pos[j] += p.position_offset;  // each lane its own entries
   }
 }
 

@@ -26,12 +26,17 @@ struct ScanParams {
   int64_t num_edges;
   const int64_t* seeds;  // (num_seeds,), device memory
   int64_t num_seeds;
+  // Optional: how many of the seeds are in use (<= num_seeds) in device memory (a previous layer's sources, not
+  // known on the host); seeds past it count 0 and are never read. nullptr: all num_seeds.
+  const int64_t* seeds_used;
   int64_t fanout;  // -1 = all
   bool replace;
   // Zeroed by the caller (one cudaMemsetAsync): [total, flags, tile counter, tile status (num_tiles)].
   // total = the sum of the counts; flags = SampleFlag bits; tile status words for the decoupled look-back.
   int64_t* state;
-  int64_t* offsets;  // out, scan-only launch: (num_seeds + 1,) exclusive prefix sum of the counts
+  // out: (num_seeds + 1,) exclusive prefix sum of the counts (a block's indptr); needed by a scan-only launch,
+  // optional (nullptr) for a fused one.
+  int64_t* offsets;
 };
 
 struct FillParams {
@@ -45,8 +50,9 @@ struct FillParams {
   bool replace;
   uint64_t rng_seed;
   int64_t* counts;     // out: (num_seeds,) offsets[i + 1] - offsets[i]
-  int64_t* positions;  // out: (offsets[num_seeds],) or more
-  int64_t* neighbors;  // out: like positions, indices[positions] as int64, or nullptr
+  int64_t* positions;  // out: (offsets[num_seeds],) or more: CSC position + position_offset
+  int64_t* neighbors;  // out: like positions, indices[CSC position] as int64, or nullptr
+  int64_t position_offset;  // added to every stored position (e.g. the partition's first edge id)
 };
 
 // Whether the scan pass can fill too (0 <= fanout <= kMaxSmallFanout).

@@ -22,7 +22,7 @@ from distgnn.errors import InputError
 from distgnn.native.cpu import extension
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling.block import Block
-from distgnn.sampling.items import layer_items
+from distgnn.sampling.items import layer_items, sample_layers
 from distgnn.sampling.kernels import as_int64_ids, sample_neighbors, take
 from distgnn.sampling.source import LocalCSC, RemoteSampling, SampleRequest, as_node_ids
 
@@ -36,6 +36,24 @@ class CpuSampling:
     def frontier(self, book: RangePartitionBook, seeds: torch.Tensor | np.ndarray) -> np.ndarray:
         """The output nodes as the first layer's frontier: a 1-D int64 array (checked when sampled)."""
         return as_node_ids(seeds)
+
+    def layers(
+        self,
+        book: RangePartitionBook,
+        local: LocalCSC,
+        remote: RemoteSampling | None,
+        frontier: np.ndarray,
+        layers: Sequence[tuple[int | dict, Sequence[int]]],
+        replace: bool,
+        prob: str | None,
+    ) -> tuple[list[Block], np.ndarray]:
+        """The Blocks of ``layers`` (``(fanout, part_seeds)`` each, output layer first) over ``frontier``, one
+        at a time, and the last one's source nodes."""
+        return sample_layers(
+            lambda front, fanout, part_seeds: self.layer(book, local, remote, front, fanout, replace, prob, part_seeds),
+            frontier,
+            layers,
+        )
 
     def layer(
         self,

@@ -25,11 +25,13 @@ in draw order (ascending only when every edge is taken). On a machine where torc
 Layers. :class:`DeviceSampling` is the backend :class:`~distgnn.sampling.neighbor.NeighborSampler` picks for
 a device: :class:`DeviceCSC` places the local partition's CSC on a CUDA device once; per layer the remote
 replies are copied over, and the blocks are merged (:func:`merge`) and relabelled (:func:`to_block`) there,
-with host synchronisation only for output sizes. A layer the local CSC samples alone (the replicated structure,
-or a graph of one partition) with a bounded fanout is one call, :meth:`DeviceCSC.sample_block`: the picks, their
-relabel over the bound ``len(seeds) * fanout`` (the picks' total read on the device) and the block's arrays, with
-one host sync where sampling and relabelling apart take two. On a CPU device the same torch steps run over the C++
-kernel's picks (the same blocks as the CPU backend).
+with host synchronisation only for output sizes. Where the local CSC samples every layer alone (the replicated
+structure, or a graph of one partition) with bounded fanouts, the whole batch is one call,
+:meth:`DeviceCSC.sample_blocks`: per layer the picks, their relabel over the bound ``seeds * fanout`` and the
+block's arrays, each layer's seeds the previous block's sources with their count kept on the device (every launch
+covers the layer's bound), and one host sync for the batch where sampling and relabelling layer by layer take two
+a layer. A single such layer takes the same call. On a CPU device the same torch steps run over the C++ kernel's
+picks (the same blocks as the CPU backend).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from distgnn.native.cuda import graph_kernels
 from distgnn.partition.book import RangePartitionBook
 from distgnn.sampling import cpu
 from distgnn.sampling.block import Block
-from distgnn.sampling.items import layer_items
+from distgnn.sampling.items import layer_fanouts, layer_items, sample_layers
 from distgnn.sampling.source import LocalCSC, RemoteSampling, SampleRequest, as_node_ids
 
 
@@ -80,6 +82,34 @@ class DeviceSampling:
         # From pinned memory the copy is queued: the host does not wait for the stream (a pageable one syncs it).
         return frontier.pin_memory().to(self.device, non_blocking=True)
 
+    def layers(
+        self,
+        book: RangePartitionBook,
+        local: LocalCSC,
+        remote: RemoteSampling | None,
+        frontier: torch.Tensor,
+        layers: Sequence[tuple[int | dict, Sequence[int]]],
+        replace: bool,
+        prob: str | None,
+    ) -> tuple[list[Block], torch.Tensor]:
+        """The Blocks of ``layers`` (``(fanout, part_seeds)`` each, output layer first) over ``frontier``, and the
+        last one's source nodes, on the device: every layer in one call with one host sync
+        (:meth:`DeviceCSC.sample_blocks`) where the local CSC samples them all alone with bounded fanouts, else
+        layer by layer (:meth:`layer`)."""
+        if self.device.type == "cuda" and book.is_homogeneous and len(layers) > 1:
+            placed = self._placed_csc(local)
+            fanouts = [layer_fanouts(book, fanout) for fanout, _ in layers]
+            alone = _local_alone(local, self._device_range_ends(book))
+            if alone and placed.node_start == 0 and bounded_batch(len(frontier), fanouts):
+                rng_seeds = [part_seeds[local.part_id] for _, part_seeds in layers]
+                blocks = placed.sample_blocks(frontier, fanouts, replace, rng_seeds)
+                return blocks, blocks[-1].src_nids
+        return sample_layers(
+            lambda front, fanout, part_seeds: self.layer(book, local, remote, front, fanout, replace, prob, part_seeds),
+            frontier,
+            layers,
+        )
+
     def layer(
         self,
         book: RangePartitionBook,
@@ -96,7 +126,7 @@ class DeviceSampling:
         range_ends = self._device_range_ends(book)
         items = layer_items(book, fanout, frontier)  # typed items are listed on the host (one frontier copy)
         if items.pos is None and placed is not None and _samples_all_here(local, range_ends, items.fanout, frontier):
-            block = placed.sample_block(frontier, items.fanout, replace, part_seeds[local.part_id])
+            (block,) = placed.sample_blocks(frontier, [items.fanout], replace, [part_seeds[local.part_id]])
             return block, block.src_nids
         if items.pos is None:
             counts, src, eids = sample_layer_on_device(
@@ -204,10 +234,27 @@ def sample_layer_on_device(
 
 def _samples_all_here(local: LocalCSC, range_ends: torch.Tensor, fanout: int, frontier: torch.Tensor) -> bool:
     """Whether one layer over ``frontier`` is the local CSC's alone (replicated, or the only partition) with a
-    bounded size: then :meth:`DeviceCSC.sample_block` makes its block in one call with one host sync."""
-    if not (local.replicated or (len(range_ends) == 1 and local.part_id == 0)):
+    bounded size: then :meth:`DeviceCSC.sample_blocks` makes its block in one call with one host sync."""
+    return _local_alone(local, range_ends) and fanout >= 0 and len(frontier) * fanout <= MAX_BOUND_PICKS
+
+
+def _local_alone(local: LocalCSC, range_ends: torch.Tensor) -> bool:
+    """Whether the local CSC samples every seed (replicated, or the only partition)."""
+    return local.replicated or (len(range_ends) == 1 and local.part_id == 0)
+
+
+def bounded_batch(num_seeds: int, fanouts: Sequence[int]) -> bool:
+    """Whether layers with ``fanouts`` (output layer first) over ``num_seeds`` seeds fit
+    :meth:`DeviceCSC.sample_blocks`: at most :data:`MAX_BATCH_LAYERS` layers, each bounded (its seeds are at most
+    the previous layer's times ``1 + fanout``, their picks at most :data:`MAX_BOUND_PICKS`)."""
+    if len(fanouts) > MAX_BATCH_LAYERS:
         return False
-    return fanout >= 0 and len(frontier) * fanout <= MAX_BOUND_PICKS
+    bound = num_seeds
+    for fanout in fanouts:
+        if not isinstance(fanout, int) or fanout < 0 or bound * fanout > MAX_BOUND_PICKS:
+            return False
+        bound += bound * fanout
+    return True
 
 
 def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[int, torch.Tensor | None]:
@@ -227,8 +274,10 @@ def _positions_by_owner(range_ends: torch.Tensor, seeds: torch.Tensor) -> dict[i
 
 
 GRAPH_MEMORY = ("gpu", "pinned")
-# The binding sizes a layer's outputs ahead (no sync between its launches) up to this many picks (graph_binding.cpp).
+# The binding sizes a layer's outputs ahead (no sync between its launches) up to this many picks, and takes at
+# most this many layers in one call (graph_binding.cpp: kMaxBoundPicks, kMaxLayers).
 MAX_BOUND_PICKS = 1 << 24
+MAX_BATCH_LAYERS = 10
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
@@ -312,24 +361,33 @@ class DeviceCSC:
             results.append(self._sample_rows(rows[where], value, replace, rng_seed + k))
         return merge(len(rows), wheres, results, rows.device)
 
-    def sample_block(self, seeds: torch.Tensor, fanout: int, replace: bool, rng_seed: int) -> Block:
-        """One untyped layer's :class:`Block` over owned global ``seeds`` (unique int64 on the device) with a
-        bounded fanout (``0 <= fanout``, ``len(seeds) * fanout <=`` :data:`MAX_BOUND_PICKS`): the picks of
-        :meth:`sample` relabelled as :func:`to_block` does, by one binding call with one host sync (the picks'
-        total stays on the device; the relabel covers the bound).
+    def sample_blocks(
+        self, seeds: torch.Tensor, fanouts: Sequence[int], replace: bool, rng_seeds: Sequence[int]
+    ) -> list[Block]:
+        """Untyped layers' :class:`Block` s over owned global ``seeds`` (unique int64 on the device), output layer
+        first, by one binding call with one host sync: layer ``l`` the picks of :meth:`sample` with
+        ``fanouts[l]`` and ``rng_seeds[l]`` over the previous block's sources (the first: ``seeds``), relabelled
+        as :func:`to_block` does. Each layer's launches cover its bound and read the counts on the device, so no
+        layer waits for the host (:func:`bounded_batch` says which fanouts fit). The same blocks as
+        :meth:`sample` then :func:`to_block`, layer by layer.
 
         Raises:
-            ValueError: a seed is out of range, or the CSC is corrupt or in pageable host memory.
+            ValueError: a seed is out of range, the CSC is corrupt or in pageable host memory, or there is more
+                than one layer and the CSC's rows are not the global ids (``node_start`` != 0).
         """
+        if len(fanouts) > 1 and self.node_start != 0:
+            raise ValueError(
+                f"layers after the first need a CSC whose rows are global ids; it starts at {self.node_start}"
+            )
         rows = seeds if self.node_start == 0 else seeds - self.node_start
-        indptr, src_nids, indices, eids, bits = graph_kernels().sample_block(
+        arrays, bits = graph_kernels().sample_blocks(
             self.indptr,
             self.indices,
             rows,
             seeds,
-            int(fanout),
+            [int(fanout) for fanout in fanouts],
             bool(replace),
-            int(rng_seed) % 2**64,
+            [int(rng_seed) % 2**64 for rng_seed in rng_seeds],
             self.local2global,
             -1 if self.edge_start is None else int(self.edge_start),
             self.eids,
@@ -337,7 +395,12 @@ class DeviceCSC:
         )
         if bits:
             _raise_for(bits, len(self.indptr) - 1, len(self.indices))
-        return Block(src_nids=src_nids, num_dst=len(seeds), indptr=indptr, indices=indices, eids=eids)
+        blocks, num_dst = [], len(seeds)
+        for layer in range(len(fanouts)):
+            indptr, src_nids, indices, eids = arrays[4 * layer : 4 * layer + 4]
+            blocks.append(Block(src_nids=src_nids, num_dst=num_dst, indptr=indptr, indices=indices, eids=eids))
+            num_dst = len(src_nids)
+        return blocks
 
     def _sample_rows(
         self, rows: torch.Tensor, fanout: int, replace: bool, rng_seed: int

@@ -8,14 +8,18 @@ the frontier nodes themselves (:class:`LayerItems` with ``pos`` and ``etype`` No
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from distgnn.errors import ConfigError, InputError
 from distgnn.partition.book import RangePartitionBook
+from distgnn.sampling.block import Block
+
+Frontier = TypeVar("Frontier", np.ndarray, torch.Tensor)
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,18 @@ def typed_items(book: RangePartitionBook, seeds: np.ndarray, fanouts: list[int])
     wanted = (ntypes[:, None] == book.etype_dst[None, :]) & (np.asarray(fanouts)[None, :] != 0)
     item_pos, item_etype = np.nonzero(wanted)
     return item_pos.astype(np.int64), item_etype.astype(np.int64)
+
+
+def sample_layers(
+    layer: Callable[[Frontier, int | dict, Sequence[int]], tuple[Block, Frontier]],
+    frontier: Frontier,
+    layers: Sequence[tuple[int | dict, Sequence[int]]],
+) -> tuple[list[Block], Frontier]:
+    """Layers one at a time: ``layer(frontier, fanout, part_seeds)`` for each ``(fanout, part_seeds)`` of
+    ``layers`` (output layer first), each over the previous one's next frontier. Returns the Blocks in that order
+    and the last frontier."""
+    blocks = []
+    for fanout, part_seeds in layers:
+        block, frontier = layer(frontier, fanout, part_seeds)
+        blocks.append(block)
+    return blocks, frontier

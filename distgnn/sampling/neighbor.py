@@ -149,15 +149,12 @@ class NeighborSampler:
         else:
             local, remote = g.sampling_view()
         frontier = output_nodes = self._backend.frontier(book, seeds)
-        blocks: list[Block] = []
+        layers = []  # output layer first: (fanout, one random-stream seed per partition)
         for layer in reversed(range(len(self.fanouts))):
             layer_seed = derive_seed(rng_seed, layer)
-            part_seeds = [derive_seed(layer_seed, part) for part in range(book.num_partitions)]
-            block, frontier = self._backend.layer(
-                book, local, remote, frontier, self.fanouts[layer], self.replace, self.prob, part_seeds
-            )
-            blocks.insert(0, block)
-        return torch.as_tensor(frontier), torch.as_tensor(output_nodes), blocks
+            layers.append((self.fanouts[layer], [derive_seed(layer_seed, part) for part in range(book.num_partitions)]))
+        blocks, frontier = self._backend.layers(book, local, remote, frontier, layers, self.replace, self.prob)
+        return torch.as_tensor(frontier), torch.as_tensor(output_nodes), blocks[::-1]
 
 
 STRUCTURES = ("partitioned", "replicated")

@@ -197,6 +197,19 @@ def test_one_call_layers_are_those_the_local_csc_samples_alone() -> None:
     assert not on_device._samples_all_here(replicated, two, on_device.MAX_BOUND_PICKS // 1000 + 1, frontier)
 
 
+def test_a_batch_takes_one_call_only_within_every_layers_bound() -> None:
+    """Layer l + 1's seeds are at most layer l's times (1 + fanout): a batch is one call while every layer's
+    picks stay within the bound and the layers within the binding's count."""
+    bound = on_device.MAX_BOUND_PICKS
+    assert on_device.bounded_batch(1024, [15, 10, 5])
+    assert on_device.bounded_batch(0, [3, 3])
+    assert not on_device.bounded_batch(1024, [15, -1])  # all neighbours: no bound
+    assert on_device.bounded_batch(1, [bound - 1, 1])  # 1 x (bound - 1) picks, then bound seeds x 1
+    assert not on_device.bounded_batch(1, [bound - 1, 2])  # the second layer's picks pass the bound
+    assert not on_device.bounded_batch(2, [1] * (on_device.MAX_BATCH_LAYERS + 1))
+    assert on_device.bounded_batch(2, [1] * on_device.MAX_BATCH_LAYERS)
+
+
 def test_gpu_relabel_names_bad_inputs() -> None:
     from distgnn.sampling import gpu
 
@@ -508,15 +521,116 @@ def test_gpu_sample_block_equals_sampling_then_relabelling(
         rng = np.random.default_rng(12)
         for seeds in (rng.choice(np.arange(500, 900), 300, replace=False), np.zeros(0, dtype=np.int64)):
             dst = torch.from_numpy(seeds.astype(np.int64)).cuda()
-            got = csc.sample_block(dst, fanout, replace, 17)
+            (got,) = csc.sample_blocks(dst, [fanout], replace, [17])
             want = on_device.to_block(dst, *csc.sample(dst, fanout, replace, 17), validate=False)
-            assert got.num_dst == want.num_dst == len(seeds)
-            for field in ("src_nids", "indptr", "indices", "eids"):
-                assert torch.equal(getattr(got, field), getattr(want, field)), field
+            assert_block_equal(got, want)
+            assert got.num_dst == len(seeds)
         with pytest.raises(ValueError, match="seeds must be node ids"):
-            csc.sample_block(torch.tensor([500, 950], device="cuda"), 5, False, 0)
+            csc.sample_blocks(torch.tensor([500, 950], device="cuda"), [5], False, [0])
+        with pytest.raises(ValueError, match="rows are global ids"):  # a second layer's seeds are global ids
+            csc.sample_blocks(torch.tensor([500, 501], device="cuda"), [5, 5], False, [0, 1])
     finally:
         csc.close()
+
+
+def assert_block_equal(got, want) -> None:
+    assert got.num_dst == want.num_dst
+    for field in ("src_nids", "indptr", "indices", "eids"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def whole_csc(rng: np.random.Generator, contiguous_eids: bool, replicated: bool) -> LocalCSC:
+    """The CSC of a whole graph (rows are global ids): 3000 nodes, degrees 0-40 (a fifth without edges), as the
+    replicated structure (no id map) or as the only partition (an identity map and an edge-id range)."""
+    num_nodes = 3000
+    degrees = rng.integers(0, 41, num_nodes)
+    degrees[rng.random(num_nodes) < 0.2] = 0
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(degrees, out=indptr[1:])
+    num_edges = int(indptr[-1])
+    eids = np.arange(100, 100 + num_edges, dtype=np.int64)
+    return LocalCSC(
+        part_id=0,
+        node_start=0,
+        indptr=indptr,
+        indices=rng.integers(0, num_nodes, num_edges).astype(np.int64 if replicated else np.int32),
+        eids=eids if contiguous_eids else rng.permutation(eids),
+        local2global=np.arange(num_nodes, dtype=np.int64),
+        edge_weights={},
+        replicated=replicated,
+    )
+
+
+@needs_cuda
+@pytest.mark.parametrize("graph_memory", ["gpu", "pinned"])
+@pytest.mark.parametrize(
+    ("replicated", "contiguous_eids"), [(True, True), (False, True), (False, False)], ids=["replicated", "part", "eids"]
+)
+@pytest.mark.parametrize(
+    ("fanouts", "replace"), [([5, 3, 2], False), ([15, 10, 5], True), ([40, 3], False), ([1, 33, 4, 2], False)]
+)
+def test_gpu_sample_blocks_equal_sampling_layer_by_layer(
+    graph_memory: str, replicated: bool, contiguous_eids: bool, fanouts: list[int], replace: bool
+) -> None:
+    """Every layer of a batch in one call (each layer's seeds the previous block's sources, their count kept on
+    the device, every launch over the layer's bound) makes the blocks that sampling and relabelling one layer at
+    a time make, bit for bit: with and without an id map, both edge-id forms, fanouts past the fused kernel's
+    (40, 33), with replacement, one seed and no seeds."""
+    local = whole_csc(np.random.default_rng(21), contiguous_eids, replicated)
+    csc = on_device.DeviceCSC(local, torch.device("cuda"), graph_memory)
+    rng_seeds = [11, 12, 13, 14][: len(fanouts)]
+    try:
+        rng = np.random.default_rng(22)
+        for seeds in (rng.choice(3000, 64, replace=False), np.array([7]), np.zeros(0, dtype=np.int64)):
+            frontier = torch.from_numpy(seeds.astype(np.int64)).cuda()
+            got = csc.sample_blocks(frontier, fanouts, replace, rng_seeds)
+            assert len(got) == len(fanouts)
+            for block, fanout, rng_seed in zip(got, fanouts, rng_seeds, strict=True):
+                want = on_device.to_block(frontier, *csc.sample(frontier, fanout, replace, rng_seed), validate=False)
+                assert_block_equal(block, want)
+                frontier = want.src_nids
+    finally:
+        csc.close()
+
+
+@needs_cuda
+def test_gpu_sample_blocks_refuses_a_bad_seed_in_any_batch() -> None:
+    csc = on_device.DeviceCSC(whole_csc(np.random.default_rng(3), True, True), torch.device("cuda"))
+    try:
+        with pytest.raises(ValueError, match=r"seeds must be node ids in \[0, 3000\)"):
+            csc.sample_blocks(torch.tensor([5, 3000], device="cuda"), [4, 3], False, [0, 1])
+        assert len(csc.sample_blocks(torch.tensor([5, 2999], device="cuda"), [4, 3], False, [0, 1])) == 2
+    finally:
+        csc.close()
+
+
+@needs_cuda
+@pytest.mark.parametrize("fanouts", [[4, 3, 2], [25, 10]])
+def test_a_gpu_sampler_makes_a_batch_in_one_call_with_the_blocks_of_layer_by_layer(
+    small_graph: Graph, fanouts: list[int], monkeypatch
+) -> None:
+    """NeighborSampler on a graph of one partition takes the one-call batch; forced layer by layer (the path of
+    batches past the bound) it makes the same blocks."""
+    g = InProcessGraph(small_graph)
+    seeds = np.random.default_rng(5).choice(small_graph.num_nodes, 128, replace=False)
+    sampler = NeighborSampler(fanouts, device="cuda")
+    calls = []
+    real = on_device.DeviceCSC.sample_blocks
+    monkeypatch.setattr(
+        on_device.DeviceCSC, "sample_blocks", lambda self, *a: calls.append(len(a[1])) or real(self, *a)
+    )
+    try:
+        input_nodes, output_nodes, got = sampler.sample_blocks(g, seeds, rng_seed=9)
+        assert calls == [len(fanouts)]  # one call for the batch
+        check_valid(small_graph, seeds, fanouts, (input_nodes, output_nodes, got))
+        monkeypatch.setattr(on_device, "bounded_batch", lambda *a: False)
+        want = sampler.sample_blocks(g, seeds, rng_seed=9)
+        assert calls[1:] == [1] * len(fanouts)  # then one call a layer
+        assert torch.equal(input_nodes, want[0]) and torch.equal(output_nodes, want[1])
+        for block, other in zip(got, want[2], strict=True):
+            assert_block_equal(block, other)
+    finally:
+        sampler.close()
 
 
 @needs_cuda

@@ -58,7 +58,8 @@ def test_each_sampling_file_is_entered_at_most_once_per_layer(device, typed) -> 
     assert max(per_layer.values()) == 1, per_layer  # a layer more enters no file twice
     backend = "cpu.py" if device is None else "gpu.py"
     assert three["neighbor.py"] == 1  # sample_blocks itself
-    assert three[backend] == 1 + 3  # the batch's frontier, then one call per layer into the chosen backend
+    # The batch's frontier, its layers, then one call per layer from the layer loop into the chosen backend.
+    assert three[backend] == 1 + 1 + 3
     assert ("gpu.py" in three) == (device is not None)
 
 
