@@ -24,6 +24,7 @@ back to the chunk readers; features chunk by chunk to the writers. Every exchang
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -177,6 +178,16 @@ class _Arange:
     def __getitem__(self, where: slice) -> np.ndarray:
         lo, hi, _ = where.indices(self.shape[0])
         return np.arange(self.start + lo, self.start + hi, dtype=np.int64)
+
+
+def _place_by_new_id(
+    out: np.ndarray, pairs: np.ndarray, shift: np.ndarray, part_ends: np.ndarray, span: tuple[int, int]
+) -> None:
+    """Rows ``span`` of ``pairs`` (new id, value): each value into ``out[new id - shift[its partition]]``, the
+    partition being how many of ``part_ends`` (the ends of every partition's new ids but the last's) are at or
+    below the id."""
+    new = pairs[span[0] : span[1], 0]
+    out[new - shift[bucket_of(part_ends, new)]] = pairs[span[0] : span[1], 1]
 
 
 def _write_rows(path: Path, length: int, first: int, values: np.ndarray | _Arange) -> None:
@@ -505,7 +516,8 @@ class _Job:
                 self._write_part(staging, p, srcs, dsts=dsts, types=types)
             clock.done("sort and write")
         del rows
-        # orig_nid: the owners send (new id, original id) to the writers.
+        # orig_nid: the owners send (new id, original id) to the writers, which place each original id at its
+        # new id's row of their parts' rows (laid end to end), a piece of the pairs per thread.
         ids = np.arange(self.own_lo, self.own_hi, dtype=np.int64)
         pairs = self.group.send_to(
             self.part_of_new(self.new_owned) % self.world,
@@ -513,14 +525,17 @@ class _Job:
             self.opts.message_bytes,
         )
         del ids
-        part = self.part_of_new(pairs[:, 0])
-        for p in self.my_parts:
-            n0, n1 = (int(x) for x in self.node_map[p])
-            mine = pairs[part == p]
-            orig = np.empty(n1 - n0, dtype=np.int64)
-            orig[mine[:, 0] - n0] = mine[:, 1]
-            _write_rows(staging / "orig_nid.npy", self.N, n0, orig)
-        del pairs, part
+        spans = [(int(self.node_map[p][0]), int(self.node_map[p][1])) for p in self.my_parts]
+        firsts = np.cumsum([0] + [n1 - n0 for n0, n1 in spans])
+        shift = np.zeros(self.P, dtype=np.int64)  # new id - shift[its part] = its row in `orig`
+        shift[self.my_parts] = [n0 - int(at) for (n0, _), at in zip(spans, firsts[:-1], strict=True)]
+        orig = np.empty(int(firsts[-1]), dtype=np.int64)
+        place = functools.partial(_place_by_new_id, orig, pairs, shift, self.node_map[:-1, 1])
+        self.workers.run(place, self.workers.pieces(pairs.shape[0]))
+        del pairs, place
+        for (n0, n1), at in zip(spans, firsts[:-1], strict=True):
+            _write_rows(staging / "orig_nid.npy", self.N, n0, orig[at : at + n1 - n0])
+        del orig
         clock.done("orig_nid")
         if keep_new_eids:
             old = np.concatenate(back_eid) if back_eid else np.empty(0, dtype=np.int64)
