@@ -107,13 +107,14 @@ struct SummaryPiece {
 
 // Copies the pieces' words, in order, to the host and waits for the stream (GIL released): one sync.
 std::vector<int64_t> read_summary(const std::vector<SummaryPiece>& pieces, cudaStream_t stream) {
+  int64_t words = 0;
+  for (const SummaryPiece& piece : pieces) words += piece.count;
+  DISTGNN_CHECK(words <= static_cast<int64_t>(kSlotWords), "a summary of ", words, " words, more than ", kSlotWords);
   int64_t* slot = summary_slots().acquire();
   int64_t filled = 0;
   cudaError_t err = cudaSuccess;
   for (const SummaryPiece& piece : pieces) {
     if (err != cudaSuccess) break;
-    DISTGNN_CHECK(filled + piece.count <= static_cast<int64_t>(kSlotWords), "summary of more than ", kSlotWords,
-                  " words");
     err = cudaMemcpyAsync(slot + filled, piece.words, piece.count * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
     filled += piece.count;
   }
