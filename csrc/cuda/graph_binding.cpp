@@ -10,7 +10,7 @@
 // Otherwise (fanout -1, or a bound too large) the sync comes between scan and fill. The error word goes back
 // to Python, which raises the ValueError. `sample_blocks` queues every layer of a batch (each layer's sampling
 // and its relabel over the layer's bound, the counts read on the device) back to back and makes one sync for
-// all: one copy of [total, error word, new sources] per layer.
+// all: one copy of [total, error word, new sources] of every layer.
 
 #include <cstdint>
 #include <mutex>
@@ -130,20 +130,34 @@ std::vector<int64_t> read_summary(const std::vector<SummaryPiece>& pieces, cudaS
 
 // What links a layer of a batch to the one before it and to its block (sample_blocks): the count of its seeds
 // in use on the device (nullptr: all), where the scan writes the block's indptr (nullptr: nowhere, or the
-// scratch when the fill needs it) and the offset added to the stored positions (the first edge id).
+// scratch when the fill needs it), the offset added to the stored positions (the first edge id), the scan's
+// zeroed words given by the caller (summary: 2 words, state: 1 + tiles; nullptr: the launch makes its own) and
+// whether the per-seed counts are stored.
 struct LayerLinks {
   const int64_t* seeds_used = nullptr;
   int64_t* offsets = nullptr;
   int64_t position_offset = 0;
+  int64_t* summary = nullptr;
+  int64_t* state = nullptr;
+  bool counts = true;
 };
 
-// The sampler's launches on the current stream, before its one sync: a scan (+ fill) whose state holds
-// [total, flags, ...]. Bounded (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks): positions (and neighbors)
+// Words of a scan's state (tile counter, tile status) for a layer of `num_seeds` seeds.
+int64_t scan_state_words(int64_t num_seeds, int64_t fanout, bool bounded) {
+  return 1 + distgnn_sample::scan_tiles(num_seeds, fanout, bounded && distgnn_sample::fusable(fanout));
+}
+
+bool bounded_picks(int64_t num_seeds, int64_t fanout) {
+  return fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
+}
+
+// The sampler's launches on the current stream, before its one sync: a scan (+ fill) whose summary holds
+// [total, flags]. Bounded (0 <= fanout, num_seeds * fanout <= kMaxBoundPicks): positions (and neighbors)
 // have the bound's length and are filled already; otherwise they are empty and `fill` waits for the total.
 // `pageable` != 0: nothing was launched (a CSC array is in pageable host memory).
 struct SampleLaunch {
   torch::Tensor counts, positions, neighbors, scratch;
-  const int64_t* state = nullptr;
+  const int64_t* summary = nullptr;
   distgnn_sample::FillParams fill{};
   bool bounded = false;
   int64_t pageable = 0;
@@ -170,16 +184,26 @@ SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indi
   if (out.pageable != 0) return out;
 
   out.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
-  out.bounded = fanout >= 0 && (fanout == 0 || num_seeds <= kMaxBoundPicks / fanout);
+  out.bounded = bounded_picks(num_seeds, fanout);
   const bool fused = out.bounded && distgnn_sample::fusable(fanout);
-  const int64_t num_tiles = distgnn_sample::scan_tiles(num_seeds, fanout, fused);
 
-  // One scratch allocation: the scan's state ([total, flags, tile counter, tile status words], zeroed by one
-  // memset), then offsets[] when the fill is a kernel of its own and the caller gave no place for them.
-  const int64_t state_words = 3 + num_tiles;
-  const bool own_offsets = !fused && links.offsets == nullptr;
-  out.scratch = torch::empty({state_words + (own_offsets ? num_seeds + 1 : 0)}, ids);
+  // Without the caller's words, one scratch allocation: [total, flags], the scan's state (zeroed by one memset),
+  // then offsets[] when the fill is a kernel of its own and the caller gave no place for them.
   distgnn_sample::ScanParams sp{};
+  const bool own_offsets = !fused && links.offsets == nullptr;
+  if (links.summary != nullptr) {
+    sp.summary = links.summary;
+    sp.state = links.state;
+    if (own_offsets) out.scratch = torch::empty({num_seeds + 1}, ids);
+    sp.offsets = own_offsets ? out.scratch.data_ptr<int64_t>() : links.offsets;
+  } else {
+    const int64_t zeroed = 2 + scan_state_words(num_seeds, fanout, out.bounded);
+    out.scratch = torch::empty({zeroed + (own_offsets ? num_seeds + 1 : 0)}, ids);
+    sp.summary = out.scratch.data_ptr<int64_t>();
+    sp.state = sp.summary + 2;
+    sp.offsets = own_offsets ? sp.summary + zeroed : links.offsets;
+    C10_CUDA_CHECK(cudaMemsetAsync(sp.summary, 0, zeroed * sizeof(int64_t), out.stream));
+  }
   sp.indptr = static_cast<const int64_t*>(indptr_ptr);
   sp.num_nodes = indptr.numel() - 1;
   sp.num_edges = indices.numel();
@@ -188,12 +212,9 @@ SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indi
   sp.seeds_used = links.seeds_used;
   sp.fanout = fanout;
   sp.replace = replace;
-  sp.state = out.scratch.data_ptr<int64_t>();
-  sp.offsets = own_offsets ? sp.state + state_words : links.offsets;
-  out.state = sp.state;
-  C10_CUDA_CHECK(cudaMemsetAsync(sp.state, 0, state_words * sizeof(int64_t), out.stream));
+  out.summary = sp.summary;
 
-  out.counts = torch::empty({num_seeds}, ids);
+  if (links.counts) out.counts = torch::empty({num_seeds}, ids);
   distgnn_sample::FillParams& fp = out.fill;
   fp.indptr = sp.indptr;
   fp.indices = indices_ptr;
@@ -204,7 +225,7 @@ SampleLaunch start_sample(const torch::Tensor& indptr, const torch::Tensor& indi
   fp.fanout = fanout;
   fp.replace = replace;
   fp.rng_seed = rng_seed;
-  fp.counts = out.counts.data_ptr<int64_t>();
+  fp.counts = links.counts ? out.counts.data_ptr<int64_t>() : nullptr;
   fp.position_offset = links.position_offset;
   if (out.bounded) {
     // The fill runs before the sync; a flagged seed counts 0, so a bad input makes it write nothing.
@@ -227,7 +248,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
   const torch::Tensor none;
   if (run.pageable != 0) return {torch::empty({0}, ids), torch::empty({0}, ids), none, run.pageable};
-  const auto summary = read_summary({{run.state, 2}}, run.stream);
+  const auto summary = read_summary({{run.summary, 2}}, run.stream);
   const int64_t total = summary[0], flags = summary[1];
   if (flags != 0) return {run.counts, torch::empty({0}, ids), none, flags};
   torch::Tensor positions, neighbors;
@@ -244,11 +265,23 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, int64_t> sample_neighbor
   return {run.counts, positions, neighbors, 0};
 }
 
+// A relabel's hash table (relabel.cu) in int64 words: `keys_first` holds the keys then `first` (uint32), 1.5 x
+// capacity words that start all-ones; `local` capacity int32 entries; `total` a zeroed device word.
+struct RelabelTable {
+  int64_t capacity = 0;
+  int64_t* keys_first = nullptr;
+  int32_t* local = nullptr;
+  int64_t* total = nullptr;
+};
+
+int64_t table_words(int64_t capacity) { return capacity + capacity / 2; }
+
 // The relabel's launches (relabel.cu) on the current stream, before its sync: src_nids (dst first, then room
 // for every edge's source), indices, and the device word that will hold the new sources' total. `edges_used`
 // (device, optional) is how many of the `src` entries are in use, `dst_used` (device, optional) how many of
 // the `dst` entries; `map` (optional) maps src through a table; `sources` (device, optional) receives the
-// destinations in use plus the new sources.
+// destinations in use plus the new sources. `given` (optional): the table, cleared by the caller, of
+// relabel_capacity(num_dst + num_edges) slots; without it the launch makes and clears its own.
 struct RelabelLaunch {
   torch::Tensor src_nids, indices, table, flags, scan;
   const int64_t* total = nullptr;
@@ -256,19 +289,29 @@ struct RelabelLaunch {
 };
 
 RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, const int64_t* edges_used,
-                             const torch::Tensor& map, const int64_t* dst_used = nullptr, int64_t* sources = nullptr) {
+                             const torch::Tensor& map, const int64_t* dst_used = nullptr, int64_t* sources = nullptr,
+                             const RelabelTable* given = nullptr) {
   const int64_t num_dst = dst.numel(), num_edges = src.numel(), n = num_dst + num_edges;
   DISTGNN_CHECK(n < (int64_t{1} << 30), "at most 2^30 ids per layer, got ", n);
   RelabelLaunch out;
   out.stream = c10::cuda::getCurrentCUDAStream(dst.device().index()).stream();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(dst.device());
-  int64_t capacity = 1024;
-  while (capacity < 2 * n) capacity <<= 1;
-  // keys | first | local, then [total, 0] for read_summary; keys and first start all-ones, the summary zero.
-  out.table = torch::empty({3 * capacity + 2}, i64);
-  int64_t* words = out.table.data_ptr<int64_t>();
-  C10_CUDA_CHECK(cudaMemsetAsync(words, 0xFF, 2 * capacity * sizeof(int64_t), out.stream));
-  C10_CUDA_CHECK(cudaMemsetAsync(words + 3 * capacity, 0, 2 * sizeof(int64_t), out.stream));
+  RelabelTable table;
+  if (given != nullptr) {
+    table = *given;
+  } else {
+    // keys | first (all-ones), local, then the zeroed total.
+    table.capacity = distgnn_sample::relabel_capacity(n);
+    const int64_t cleared = table_words(table.capacity);
+    out.table = torch::empty({cleared + table.capacity / 2 + 1}, i64);
+    table.keys_first = out.table.data_ptr<int64_t>();
+    table.local = reinterpret_cast<int32_t*>(table.keys_first + cleared);
+    table.total = table.keys_first + cleared + table.capacity / 2;
+    C10_CUDA_CHECK(cudaMemsetAsync(table.keys_first, 0xFF, cleared * sizeof(int64_t), out.stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(table.total, 0, sizeof(int64_t), out.stream));
+  }
+  DISTGNN_CHECK(table.capacity == distgnn_sample::relabel_capacity(n), "a relabel table of ", table.capacity,
+                " slots for ", n, " positions");
   out.flags = torch::empty({n + 2 * num_edges}, i64.dtype(torch::kInt32));
   out.src_nids = torch::empty({n}, i64);
   out.indices = torch::empty({num_edges}, i64);
@@ -283,16 +326,16 @@ RelabelLaunch start_relabel(const torch::Tensor& dst, const torch::Tensor& src, 
   p.num_edges = num_edges;
   p.edges_used = edges_used;
   p.map = map.defined() ? map.data_ptr<int64_t>() : nullptr;
-  p.keys = reinterpret_cast<unsigned long long*>(words);
-  p.first = reinterpret_cast<unsigned long long*>(words + capacity);
-  p.local = words + 2 * capacity;
-  p.capacity = capacity;
+  p.keys = reinterpret_cast<unsigned long long*>(table.keys_first);
+  p.first = reinterpret_cast<unsigned int*>(table.keys_first + table.capacity);
+  p.local = table.local;
+  p.capacity = table.capacity;
   p.slot_of = out.flags.data_ptr<int32_t>();
   p.is_new = p.slot_of + n;
   p.rank = p.is_new + num_edges;
   p.src_nids = out.src_nids.data_ptr<int64_t>();
   p.indices = out.indices.data_ptr<int64_t>();
-  p.total = words + 3 * capacity;
+  p.total = table.total;
   p.sources = sources;
   out.total = p.total;
   C10_CUDA_CHECK(distgnn_sample::launch_relabel(p, out.scan.data_ptr(), scan_bytes, out.stream));
@@ -322,8 +365,9 @@ std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const
 // and its kernels stop at the count. Per layer: the picks (draws keyed by rng_seeds[l] and each seed's index,
 // as sample_neighbors), their neighbours' ids through local_to_global (when defined) relabelled against the
 // layer's seeds, the block's indptr (written by the scan), and the picked edges' ids: edge_start + position when
-// edge_start >= 0 (stored so by the fill), else edge_ids[position]. One copy of [picks, error word, new sources]
-// per layer and one sync at the end. Returns ([indptr, src_nids, indices, eids] for each layer, error word);
+// edge_start >= 0 (stored so by the fill), else edge_ids[position]. The batch's zeroed words and its tables
+// (each sized to its layer's bound) are two allocations with one memset each; one copy of [picks, error word, new
+// sources] of every layer and one sync at the end. Returns ([indptr, src_nids, indices, eids] for each layer, error word);
 // with an error word (the first layer's that has one) the tensors are empty. Needs bounded fanouts (0 <= fanout,
 // bound x fanout <= kMaxBoundPicks in every layer).
 std::tuple<std::vector<torch::Tensor>, int64_t> sample_blocks(
@@ -357,28 +401,55 @@ std::tuple<std::vector<torch::Tensor>, int64_t> sample_blocks(
   }
   DISTGNN_CHECK(edge_start >= 0 || edge_ids.has_value(), "pass edge_start >= 0 or edge_ids");
   const auto ids = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  // Each layer's sources in use (the next layer's seeds), written on the device by its relabel.
-  const torch::Tensor sources = torch::empty({static_cast<int64_t>(layers)}, ids);
+  // Two allocations and two memsets for the batch's small words and tables. Zeroed: the summary the host reads
+  // ([total, flags, new sources] per layer), each layer's sources in use (the next layer's seeds, written by its
+  // relabel), each layer's scan state. All-ones: each layer's keys and `first`, back to back; then the local ids.
+  std::vector<int64_t> capacity, state_at, table_at;
+  const int64_t num_layers = static_cast<int64_t>(layers);
+  int64_t zeroed = 4 * num_layers, cleared = 0, local_words = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    state_at.push_back(zeroed);
+    zeroed += scan_state_words(bound[l], fanouts[l], true);
+    capacity.push_back(distgnn_sample::relabel_capacity(bound[l] + bound[l] * fanouts[l]));
+    table_at.push_back(cleared);
+    cleared += table_words(capacity.back());
+    local_words += capacity.back() / 2;
+  }
+  const torch::Tensor words = torch::empty({zeroed}, ids);
+  const torch::Tensor tables = torch::empty({cleared + local_words}, ids);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+  C10_CUDA_CHECK(cudaMemsetAsync(words.data_ptr<int64_t>(), 0, zeroed * sizeof(int64_t), stream));
+  C10_CUDA_CHECK(cudaMemsetAsync(tables.data_ptr<int64_t>(), 0xFF, cleared * sizeof(int64_t), stream));
+  int64_t* summary_words = words.data_ptr<int64_t>();
+  int64_t* sources = summary_words + 3 * num_layers;
+  int32_t* locals = reinterpret_cast<int32_t*>(tables.data_ptr<int64_t>() + cleared);
+
   std::vector<SampleLaunch> picks;
   std::vector<RelabelLaunch> blocks;
   std::vector<torch::Tensor> indptrs;
-  std::vector<SummaryPiece> pieces;
   torch::Tensor dst = seeds;
   const int64_t* dst_used = nullptr;
   for (size_t l = 0; l < layers; ++l) {
     indptrs.push_back(torch::empty({bound[l] + 1}, ids));
-    const LayerLinks links{dst_used, indptrs.back().data_ptr<int64_t>(), edge_start >= 0 ? edge_start : 0};
+    LayerLinks links;
+    links.seeds_used = dst_used;
+    links.offsets = indptrs.back().data_ptr<int64_t>();
+    links.position_offset = edge_start >= 0 ? edge_start : 0;
+    links.summary = summary_words + 3 * l;
+    links.state = summary_words + state_at[l];
+    links.counts = false;
     const torch::Tensor& layer_rows = l == 0 ? rows : dst;
     picks.push_back(start_sample(indptr, indices, layer_rows, fanouts[l], replace, rng_seeds[l], true, device, links));
     if (picks.back().pageable != 0) return {std::vector<torch::Tensor>(), picks.back().pageable};
-    int64_t* layer_sources = sources.data_ptr<int64_t>() + l;
-    blocks.push_back(start_relabel(dst, picks.back().neighbors, picks.back().state, map, dst_used, layer_sources));
-    pieces.push_back({picks.back().state, 2});
-    pieces.push_back({blocks.back().total, 1});
-    dst = blocks.back().src_nids;  // bound[l + 1] entries, the first *layer_sources in use
-    dst_used = layer_sources;
+    const RelabelTable table{capacity[l], tables.data_ptr<int64_t>() + table_at[l], locals,
+                             summary_words + 3 * l + 2};
+    locals += capacity[l];
+    blocks.push_back(start_relabel(dst, picks.back().neighbors, picks.back().summary, map, dst_used, sources + l,
+                                   &table));
+    dst = blocks.back().src_nids;  // bound[l + 1] entries, the first sources[l] in use
+    dst_used = sources + l;
   }
-  const auto summary = read_summary(pieces, picks.front().stream);
+  const auto summary = read_summary({{summary_words, 3 * num_layers}}, stream);
   std::vector<torch::Tensor> out;
   int64_t num_dst = seeds.numel();
   for (size_t l = 0; l < layers; ++l) {

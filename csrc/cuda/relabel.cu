@@ -62,7 +62,7 @@ __global__ void insert_kernel(const RelabelParams p) {
       if (seen == kEmpty || seen == key) break;
       slot = (slot + 1) & mask;
     }
-    atomicMin(p.first + slot, static_cast<unsigned long long>(pos));
+    atomicMin(p.first + slot, static_cast<unsigned int>(pos));
     p.slot_of[pos] = static_cast<int32_t>(slot);
   }
 }
@@ -78,10 +78,10 @@ __global__ void flag_kernel(const RelabelParams p) {
     }
     const int32_t slot = p.slot_of[pos];
     if (pos < p.num_dst) {
-      p.local[slot] = pos;  // destinations are unique: their own first appearance
+      p.local[slot] = static_cast<int32_t>(pos);  // destinations are unique: their own first appearance
       p.src_nids[pos] = p.dst[pos];
     } else {
-      p.is_new[pos - p.num_dst] = p.first[slot] == static_cast<unsigned long long>(pos) ? 1 : 0;
+      p.is_new[pos - p.num_dst] = p.first[slot] == static_cast<unsigned int>(pos) ? 1 : 0;
     }
   }
 }
@@ -96,7 +96,7 @@ __global__ void assign_kernel(const RelabelParams p) {
     }
     if (!p.is_new[k]) continue;
     const int64_t id = dsts + p.rank[k] - 1;
-    p.local[p.slot_of[p.num_dst + k]] = id;
+    p.local[p.slot_of[p.num_dst + k]] = static_cast<int32_t>(id);
     p.src_nids[id] = edge_id(p, k);
   }
 }

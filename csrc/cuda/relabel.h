@@ -22,11 +22,12 @@ struct RelabelParams {
   const int64_t* edges_used;
   // Optional: ids of src through this table (id = map[src[k]], e.g. a partition's local-to-global ids).
   const int64_t* map;
-  // Hash table of `capacity` (a power of two >= 2 * (num_dst + num_edges)) slots: keys (-1 = empty) and the
-  // first position (dst i = i, edge k = num_dst + k) of each key, both all-ones before the launch; local ids.
+  // Hash table of `capacity` (relabel_capacity(num_dst + num_edges)) slots: keys (-1 = empty) and the first
+  // position (dst i = i, edge k = num_dst + k; positions < 2^30) of each key, both all-ones before the launch;
+  // local ids.
   unsigned long long* keys;
-  unsigned long long* first;
-  int64_t* local;
+  unsigned int* first;
+  int32_t* local;
   int64_t capacity;
   int32_t* slot_of;  // (num_dst + num_edges,) the slot of each position
   int32_t* is_new;   // (num_edges,) 1 where edge k is the first appearance of a non-destination source
@@ -36,6 +37,14 @@ struct RelabelParams {
   int64_t* total;     // device scalar out: number of new sources
   int64_t* sources;   // optional device scalar out: destinations in use + new sources (the next layer's seeds)
 };
+
+// Slots of the table for n positions: the smallest power of two >= 1.5 n (at least 1024), so that the table is at
+// most two thirds full even when every position holds a different id.
+inline int64_t relabel_capacity(int64_t n) {
+  int64_t capacity = 1024;
+  while (capacity < n + n / 2 + 1) capacity <<= 1;
+  return capacity;
+}
 
 // Bytes of cub scan scratch for num_edges items.
 size_t relabel_scan_bytes(int64_t num_edges);

@@ -93,13 +93,13 @@ __device__ __forceinline__ void raise_flag(int64_t* flags, int64_t bit) {
 __device__ __forceinline__ int64_t pick_count(const ScanParams& p, int64_t i, int64_t& start, int64_t& deg) {
   const int64_t s = p.seeds[i];
   if (s < 0 || s >= p.num_nodes) {
-    raise_flag(p.state + 1, kSeedOutOfRange);
+    raise_flag(p.summary + 1, kSeedOutOfRange);
     return 0;
   }
   start = p.indptr[s];
   const int64_t end = p.indptr[s + 1];
   if (start < 0 || end < start || end > p.num_edges) {
-    raise_flag(p.state + 1, kCorruptIndptr);
+    raise_flag(p.summary + 1, kCorruptIndptr);
     return 0;
   }
   deg = end - start;
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, 
       seed_deg[Fill ? S : 1];
 
   if (threadIdx.x == 0) {
-    tile_id = static_cast<int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p.state + 2), 1ull));
+    tile_id = static_cast<int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p.state), 1ull));
   }
   __syncthreads();
   const int64_t tile = tile_id;
@@ -192,14 +192,14 @@ __global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, 
   if (p.seeds_used != nullptr && *p.seeds_used < used) used = *p.seeds_used;
   int64_t count = 0, start = 0, deg = 0;
   if (threadIdx.x < S && i < used) count = pick_count(p, i, start, deg);
-  if (tile == 0 && threadIdx.x == 0 && p.indptr[p.num_nodes] != p.num_edges) raise_flag(p.state + 1, kIndptrEnd);
+  if (tile == 0 && threadIdx.x == 0 && p.indptr[p.num_nodes] != p.num_edges) raise_flag(p.summary + 1, kIndptrEnd);
   int64_t local = 0, aggregate = 0;
   BlockScan(scan_storage).ExclusiveSum(count, local, aggregate);
   if (threadIdx.x < kWarp) {
-    const int64_t prefix = tile_prefix(p.state + 3, tile, aggregate);
+    const int64_t prefix = tile_prefix(p.state + 1, tile, aggregate);
     if (threadIdx.x == 0) {
       tile_offset = prefix;
-      if (last) p.state[0] = prefix + aggregate;
+      if (last) p.summary[0] = prefix + aggregate;
     }
   }
   __syncthreads();
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kTileThreads) scan_kernel(const ScanParams p, 
     for (int k = static_cast<int>(threadIdx.x) / G; k < S; k += kTileThreads / G) {
       const int64_t seed = first + k;
       if (seed >= p.num_seeds) break;
-      if (threadIdx.x % G == 0) f.counts[seed] = seed_count[k];
+      if (f.counts != nullptr && threadIdx.x % G == 0) f.counts[seed] = seed_count[k];
       if (seed_count[k] == 0) continue;
       fill_group<G, Index>(f, seed, seed_begin[k], seed_count[k], seed_start[k], seed_deg[k]);
     }
@@ -233,7 +233,7 @@ __global__ void fill_small_kernel(const FillParams p) {
   if (i >= p.num_seeds) return;
   const int64_t begin = p.offsets[i];
   const int64_t count = p.offsets[i + 1] - begin;
-  if (threadIdx.x % G == 0) p.counts[i] = count;
+  if (p.counts != nullptr && threadIdx.x % G == 0) p.counts[i] = count;
   if (count == 0) return;
   const int64_t s = p.seeds[i];
   const int64_t start = p.indptr[s];
@@ -248,7 +248,7 @@ __global__ void fill_warp_kernel(const FillParams p) {
   if (i >= p.num_seeds) return;
   const int64_t begin = p.offsets[i];
   const int64_t count = p.offsets[i + 1] - begin;
-  if (lane == 0) p.counts[i] = count;
+  if (p.counts != nullptr && lane == 0) p.counts[i] = count;
   if (count == 0) return;
   const int64_t s = p.seeds[i];
   const int64_t start = p.indptr[s];

@@ -31,8 +31,9 @@ struct ScanParams {
   const int64_t* seeds_used;
   int64_t fanout;  // -1 = all
   bool replace;
-  // Zeroed by the caller (one cudaMemsetAsync): [total, flags, tile counter, tile status (num_tiles)].
-  // total = the sum of the counts; flags = SampleFlag bits; tile status words for the decoupled look-back.
+  // Zeroed by the caller: summary = [total, flags] (total = the sum of the counts, flags = SampleFlag bits), the
+  // words the host reads back; state = [tile counter, tile status (num_tiles)] for the decoupled look-back.
+  int64_t* summary;
   int64_t* state;
   // out: (num_seeds + 1,) exclusive prefix sum of the counts (a block's indptr); needed by a scan-only launch,
   // optional (nullptr) for a fused one.
@@ -49,7 +50,7 @@ struct FillParams {
   int64_t fanout;
   bool replace;
   uint64_t rng_seed;
-  int64_t* counts;     // out: (num_seeds,) offsets[i + 1] - offsets[i]
+  int64_t* counts;     // optional out: (num_seeds,) offsets[i + 1] - offsets[i]; nullptr: not stored
   int64_t* positions;  // out: (offsets[num_seeds],) or more: CSC position + position_offset
   int64_t* neighbors;  // out: like positions, indices[CSC position] as int64, or nullptr
   int64_t position_offset;  // added to every stored position (e.g. the partition's first edge id)
@@ -58,7 +59,7 @@ struct FillParams {
 // Whether the scan pass can fill too (0 <= fanout <= kMaxSmallFanout).
 inline bool fusable(int64_t fanout) { return fanout >= 0 && fanout <= kMaxSmallFanout; }
 // Tiles (blocks) of the scan pass, fused or scan-only: at least one, so indptr's end is always checked. The
-// caller zeroes 3 + scan_tiles(...) words of ScanParams::state.
+// caller zeroes the 2 words of ScanParams::summary and 1 + scan_tiles(...) words of ScanParams::state.
 int64_t scan_tiles(int64_t num_seeds, int64_t fanout, bool fused);
 // Count pass + decoupled look-back scan in one kernel. With fill != nullptr (0 <= fanout <= kMaxSmallFanout)
 // each tile also fills its seeds at once (counts, positions, neighbors); else it writes p.offsets.

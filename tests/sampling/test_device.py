@@ -181,6 +181,24 @@ def test_cuda_relabel_kernel_matches_the_torch_relabel(trial: int, scale: int) -
         assert torch.equal(getattr(got, field), getattr(want, field)), field
 
 
+@needs_cuda
+@pytest.mark.parametrize("num_dst", [1, 690])
+def test_cuda_relabel_fills_its_table_to_two_thirds(num_dst: int) -> None:
+    """Every position a different id, as many as the table takes at most (43,690 positions in 65,536 slots): the
+    kernel still agrees with the torch relabel."""
+    rng = np.random.default_rng(num_dst)
+    ids = rng.choice(10**12, 43_690, replace=False)
+    dst, src = ids[:num_dst], ids[num_dst:]
+    counts = rng.multinomial(len(src), [1 / num_dst] * num_dst)
+    eids = np.arange(len(src), dtype=np.int64)
+    args = [torch.from_numpy(np.asarray(a, dtype=np.int64)).cuda() for a in (dst, counts, src, eids)]
+    got = on_device.to_block(*args, validate=False, impl="kernel")
+    want = on_device.to_block(*args, validate=False, impl="torch")
+    assert got.src_nids.numel() == 43_690
+    for field in ("src_nids", "indptr", "indices", "eids"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
 def test_one_call_layers_are_those_the_local_csc_samples_alone() -> None:
     """A layer takes the one-sync call only where the local CSC owns every seed (replicated, or the one partition)
     and the fanout bounds its size; everything else keeps the owner split and the per-step path."""
