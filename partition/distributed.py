@@ -317,28 +317,35 @@ class _Job:
 
     def read_edges(self) -> None:
         """This rank's edge chunks in homogeneous ids (``id_dtype``): ``src``, ``dst`` and, with several
-        edge types, ``etype``. The chunks are a contiguous run of the original edge ids from ``first_eid``."""
+        edge types, ``etype``. The chunks are a contiguous run of the original edge ids from ``first_eid``;
+        they are read on the rank's threads, as many at once as :func:`~distgnn.partition.memory.
+        edge_chunks_at_once` allows within the estimate, each into its own rows."""
+        from distgnn.partition.memory import edge_chunks_at_once
+
         pieces = self.edge_pieces()
-        total = sum(self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces)
+        rows = [self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces]
+        starts = _offsets(rows).tolist()
+        total = starts[-1]
         self.src, self.dst = (np.empty(total, dtype=self.id_dtype) for _ in range(2))
         self.etype = np.empty(total, dtype=self.id_dtype) if len(self.etypes) > 1 else None
-        self.edge_chunk_pos: dict[tuple[int, int], int] = {}  # (etype, chunk) -> first row in the rank's arrays
+        # (etype, chunk) -> first row in the rank's arrays
+        self.edge_chunk_pos: dict[tuple[int, int], int] = dict(zip(pieces, starts[:-1], strict=True))
         self.first_eid = 0
         if pieces:
             t, j = pieces[0]
             self.first_eid = int(self.edge_offsets[t] + _offsets(self.layout.edge_chunks[self.etypes[t]])[j])
-        at = 0
-        for t, j in pieces:
-            etype = self.etypes[t]
+
+        def read(k: int) -> None:
+            t, j = pieces[k]
+            etype, at, n = self.etypes[t], starts[k], rows[k]
             s, d = self.layout.read_edge_chunk(etype, j)
-            n = len(s)
             np.add(s, self.node_offsets[self.ntypes.index(etype[0])], out=self.src[at : at + n], casting="unsafe")
             np.add(d, self.node_offsets[self.ntypes.index(etype[2])], out=self.dst[at : at + n], casting="unsafe")
-            del s, d
             if self.etype is not None:
                 self.etype[at : at + n] = t
-            self.edge_chunk_pos[(t, j)] = at
-            at += n
+
+        at_once = edge_chunks_at_once(total, max(rows, default=0), self.id_dtype.itemsize, len(self.etypes))
+        self.workers.run(read, range(len(pieces)), at_once=at_once)
         self.num_read = total
 
     def assign(self) -> None:

@@ -39,6 +39,9 @@ PER_EDGE_READ_METIS = 36
 PER_NODE_OWNED_METIS = 160
 METIS_BLOCK_BYTES = 160 << 20
 PER_COARSE_ENTRY = 96
+# Bytes per edge of an edge chunk being read: its (rows, 2) int64 pairs (memory-mapped from a .npy, or parsed)
+# and both ends copied out as int64 columns.
+READ_CHUNK_PER_EDGE = 32
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
 # Copies of the largest feature chunk a rank holds: node data (a chunk as loaded, its rows in send order, the
@@ -131,6 +134,19 @@ def estimate_ranks(
         chunk = int(max(node_chunk[r], edge_chunk[r]))
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), chunk, int(peak)))
     return out
+
+
+def edge_chunks_at_once(edges_read: int, largest_chunk: int, id_bytes: int, num_etypes: int) -> int:
+    """How many edge chunks a rank may read at once within its estimate: the read chunks' arrays (both ends and,
+    with several edge types, the type) and ``READ_CHUNK_PER_EDGE`` bytes per edge of each chunk in flight stay
+    within what the estimate counts for the edges read (``READ_IDS`` ids and ``READ_INT64`` int64s per edge, and
+    one id more with several edge types); at least one."""
+    if largest_chunk <= 0:
+        return 1
+    columns = 3 if num_etypes > 1 else 2
+    counted = ((READ_IDS + (1 if num_etypes > 1 else 0)) * id_bytes + 8 * READ_INT64) * edges_read
+    room = counted - columns * id_bytes * edges_read
+    return max(1, room // (READ_CHUNK_PER_EDGE * largest_chunk))
 
 
 def resident_bytes() -> int | None:

@@ -2,7 +2,7 @@
 
 A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (the random assignment,
 gathers, the sort of a partition's edges and its local ids, the order of its edges by partition) into contiguous
-pieces run on a few threads: its share is the CPUs it may run on (its affinity) divided among the machine's ranks
+pieces run on a few threads, and reads several of its edge chunks at once: its share is the CPUs it may run on (its affinity) divided among the machine's ranks
 (:func:`rank_threads`). Every split step gives the same result as the whole step on one thread.
 """
 
@@ -51,11 +51,13 @@ class Workers:
         bounds = [n * i // k for i in range(k + 1)]
         return list(zip(bounds[:-1], bounds[1:], strict=True))
 
-    def run(self, fn: Callable, items: Sequence) -> list:
+    def run(self, fn: Callable, items: Sequence, at_once: int | None = None) -> list:
         """``[fn(item) for item in items]``, the items taken one after the other by the calling thread and
-        the pool's threads (a thread busy with other work takes none); the first error raised is raised
-        here once every item begun has ended, and no item begins after it."""
-        if self._pool is None or len(items) <= 1:
+        the pool's threads (a thread busy with other work takes none), at most ``at_once`` of them running at
+        a time (default: one per thread); the first error raised is raised here once every item begun has
+        ended, and no item begins after it."""
+        helpers_wanted = min(self.threads, len(items), max(1, at_once or self.threads)) - 1
+        if self._pool is None or helpers_wanted <= 0:
             return [fn(item) for item in items]
         results: list = [None] * len(items)
         lock = threading.Lock()
@@ -77,7 +79,7 @@ class Workers:
                         errors.append(exc)
                     return
 
-        helpers = [self._pool.submit(drain) for _ in range(min(self.threads - 1, len(items) - 1))]
+        helpers = [self._pool.submit(drain) for _ in range(helpers_wanted)]
         try:
             drain()
         finally:

@@ -366,6 +366,28 @@ def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
     assert np.array_equal(order, np.argsort(keys, kind="stable"))
 
 
+@pytest.mark.parametrize(
+    ("edges", "chunk", "id_bytes", "etypes"),
+    [(240_000_000, 7_500_000, 4, 1), (30_000_000, 7_500_000, 4, 1), (7_500_000, 7_500_000, 8, 1), (10**6, 10**5, 8, 3)],
+)
+def test_edge_chunks_read_at_once_stay_within_the_estimates_read_term(edges, chunk, id_bytes, etypes):
+    """The chunks in flight and the arrays they are read into fit what the estimate counts for the edges read;
+    one chunk more would not (unless one is all there is)."""
+    from distgnn.partition import memory
+
+    k = memory.edge_chunks_at_once(edges, chunk, id_bytes, etypes)
+    extra = 1 if etypes > 1 else 0
+    counted = ((memory.READ_IDS + extra) * id_bytes + 8 * memory.READ_INT64) * edges
+
+    def held(chunks_in_flight: int) -> int:
+        return (2 + extra) * id_bytes * edges + chunks_in_flight * memory.READ_CHUNK_PER_EDGE * chunk
+
+    assert k >= 1
+    assert k == 1 or held(k) <= counted
+    assert held(k + 1) > counted
+    assert memory.edge_chunks_at_once(0, 0, 4, 1) == 1
+
+
 def test_edge_chunks_are_read_in_contiguous_runs_of_about_equal_edges():
     from types import SimpleNamespace
 

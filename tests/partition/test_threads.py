@@ -1,5 +1,6 @@
 """A rank's array steps split over threads give the same result as on one thread."""
 
+import threading
 import time
 
 import numpy as np
@@ -81,6 +82,25 @@ def test_an_error_in_a_piece_is_raised_after_every_piece_begun_has_ended(workers
         workers.run(piece, list(range(50)))
     assert len(begun) < 50  # none begins after the error
     assert sorted(ended) == sorted(set(begun) - {1})
+
+
+@pytest.mark.parametrize("at_once", [1, 2, None])
+def test_at_most_at_once_items_run_together(workers, at_once):
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def item(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.005)
+        with lock:
+            running[0] -= 1
+        return i * 3
+
+    assert workers.run(item, range(30), at_once=at_once) == [i * 3 for i in range(30)]
+    assert most[0] <= (at_once or workers.threads)
+    assert most[0] >= 1
 
 
 def test_a_busy_thread_leaves_the_items_to_the_others():
