@@ -361,15 +361,16 @@ std::tuple<torch::Tensor, torch::Tensor> relabel(const torch::Tensor& dst, const
 
 // Every layer of a batch as blocks, with one host sync. Layer 0 samples the CSC rows `rows` of the destinations
 // `seeds` (global ids), each next layer the previous block's sources, taken as CSC rows (so more than one layer
-// needs a CSC whose rows are the global ids: a node range starting at 0), whose count stays on the device: every launch covers its layer's bound (the seeds of layer l + 1 are at most bound_l x (1 + fanout_l))
-// and its kernels stop at the count. Per layer: the picks (draws keyed by rng_seeds[l] and each seed's index,
-// as sample_neighbors), their neighbours' ids through local_to_global (when defined) relabelled against the
-// layer's seeds, the block's indptr (written by the scan), and the picked edges' ids: edge_start + position when
-// edge_start >= 0 (stored so by the fill), else edge_ids[position]. The batch's zeroed words and its tables
-// (each sized to its layer's bound) are two allocations with one memset each; one copy of [picks, error word, new
-// sources] of every layer and one sync at the end. Returns ([indptr, src_nids, indices, eids] for each layer, error word);
-// with an error word (the first layer's that has one) the tensors are empty. Needs bounded fanouts (0 <= fanout,
-// bound x fanout <= kMaxBoundPicks in every layer).
+// needs a CSC whose rows are the global ids: a node range starting at 0), whose count stays on the device: every
+// launch covers its layer's bound (the seeds of layer l + 1 are at most bound_l x (1 + fanout_l)) and its kernels
+// stop at the count. Per layer: the picks (draws keyed by rng_seeds[l] and each seed's index, as
+// sample_neighbors), their neighbours' ids through local_to_global (when defined) relabelled against the layer's
+// seeds, the block's indptr (written by the scan), and the picked edges' ids: edge_start + position when
+// edge_start >= 0 (stored so by the fill), else edge_ids[position]. The batch's zeroed words and its tables (each
+// sized to its layer's bound) are two allocations with one memset each; one copy of [picks, error word, new
+// sources] of every layer and one sync at the end. Returns ([indptr, src_nids, indices, eids] for each layer,
+// error word); with an error word (the first layer's that has one) the tensors are empty. Needs bounded fanouts
+// (0 <= fanout, bound x fanout <= kMaxBoundPicks in every layer).
 std::tuple<std::vector<torch::Tensor>, int64_t> sample_blocks(
     const torch::Tensor& indptr, const torch::Tensor& indices, const torch::Tensor& rows, const torch::Tensor& seeds,
     const std::vector<int64_t>& fanouts, bool replace, const std::vector<uint64_t>& rng_seeds,
