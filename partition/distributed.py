@@ -65,6 +65,12 @@ LOOKUP_SLICE = 1 << 21
 FEW_BOUNDS = 16
 # Above this many runs of consecutive rows, received feature rows are written through a mapping.
 MAX_WRITE_RUNS = 4096
+# What a rank holds per edge read while its ends are renumbered and laid out by partition, in ids and int64s
+# (``partition.memory``'s estimate counts it), and per edge of an edge chunk being read: its (rows, 2) int64 pairs
+# (memory-mapped from a .npy, or parsed) and both ends copied out as int64 columns.
+READ_IDS = 5
+READ_INT64 = 2
+READ_CHUNK_PER_EDGE = 32
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,19 @@ class RankReport:
     rounds: int
     bytes_sent: int
     seconds: float
+
+
+def edge_chunks_at_once(edges_read: int, largest_chunk: int, id_bytes: int, num_etypes: int) -> int:
+    """How many edge chunks a rank may read at once within the estimate: the read chunks' arrays (both ends and,
+    with several edge types, the type) and ``READ_CHUNK_PER_EDGE`` bytes per edge of each chunk in flight stay
+    within what is counted for the edges read (``READ_IDS`` ids and ``READ_INT64`` int64s per edge, and one id
+    more with several edge types); at least one."""
+    if largest_chunk <= 0:
+        return 1
+    columns = 3 if num_etypes > 1 else 2
+    counted = ((READ_IDS + (1 if num_etypes > 1 else 0)) * id_bytes + 8 * READ_INT64) * edges_read
+    room = counted - columns * id_bytes * edges_read
+    return max(1, room // (READ_CHUNK_PER_EDGE * largest_chunk))
 
 
 def peak_rss_bytes() -> int:
@@ -318,10 +337,8 @@ class _Job:
     def read_edges(self) -> None:
         """This rank's edge chunks in homogeneous ids (``id_dtype``): ``src``, ``dst`` and, with several
         edge types, ``etype``. The chunks are a contiguous run of the original edge ids from ``first_eid``;
-        they are read on the rank's threads, as many at once as :func:`~distgnn.partition.memory.
-        edge_chunks_at_once` allows within the estimate, each into its own rows."""
-        from distgnn.partition.memory import edge_chunks_at_once
-
+        they are read on the rank's threads, as many at once as :func:`edge_chunks_at_once` allows, each into
+        its own rows."""
         pieces = self.edge_pieces()
         rows = [self.layout.edge_chunks[self.etypes[t]][j] for t, j in pieces]
         starts = _offsets(rows).tolist()

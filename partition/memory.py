@@ -14,19 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.data.chunked import ChunkedLayout
-from distgnn.partition.distributed import edge_chunk_readers, table_dtype, uses_table
+from distgnn.partition.distributed import READ_IDS, READ_INT64, edge_chunk_readers, table_dtype, uses_table
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
 # The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s:
 # per edge read while its ends are renumbered and laid out by partition (both ends, the send rows, the
-# order), ``READ_IDS`` ids and ``READ_INT64`` int64s; while a step is sent, the rank's rows and the rows
-# received (one id per column each); per edge of the partition written, ``WRITE_IDS`` ids (the received
+# order), ``READ_IDS`` ids and ``READ_INT64`` int64s (defined with the job, whose edge reading keeps within
+# them); while a step is sent, the rank's rows and the rows received (one id per column each); per edge of the
+# partition written, ``WRITE_IDS`` ids (the received
 # rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge ids),
 # with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per
 # edge where it sorts).
-READ_IDS = 5
-READ_INT64 = 2
 WRITE_IDS = 5
 WRITE_INT64 = 2
 HALO_PER_NODE = 5
@@ -39,9 +38,6 @@ PER_EDGE_READ_METIS = 36
 PER_NODE_OWNED_METIS = 160
 METIS_BLOCK_BYTES = 160 << 20
 PER_COARSE_ENTRY = 96
-# Bytes per edge of an edge chunk being read: its (rows, 2) int64 pairs (memory-mapped from a .npy, or parsed)
-# and both ends copied out as int64 columns.
-READ_CHUNK_PER_EDGE = 32
 # Per owned node (assignment, new ids, the features' new ids).
 PER_NODE_OWNED = 32
 # Copies of the largest feature chunk a rank holds: node data (a chunk as loaded, its rows in send order, the
@@ -134,19 +130,6 @@ def estimate_ranks(
         chunk = int(max(node_chunk[r], edge_chunk[r]))
         out.append(RankEstimate(r, int(edges_read[r]), int(largest_part), int(owned), chunk, int(peak)))
     return out
-
-
-def edge_chunks_at_once(edges_read: int, largest_chunk: int, id_bytes: int, num_etypes: int) -> int:
-    """How many edge chunks a rank may read at once within its estimate: the read chunks' arrays (both ends and,
-    with several edge types, the type) and ``READ_CHUNK_PER_EDGE`` bytes per edge of each chunk in flight stay
-    within what the estimate counts for the edges read (``READ_IDS`` ids and ``READ_INT64`` int64s per edge, and
-    one id more with several edge types); at least one."""
-    if largest_chunk <= 0:
-        return 1
-    columns = 3 if num_etypes > 1 else 2
-    counted = ((READ_IDS + (1 if num_etypes > 1 else 0)) * id_bytes + 8 * READ_INT64) * edges_read
-    room = counted - columns * id_bytes * edges_read
-    return max(1, room // (READ_CHUNK_PER_EDGE * largest_chunk))
 
 
 def resident_bytes() -> int | None:

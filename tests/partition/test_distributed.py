@@ -373,19 +373,19 @@ def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
 def test_edge_chunks_read_at_once_stay_within_the_estimates_read_term(edges, chunk, id_bytes, etypes):
     """The chunks in flight and the arrays they are read into fit what the estimate counts for the edges read;
     one chunk more would not (unless one is all there is)."""
-    from distgnn.partition import memory
+    from distgnn.partition import distributed, memory
 
-    k = memory.edge_chunks_at_once(edges, chunk, id_bytes, etypes)
+    k = distributed.edge_chunks_at_once(edges, chunk, id_bytes, etypes)
     extra = 1 if etypes > 1 else 0
     counted = ((memory.READ_IDS + extra) * id_bytes + 8 * memory.READ_INT64) * edges
 
     def held(chunks_in_flight: int) -> int:
-        return (2 + extra) * id_bytes * edges + chunks_in_flight * memory.READ_CHUNK_PER_EDGE * chunk
+        return (2 + extra) * id_bytes * edges + chunks_in_flight * distributed.READ_CHUNK_PER_EDGE * chunk
 
     assert k >= 1
     assert k == 1 or held(k) <= counted
     assert held(k + 1) > counted
-    assert memory.edge_chunks_at_once(0, 0, 4, 1) == 1
+    assert distributed.edge_chunks_at_once(0, 0, 4, 1) == 1
 
 
 def test_edge_chunks_are_read_in_contiguous_runs_of_about_equal_edges():
