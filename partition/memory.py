@@ -18,14 +18,13 @@ from distgnn.partition.distributed import READ_IDS, READ_INT64, edge_chunk_reade
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
-# The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s:
-# per edge read while its ends are renumbered and laid out by partition (both ends, the send rows, the
-# order), ``READ_IDS`` ids and ``READ_INT64`` int64s (defined with the job, whose edge reading keeps within
-# them); while a step is sent, the rank's rows and the rows received (one id per column each); per edge of the
-# partition written, ``WRITE_IDS`` ids (the received
-# rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge ids),
-# with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per
-# edge where it sorts).
+# The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s: per edge
+# read while its ends are renumbered and laid out by partition (both ends, the send rows, the order), ``READ_IDS`` ids
+# and ``READ_INT64`` int64s (defined with the job, whose edge reading keeps within them); while a step is sent, the
+# rank's rows and the rows received (one id per column each); per edge of the partition written, ``WRITE_IDS`` ids
+# (the received rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge
+# ids), with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per edge
+# where it sorts).
 WRITE_IDS = 5
 WRITE_INT64 = 2
 HALO_PER_NODE = 5

@@ -2,8 +2,9 @@
 
 A rank of a job with fewer ranks than its machine has CPUs splits its heaviest steps (the random assignment,
 gathers, the sort of a partition's edges and its local ids, the order of its edges by partition) into contiguous
-pieces run on a few threads, and reads several of its edge chunks at once: its share is the CPUs it may run on (its affinity) divided among the machine's ranks
-(:func:`rank_threads`). Every split step gives the same result as the whole step on one thread.
+pieces run on a few threads, and reads several of its edge chunks at once: its share is the CPUs it may run on
+(its affinity) divided among the machine's ranks (:func:`rank_threads`). Every split step gives the same result
+as the whole step on one thread.
 """
 
 from __future__ import annotations
