@@ -104,16 +104,21 @@ class RankReport:
     seconds: float
 
 
+def read_term_bytes(edges_read: int, id_bytes: int, num_etypes: int) -> int:
+    """What a rank holds for ``edges_read`` edges while their ends are renumbered and laid out by partition:
+    ``READ_IDS`` ids (one more with several edge types) and ``READ_INT64`` int64s an edge (the estimate's read
+    term)."""
+    return ((READ_IDS + (1 if num_etypes > 1 else 0)) * id_bytes + 8 * READ_INT64) * edges_read
+
+
 def edge_chunks_at_once(edges_read: int, largest_chunk: int, id_bytes: int, num_etypes: int) -> int:
     """How many edge chunks a rank may read at once within the estimate: the read chunks' arrays (both ends and,
     with several edge types, the type) and ``READ_CHUNK_PER_EDGE`` bytes per edge of each chunk in flight stay
-    within what is counted for the edges read (``READ_IDS`` ids and ``READ_INT64`` int64s per edge, and one id
-    more with several edge types); at least one."""
+    within :func:`read_term_bytes`; at least one."""
     if largest_chunk <= 0:
         return 1
     columns = 3 if num_etypes > 1 else 2
-    counted = ((READ_IDS + (1 if num_etypes > 1 else 0)) * id_bytes + 8 * READ_INT64) * edges_read
-    room = counted - columns * id_bytes * edges_read
+    room = read_term_bytes(edges_read, id_bytes, num_etypes) - columns * id_bytes * edges_read
     return max(1, room // (READ_CHUNK_PER_EDGE * largest_chunk))
 
 

@@ -14,17 +14,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from distgnn.data.chunked import ChunkedLayout
-from distgnn.partition.distributed import READ_IDS, READ_INT64, edge_chunk_readers, table_dtype, uses_table
+from distgnn.partition.distributed import edge_chunk_readers, read_term_bytes, table_dtype, uses_table
 
 # The interpreter with numpy, torch and gloo loaded.
 BASE_BYTES = 235 << 20
 # The edge phase, in units of the id width (4 bytes where node and edge ids fit int32, else 8) and int64s: per edge
 # read while its ends are renumbered and laid out by partition (both ends, the send rows, the order), ``READ_IDS`` ids
-# and ``READ_INT64`` int64s (defined with the job, whose edge reading keeps within them); while a step is sent, the
-# rank's rows and the rows received (one id per column each); per edge of the partition written, ``WRITE_IDS`` ids
-# (the received rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key, the new edge
-# ids), with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY`` bytes per edge
-# where it sorts).
+# and ``READ_INT64`` int64s (`read_term_bytes`, defined with the job, whose edge reading keeps within them); while a
+# step is sent, the rank's rows and the rows received (one id per column each); per edge of the partition written,
+# ``WRITE_IDS`` ids (the received rows, the sorted sources and original ids) and ``WRITE_INT64`` int64s (the sort key,
+# the new edge ids), with the halo's table of ``HALO_PER_NODE`` bytes per node of the graph (or ``HALO_PER_ENTRY``
+# bytes per edge where it sorts).
 WRITE_IDS = 5
 WRITE_INT64 = 2
 HALO_PER_NODE = 5
@@ -110,7 +110,7 @@ def estimate_ranks(
         # an exchange in several rounds stages one round's send and receive buffers
         per_peer = columns * id_bytes * -(-int(edges_read[r]) // max(num_parts, 1))
         staging = 2 * message if per_peer > message // workers else 0
-        read = ((READ_IDS + columns - 3) * id_bytes + 8 * READ_INT64) * int(edges_read[r])
+        read = read_term_bytes(int(edges_read[r]), id_bytes, len(layout.etypes))
         send = rows + columns * id_bytes * largest_part + staging
         # the rank's rows are dropped before the last step's partition is written
         write = (rows if num_parts > workers else 0) + (WRITE_IDS * id_bytes + 8 * WRITE_INT64) * largest_part + halo

@@ -373,11 +373,11 @@ def test_rows_are_ordered_by_destination_stably_whatever_the_key_count(bound):
 def test_edge_chunks_read_at_once_stay_within_the_estimates_read_term(edges, chunk, id_bytes, etypes):
     """The chunks in flight and the arrays they are read into fit what the estimate counts for the edges read;
     one chunk more would not (unless one is all there is)."""
-    from distgnn.partition import distributed, memory
+    from distgnn.partition import distributed
 
     k = distributed.edge_chunks_at_once(edges, chunk, id_bytes, etypes)
     extra = 1 if etypes > 1 else 0
-    counted = ((memory.READ_IDS + extra) * id_bytes + 8 * memory.READ_INT64) * edges
+    counted = ((distributed.READ_IDS + extra) * id_bytes + 8 * distributed.READ_INT64) * edges
 
     def held(chunks_in_flight: int) -> int:
         return (2 + extra) * id_bytes * edges + chunks_in_flight * distributed.READ_CHUNK_PER_EDGE * chunk
