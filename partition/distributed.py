@@ -574,7 +574,7 @@ class _Job:
             self.new_eid_of_mine = np.empty(self.num_read, dtype=np.int64)
             self.new_eid_of_mine[got[:, 0]] = got[:, 1]
         clock.done("ids back")
-        logger.info("rank %d: dispatch steps (wall s): %s", self.rank, clock)
+        logger.info("rank %d: dispatch steps (wall / CPU s): %s", self.rank, clock)
 
     def _write_part(
         self,
@@ -874,20 +874,27 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
     return json_path, RankReport(peak_rss_bytes(), group.rounds, group.bytes_sent, time.perf_counter() - start)
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class _Steps:
-    """Wall seconds of a phase's steps, summed by name in the order first seen."""
+    """Wall and CPU seconds (the process's, every thread) of a phase's steps, summed by name in the order
+    first seen."""
 
     def __init__(self):
-        self.seconds: dict[str, float] = {}
-        self.last = time.perf_counter()
+        self.seconds: dict[str, list[float]] = {}
+        self.last = (time.perf_counter(), _cpu_seconds())
 
     def done(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.last
+        now = (time.perf_counter(), _cpu_seconds())
+        wall, cpu = self.seconds.setdefault(name, [0.0, 0.0])
+        self.seconds[name] = [wall + now[0] - self.last[0], cpu + now[1] - self.last[1]]
         self.last = now
 
     def __str__(self) -> str:
-        return ", ".join(f"{name} {s:.2f}" for name, s in self.seconds.items())
+        return ", ".join(f"{name} {wall:.2f} / {cpu:.2f}" for name, (wall, cpu) in self.seconds.items())
 
 
 def _phase(group: RankGroup, name: str, step) -> None:
