@@ -464,15 +464,23 @@ class _Job:
 
         self.workers.run(partitions, self.workers.pieces(len(part)))
         del partitions  # (it holds part)
-        keys = part.astype(np.int64) * R + self.etype if R > 1 else part
-        counts = np.bincount(keys, minlength=self.P * R).astype(np.int64).reshape(self.P, R)
-        del keys
-        counts = self.group.allreduce(counts)
+
+        def count(r: tuple[int, int], part: np.ndarray = part) -> np.ndarray:
+            keys = part[r[0] : r[1]]
+            if R > 1:
+                keys = keys.astype(np.int64) * R + self.etype[r[0] : r[1]]
+            return np.bincount(keys, minlength=self.P * R)
+
+        # this rank's edges per (partition, edge type), a piece per thread
+        mine = np.sum(self.workers.run(count, self.workers.pieces(len(part))), axis=0, dtype=np.int64)
+        del count
+        mine = mine.reshape(self.P, R)
+        counts = self.group.allreduce(mine)
         ends = _offsets(counts.sum(axis=1).tolist())
         self.edge_map = np.stack([ends[:-1], ends[1:]], axis=1)
         self.edge_type_ranges = _ranges(counts)
         order = self.workers.order_by_key(part, self.P)  # by partition
-        per_part = np.bincount(part, minlength=self.P).astype(np.int64)
+        per_part = mine.sum(axis=1)
         del part
         # Rows (new source, new destination, original edge id[, edge type]) ordered by partition. (The
         # order's positions are valid: take's "clip" mode gathers in place, "raise" through a buffer.)
@@ -527,9 +535,12 @@ class _Job:
             else:
                 by = stable_order(key, num_owned * R, self.workers)
             del key
+            clock.done("sort")
             e0, e1 = (int(x) for x in self.edge_map[p])
             eids = self.workers.gather(edges[:, 2], by)
+            clock.done("gather")
             _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
+            clock.done("write")
             if keep_new_eids:
                 back_eid.append(eids.astype(np.int64))
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
@@ -537,13 +548,14 @@ class _Job:
             srcs = self.workers.gather(edges[:, 0], by)
             if R == 1:
                 del edges, by
-                self._write_part(staging, p, srcs, indptr=indptr)
+                clock.done("gather")
+                self._write_part(staging, p, srcs, clock, indptr=indptr)
                 del indptr
             else:
                 dsts, types = self.workers.gather(edges[:, 1], by), self.workers.gather(edges[:, 3], by)
                 del edges, by
-                self._write_part(staging, p, srcs, dsts=dsts, types=types)
-            clock.done("sort and write")
+                clock.done("gather")
+                self._write_part(staging, p, srcs, clock, dsts=dsts, types=types)
         del rows
         # orig_nid: the owners send (new id, original id) to the writers, which place each original id at its
         # new id's row of their parts' rows (laid end to end), a piece of the pairs per thread.
@@ -581,6 +593,7 @@ class _Job:
         staging: Path,
         p: int,
         srcs: np.ndarray,
+        clock: _Steps,
         indptr: np.ndarray | None = None,
         dsts: np.ndarray | None = None,
         types: np.ndarray | None = None,
@@ -607,10 +620,13 @@ class _Job:
             eid_order = stable_order(csc_rows, num_owned * R)
             del csc_rows
             srcs = srcs[eid_order]
+            clock.done("sort")
         save("indptr", indptr)
         del indptr
+        clock.done("write")
         halo, indices = local_indices(srcs, n0, n1, self.N, self.workers)
         del srcs
+        clock.done("local ids")
         save("indices", indices)
         del indices
         save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
@@ -620,6 +636,7 @@ class _Job:
         else:
             save("eids", np.arange(e0, e1, dtype=np.int64)[eid_order])
         del eid_order
+        clock.done("write")
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 

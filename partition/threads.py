@@ -101,7 +101,13 @@ class Workers:
         return self._pool.submit(fn, *args).result
 
     def take(self, values: np.ndarray, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """``np.take(values, positions, out=out, axis=0, mode="clip")``: ``positions`` must be valid."""
+        """``np.take(values, positions, out=out, axis=0, mode="clip")``: ``positions`` must be valid. Values
+        not laid out contiguously (a column of a table) are first copied once, a piece per thread: ``np.take``
+        would copy the whole of them for every piece."""
+        if not values.flags.c_contiguous:
+            dense = np.empty(values.shape, dtype=values.dtype)
+            self.run(lambda r: np.copyto(dense[r[0] : r[1]], values[r[0] : r[1]]), self.pieces(values.shape[0]))
+            values = dense
 
         def piece(r: tuple[int, int]) -> None:
             np.take(values, positions[r[0] : r[1]], axis=0, out=out[r[0] : r[1]], mode="clip")

@@ -41,7 +41,10 @@ def test_gather_and_sort(workers):
     rng = np.random.default_rng(1)
     values = rng.integers(0, 1 << 40, (5000, 3))
     positions = rng.integers(0, 5000, 7000)
+    # columns of a table (not contiguous): copied once, then gathered a piece per thread
     np.testing.assert_array_equal(workers.gather(values[:, 1], positions), values[:, 1][positions])
+    np.testing.assert_array_equal(workers.gather(values[:, 1:], positions), values[:, 1:][positions])
+    np.testing.assert_array_equal(workers.gather(values[::2, 0], positions % 2500), values[::2, 0][positions % 2500])
     flat = rng.integers(0, 1 << 40, 9000)
     expected = np.sort(flat)
     np.testing.assert_array_equal(workers.sort(flat), expected)
