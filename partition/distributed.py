@@ -31,6 +31,7 @@ import resource
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -225,6 +226,16 @@ def _write_rows(path: Path, length: int, first: int, values: np.ndarray | _Arang
             _pwrite_all(fd, memoryview(piece).cast("B"), header + 8 * (first + k))
     finally:
         os.close(fd)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _write_arange(path: Path, start: int, stop: int) -> None:
+    """A new ``(stop - start,)`` int64 ``.npy`` file ``path`` holding ``start .. stop - 1``, a slice at a time."""
+    create_npy(path, np.int64, (stop - start,))
+    _write_rows(path, stop - start, 0, _Arange(start, stop))
 
 
 def _write_at(path: Path, length: int, positions: np.ndarray, rows: np.ndarray) -> None:
@@ -538,9 +549,8 @@ class _Job:
             clock.done("sort")
             e0, e1 = (int(x) for x in self.edge_map[p])
             eids = self.workers.gather(edges[:, 2], by)
-            clock.done("gather")
-            _write_rows(staging / "orig_eid.npy", self.E, e0, eids)
-            clock.done("write")
+            # the partition's files are written on the pool's threads beside its next steps
+            writes = [self.workers.start(_write_rows, staging / "orig_eid.npy", self.E, e0, eids)]
             if keep_new_eids:
                 back_eid.append(eids.astype(np.int64))
                 back_new.append(np.arange(e0, e1, dtype=np.int64))
@@ -549,13 +559,17 @@ class _Job:
             if R == 1:
                 del edges, by
                 clock.done("gather")
-                self._write_part(staging, p, srcs, clock, indptr=indptr)
+                self._write_part(staging, p, srcs, clock, writes, indptr=indptr)
                 del indptr
             else:
                 dsts, types = self.workers.gather(edges[:, 1], by), self.workers.gather(edges[:, 3], by)
                 del edges, by
                 clock.done("gather")
-                self._write_part(staging, p, srcs, clock, dsts=dsts, types=types)
+                self._write_part(staging, p, srcs, clock, writes, dsts=dsts, types=types)
+            for written in writes:
+                written()
+            del writes
+            clock.done("write")
         del rows
         # orig_nid: the owners send (new id, original id) to the writers, which place each original id at its
         # new id's row of their parts' rows (laid end to end), a piece of the pairs per thread.
@@ -594,13 +608,15 @@ class _Job:
         p: int,
         srcs: np.ndarray,
         clock: _Steps,
+        writes: list[Callable[[], object]],
         indptr: np.ndarray | None = None,
         dsts: np.ndarray | None = None,
         types: np.ndarray | None = None,
     ) -> None:
         """Partition ``p``'s CSC arrays from its edges in new-edge-id order: new ids of the sources, and
         with one edge type the CSC's indptr over the owned nodes, with several the new destinations and types.
-        Each array is written as soon as it is complete."""
+        Each array's write begins as soon as it is complete (:meth:`Workers.start`; each one's end is added to
+        ``writes``)."""
         R = len(self.etypes)
         n0, n1 = (int(x) for x in self.node_map[p])
         e0, e1 = (int(x) for x in self.edge_map[p])
@@ -609,7 +625,7 @@ class _Job:
         where.mkdir(parents=True, exist_ok=True)
 
         def save(name: str, array: np.ndarray) -> None:
-            np.save(where / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            writes.append(self.workers.start(_save_npy, where / f"{name}.npy", array))
 
         eid_order = None
         if R > 1:
@@ -623,20 +639,17 @@ class _Job:
             clock.done("sort")
         save("indptr", indptr)
         del indptr
-        clock.done("write")
         halo, indices = local_indices(srcs, n0, n1, self.N, self.workers)
         del srcs
         clock.done("local ids")
         save("indices", indices)
         del indices
         save("local2global", np.concatenate([np.arange(n0, n1, dtype=np.int64), halo]))
-        if eid_order is None:  # the new edge ids in order, written a slice at a time
-            create_npy(where / "eids.npy", np.int64, (e1 - e0,))
-            _write_rows(where / "eids.npy", e1 - e0, 0, _Arange(e0, e1))
+        if eid_order is None:  # the new edge ids in order
+            writes.append(self.workers.start(_write_arange, where / "eids.npy", e0, e1))
         else:
             save("eids", np.arange(e0, e1, dtype=np.int64)[eid_order])
         del eid_order
-        clock.done("write")
         self.part_counts[p] = (num_owned, len(halo), e1 - e0)
         logger.info("part %d: %d owned, %d halo nodes, %d edges", p, num_owned, len(halo), e1 - e0)
 

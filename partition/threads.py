@@ -100,6 +100,14 @@ class Workers:
             return lambda: fn(*args)
         return self._pool.submit(fn, *args).result
 
+    def start(self, fn: Callable, *args) -> Callable[[], object]:
+        """``fn(*args)`` begun now: on a pool thread, or with one thread run here at once; returns the function
+        that waits for it to end and returns its result (or raises its error)."""
+        if self._pool is None:
+            result = fn(*args)
+            return lambda: result
+        return self._pool.submit(fn, *args).result
+
     def take(self, values: np.ndarray, positions: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``np.take(values, positions, out=out, axis=0, mode="clip")``: ``positions`` must be valid. Values
         not laid out contiguously (a column of a table) are first copied once, a piece per thread: ``np.take``

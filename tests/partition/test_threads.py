@@ -118,6 +118,26 @@ def test_a_busy_thread_leaves_the_items_to_the_others():
         workers.close()
 
 
+def test_start_runs_beside_the_caller_with_a_pool_and_at_once_without():
+    events = []
+    workers = Workers(2)
+    try:
+        gate = threading.Event()
+        done = workers.start(lambda: (gate.wait(5), events.append("pool"), 7)[-1])
+        events.append("caller")  # the call above returned before its function ended
+        gate.set()
+        assert done() == 7 and events == ["caller", "pool"]
+        failed = workers.start(lambda: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            failed()
+    finally:
+        workers.close()
+    alone = Workers(1)
+    events.clear()
+    done = alone.start(lambda: events.append("ran") or 3)
+    assert events == ["ran"] and done() == 3  # no pool: run at once, not when asked for
+
+
 def test_a_rank_gets_its_share_of_the_cpus(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)))
     for ranks, threads in (("8", 2), ("1", 16), ("32", 1)):
