@@ -896,6 +896,7 @@ def partition_distributed(opts: DistOptions, group: RankGroup) -> tuple[Path, Ra
             json_path = writer.commit(meta)
         group.barrier()  # committed
     except BaseException:
+        job.workers.close()  # the rank's writes still running end before their files are removed
         if writer is not None:
             writer.__exit__(None, None, None)
         raise
