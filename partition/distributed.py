@@ -920,8 +920,9 @@ class _Steps:
 
     def done(self, name: str) -> None:
         now = (time.perf_counter(), _cpu_seconds())
-        wall, cpu = self.seconds.setdefault(name, [0.0, 0.0])
-        self.seconds[name] = [wall + now[0] - self.last[0], cpu + now[1] - self.last[1]]
+        total = self.seconds.setdefault(name, [0.0, 0.0])
+        total[0] += now[0] - self.last[0]
+        total[1] += now[1] - self.last[1]
         self.last = now
 
     def __str__(self) -> str:
